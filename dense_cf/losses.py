@@ -1,0 +1,268 @@
+"""Contrastive losses for DPR / PiCL / EADPR (SPEC §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8).
+
+Every function here is a pure, jittable function of GLOBAL-batch embeddings: the caller gathers
+question/passage embeddings across the data axis first (SPEC §1), so that "in-batch" means the
+whole global batch. Scores are dot products computed in float32 whatever the input dtype.
+
+Notation (question i of B): p_i+ positive, p_i* counterfactual of p_i+ (may be missing,
+``cf_valid[i] == False``), h_{j,k} the k-th hard negative of question j (may be padding,
+``hard_valid[j, k] == False``), s(i, x) = q_i . x.
+
+* N_i (in-batch negatives of question i) = {p_j+ : j != i} U {every valid h_{j,k}, all j incl. i}.
+  Other questions' counterfactuals are NOT in N_i (SPEC §3).
+* L_dpr (PiCL eq. 7 / EADPR eq. 7)
+      -log e^{s(i,p_i+)} / (e^{s(i,p_i+)} + sum_{n in N_i} e^{s(i,n)} + lam e^{s(i,p_i*)})
+  with the lam term present only when lam > 0 and p_i* is valid; lam e^x is written x + log lam.
+* L_chn (PiCL eq. 8 / EADPR eq. 3, "L_HN")
+      -log e^{s(i,p_i+)} / (e^{s(i,p_i+)} + e^{s(i,p_i*)}),     0 when p_i* is missing.
+* L_cpp (PiCL eq. 9 / EADPR eq. 5, "L_PP")
+      -log e^{s(i,p_i*)} / (e^{s(i,p_i*)} + sum_{j != i} (e^{s(i,p_j-)} + e^{s(i,p_j*)})),
+  0 when p_i* is missing. Decision on {p_j-}: eq. 9 uses exactly the same negative set
+  {p_j-}_{j != i} as eq. 7, and eq. 6 (the constraint L_cpp implements) requires
+  s(i,p_i*) > s(i,p_j-) "for all p_j-", i.e. all of question i's negatives. In DPR those are the
+  in-batch negatives N_i = other questions' positives + hard negatives, so the L_cpp denominator
+  is  {p_i*} U N_i U {valid p_j* : j != i}.  p_i+ is excluded (SPEC §3); question i's own hard
+  negatives are included (SPEC §3: "Question i's own hard negatives count among the p-").
+* L = use_dpr * L_dpr + tau1 * L_chn + tau2 * L_cpp  (PiCL eq. 10 / EADPR eq. 8); the batch loss
+  is the mean over ALL B questions (terms of questions without p_i* are 0, not re-normalised).
+
+Masking: excluded logits are set to -inf with ``jnp.where`` BEFORE the logsumexp (never scaled by
+0/1, SPEC §3). Every row always contains its own finite target logit, so no row is all -inf and
+gradients stay finite. Padding embeddings (invalid hard negatives / counterfactuals) are also
+zeroed before scoring so that garbage (even NaN) in padding cannot leak into gradients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "LossConfig",
+    "contrastive_loss",
+    "dpr_nll",
+    "loss_kwargs_from_config",
+]
+
+_NEG_INF = -jnp.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """Loss hyper-parameters (SPEC §3). Plain DPR: the defaults.
+
+    PiCL main runs: lam=0.2, tau1=tau2=1.0 (limited compute: tau=0.2); EADPR: lam=tau1=tau2=1.0.
+    """
+
+    lam: float = 0.0
+    tau1: float = 0.0
+    tau2: float = 0.0
+    use_dpr: bool = True
+
+    def kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _get(cfg: Any, name: str, default: Any) -> Any:
+    if isinstance(cfg, Mapping):
+        return cfg.get(name, default)
+    return getattr(cfg, name, default)
+
+
+def loss_kwargs_from_config(cfg: Any) -> dict[str, Any]:
+    """Map ``cfg.loss.{lam,tau1,tau2,use_dpr}`` (ml_collections ConfigDict, dict or object) to the
+    keyword arguments of :func:`contrastive_loss`. ``cfg`` may also be the ``loss`` node itself.
+    Missing fields take the plain-DPR defaults. Values are returned as Python scalars so that
+    zero weights stay static (the corresponding terms are then not computed).
+    """
+    node = _get(cfg, "loss", None)
+    if node is None:
+        node = cfg
+    d = LossConfig()
+    out = LossConfig(
+        lam=float(_get(node, "lam", d.lam)),
+        tau1=float(_get(node, "tau1", d.tau1)),
+        tau2=float(_get(node, "tau2", d.tau2)),
+        use_dpr=bool(_get(node, "use_dpr", d.use_dpr)),
+    )
+    if out.lam < 0 or out.tau1 < 0 or out.tau2 < 0:
+        raise ValueError(f"loss weights must be >= 0, got {out}")
+    return out.kwargs()
+
+
+def _is_static_zero(x: Any) -> bool:
+    """True for a Python/numpy scalar equal to 0 (any jax.Array, traced or not, is not)."""
+    if isinstance(x, (bool, int, float, np.number)):
+        return float(x) == 0.0
+    return False
+
+
+def _scores(a: jax.Array, b: jax.Array) -> jax.Array:
+    """[B, D] x [M, D] -> [B, M] float32 dot products (full float32 precision)."""
+    return jnp.einsum(
+        "bd,md->bm",
+        a,
+        b,
+        precision=jax.lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
+    )
+
+
+def contrastive_loss(
+    q: jax.Array,
+    pos: jax.Array,
+    hard: jax.Array | None,
+    hard_valid: jax.Array | None,
+    cf: jax.Array | None,
+    cf_valid: jax.Array | None,
+    *,
+    lam: float | jax.Array = 0.0,
+    tau1: float | jax.Array = 0.0,
+    tau2: float | jax.Array = 0.0,
+    use_dpr: bool = True,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PiCL / EADPR loss L = use_dpr*L_dpr + tau1*L_chn + tau2*L_cpp over a global batch.
+
+    See the module docstring for the exact terms (SPEC §3, PiCL eq. 7-10, EADPR eq. 3/5/7/8).
+
+    Args:
+      q: [B, D] question embeddings.  pos: [B, D] positive-passage embeddings.
+      hard: [B, H, D] hard-negative embeddings (H may be 0) or None.
+      hard_valid: bool [B, H]; False slots are padding and are excluded everywhere. None = all valid.
+      cf: [B, D] counterfactual embeddings or None (no counterfactual terms at all).
+      cf_valid: bool [B]; None with a given ``cf`` means all valid.
+      lam: weight of e^{s(i,p_i*)} in L_dpr's denominator (0 = term absent; may be traced).
+      tau1, tau2: weights of L_chn and L_cpp (a Python 0 skips the term; may be traced).
+      use_dpr: include L_dpr (Python bool; False for the L_chn + L_cpp ablation, PiCL Table 4).
+
+    Returns:
+      (loss, metrics): scalar float32 loss = mean over all B questions of the per-question total;
+      metrics are float32 scalars averaged over all B questions the same way:
+      loss; l_dpr, l_chn, l_cpp = unweighted term means (l_dpr and l_chn are always reported,
+      also when use_dpr=False / tau1=0, as they reuse scores needed anyway; l_cpp is not computed
+      and reads 0 when tau2 is a Python 0); rank_acc = share with s(i,p_i+) > every score in N_i;
+      mean_pos_rank = 1-based rank of p_i+ among {p_i+} U N_i (ties count against p_i+);
+      cf_valid_frac; cf_margin = mean of s(i,p_i+) - s(i,p_i*) over the valid counterfactuals
+      (the one metric averaged over valid cfs, by definition; 0 if none).
+    """
+    if q.ndim != 2 or pos.shape != q.shape:
+        raise ValueError(f"q and pos must both be [B, D]; got {q.shape} and {pos.shape}")
+    B, D = q.shape
+    f32 = jnp.float32
+    q = q.astype(f32)
+    pos = pos.astype(f32)
+
+    # ---- hard negatives: flatten [B, H, D] -> [B*H, D], validity [B*H] ----------------------
+    if hard is None:
+        hard = jnp.zeros((B, 0, D), f32)
+    if hard.ndim != 3 or hard.shape[0] != B or hard.shape[2] != D:
+        raise ValueError(f"hard must be [B, H, D] = [{B}, H, {D}]; got {hard.shape}")
+    H = hard.shape[1]
+    if hard_valid is None:
+        hard_valid = jnp.ones((B, H), bool)
+    if hard_valid.shape != (B, H):
+        raise ValueError(f"hard_valid must be [{B}, {H}]; got {hard_valid.shape}")
+    hard_valid = hard_valid.astype(bool).reshape(B * H)
+    hard = jnp.where(hard_valid[:, None], hard.astype(f32).reshape(B * H, D), 0.0)
+
+    # ---- counterfactuals -----------------------------------------------------------------
+    have_cf = cf is not None
+    if have_cf:
+        if cf.shape != (B, D):
+            raise ValueError(f"cf must be [{B}, {D}]; got {cf.shape}")
+        if cf_valid is None:
+            cf_valid = jnp.ones((B,), bool)
+        if cf_valid.shape != (B,):
+            raise ValueError(f"cf_valid must be [{B}]; got {cf_valid.shape}")
+        cf_valid = cf_valid.astype(bool)
+        cf = jnp.where(cf_valid[:, None], cf.astype(f32), 0.0)
+    else:
+        cf_valid = jnp.zeros((B,), bool)
+
+    # ---- scores: ONE float32 matmul against [pos; hard; cf] so equal passages tie exactly ----
+    cols = [pos, hard] + ([cf] if have_cf else [])
+    s_all = _scores(q, jnp.concatenate(cols, axis=0))  # [B, B + B*H (+ B)]
+    s_pp = s_all[:, :B]  # s(i, p_j+)
+    s_hard = s_all[:, B : B + B * H]  # s(i, h)
+    eye = jnp.eye(B, dtype=bool)
+    s_pos = jnp.diagonal(s_pp)  # s(i, p_i+)
+    # N_i: other questions' positives + every valid hard negative.
+    neg_pp = jnp.where(eye, _NEG_INF, s_pp)
+    neg_hard = jnp.where(hard_valid[None, :], s_hard, _NEG_INF)
+    neg = jnp.concatenate([neg_pp, neg_hard], axis=1)  # [B, B + B*H]
+
+    zero = jnp.zeros((B,), f32)
+    if have_cf:
+        s_cc = s_all[:, B + B * H :]  # s(i, p_j*)
+        s_cf = jnp.diagonal(s_cc)  # s(i, p_i*)
+    else:
+        s_cc = None
+        s_cf = zero
+
+    # ---- L_dpr (PiCL eq. 7) -----------------------------------------------------------------
+    dpr_logits = [s_pos[:, None], neg]
+    if have_cf and not _is_static_zero(lam):
+        lam_arr = jnp.asarray(lam, f32)
+        lam_on = lam_arr > 0
+        log_lam = jnp.log(jnp.where(lam_on, lam_arr, 1.0))  # safe: never log(0)
+        lam_logit = jnp.where(cf_valid & lam_on, s_cf + log_lam, _NEG_INF)
+        dpr_logits.append(lam_logit[:, None])
+    l_dpr = jax.nn.logsumexp(jnp.concatenate(dpr_logits, axis=1), axis=1) - s_pos
+
+    # ---- L_chn (PiCL eq. 8) -----------------------------------------------------------------
+    if have_cf:
+        # -log sigmoid(s+ - s*) = softplus(s* - s+), stable.
+        l_chn = jnp.where(cf_valid, jax.nn.softplus(s_cf - s_pos), 0.0)
+    else:
+        l_chn = zero
+
+    # ---- L_cpp (PiCL eq. 9) -----------------------------------------------------------------
+    if have_cf and not _is_static_zero(tau2):
+        other_cf = jnp.where(~eye & cf_valid[None, :], s_cc, _NEG_INF)
+        cpp_logits = jnp.concatenate([s_cf[:, None], neg, other_cf], axis=1)
+        l_cpp = jnp.where(cf_valid, jax.nn.logsumexp(cpp_logits, axis=1) - s_cf, 0.0)
+    else:
+        l_cpp = zero
+
+    # ---- total (PiCL eq. 10) ----------------------------------------------------------------
+    per_q = zero
+    if use_dpr:
+        per_q = per_q + l_dpr
+    if have_cf and not _is_static_zero(tau1):
+        per_q = per_q + jnp.asarray(tau1, f32) * l_chn
+    if have_cf and not _is_static_zero(tau2):
+        per_q = per_q + jnp.asarray(tau2, f32) * l_cpp
+    loss = jnp.mean(per_q)
+
+    # ---- metrics (no gradient) --------------------------------------------------------------
+    sp = jax.lax.stop_gradient(s_pos)
+    ng = jax.lax.stop_gradient(neg)
+    n_ge = jnp.sum(ng >= sp[:, None], axis=1)  # -inf never >= a finite score
+    n_cf = jnp.sum(cf_valid.astype(f32))
+    margin = jnp.where(cf_valid, sp - jax.lax.stop_gradient(s_cf), 0.0)
+    metrics = {
+        "loss": loss,
+        "l_dpr": jnp.mean(jax.lax.stop_gradient(l_dpr)),
+        "l_chn": jnp.mean(jax.lax.stop_gradient(l_chn)),
+        "l_cpp": jnp.mean(jax.lax.stop_gradient(l_cpp)),
+        "rank_acc": jnp.mean((n_ge == 0).astype(f32)),
+        "mean_pos_rank": jnp.mean(1.0 + n_ge.astype(f32)),
+        "cf_valid_frac": n_cf / B,
+        "cf_margin": jnp.sum(margin) / jnp.maximum(n_cf, 1.0),
+    }
+    return loss, metrics
+
+
+def dpr_nll(
+    q: jax.Array,
+    pos: jax.Array,
+    hard: jax.Array | None = None,
+    hard_valid: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Plain DPR NLL (Karpukhin et al. 2020; SPEC §3 with lam = tau1 = tau2 = 0): positive vs.
+    other questions' positives + every valid hard negative of the global batch."""
+    return contrastive_loss(q, pos, hard, hard_valid, None, None, use_dpr=True)

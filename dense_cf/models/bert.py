@@ -1,0 +1,419 @@
+"""Compact Flax (linen) BERT encoder, numerically equal to Hugging Face ``BertModel``.
+
+Post-LN BERT without the pooler: DPR/PiCL/EADPR score with the pooler-free [CLS] vector
+(SPEC §1, §9). Every parameter carries logical axis names (``nn.with_logical_partitioning``)
+so the trainer can turn them into ``NamedSharding``s with :data:`DEFAULT_LOGICAL_AXIS_RULES`
+(see ``docs/ARCHITECTURE.md``, models section).
+
+Parameter tree of :class:`BertEncoder` (H hidden, N heads, D = H/N, I intermediate)::
+
+    embeddings/word_embeddings/embedding        [V, H]     ("vocab", "embed")
+    embeddings/position_embeddings/embedding    [P, H]     (None, "embed")
+    embeddings/token_type_embeddings/embedding  [T, H]     (None, "embed")
+    embeddings/LayerNorm/{scale,bias}           [H]        ("embed",)
+    layer_{i}/attention/{query,key,value}/kernel [H, N, D] ("embed", "heads", "kv")
+    layer_{i}/attention/{query,key,value}/bias   [N, D]    ("heads", "kv")
+    layer_{i}/attention/output/kernel            [N, D, H] ("heads", "kv", "embed")
+    layer_{i}/attention/output/bias              [H]       ("embed",)
+    layer_{i}/attention_norm/{scale,bias}        [H]       ("embed",)
+    layer_{i}/intermediate/{kernel [H, I], bias [I]}       ("embed", "mlp"), ("mlp",)
+    layer_{i}/output/{kernel [I, H], bias [H]}             ("mlp", "embed"), ("embed",)
+    layer_{i}/output_norm/{scale,bias}           [H]       ("embed",)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+LogicalRules = tuple[tuple[str, str | None], ...]
+
+# Mesh axes are ("data", "model").
+# - batch -> "data": data parallelism; the trainer gathers passage embeddings across "data"
+#   for in-batch negatives (SPEC §1).
+# - mlp / heads -> "model": Megatron-style tensor parallelism. The QKV kernels are split by
+#   head and the FFN by its inner dimension, so each attention/FFN block needs one
+#   reduction at its output projection and no resharding in between.
+# - vocab -> None: BERT's vocabulary (30522 = 2·3·5087) is not divisible by usual model-axis
+#   sizes (4, 8) and jax refuses uneven NamedShardings; the table is small (23M params for
+#   BERT-base), so it is replicated. Use :func:`axis_rules_for` to shard it when it divides.
+# - embed / kv / length -> None: the residual stream stays replicated over "model" (it is
+#   what every block reads), and sequence lengths here (<= 256) are too short to split.
+DEFAULT_LOGICAL_AXIS_RULES: LogicalRules = (
+    ("batch", "data"),
+    ("length", None),
+    ("embed", None),
+    ("mlp", "model"),
+    ("heads", "model"),
+    ("kv", None),
+    ("vocab", None),
+)
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def _dtype_name(d: Any) -> str:
+    """Normalises jnp.float32 / np.dtype / "float32" to a hashable string."""
+    if isinstance(d, str):
+        name = d
+    else:
+        name = jnp.dtype(d).name
+    if name not in _DTYPES:
+        raise ValueError(f"unsupported dtype {d!r}; expected one of {sorted(_DTYPES)}")
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """BERT hyper-parameters. ``dtype``/``param_dtype`` are stored as strings (hashable, JSON-able).
+
+    ``dtype`` is the compute dtype (activations, matmuls); softmax and LayerNorm always run in
+    float32. ``remat`` re-computes each layer in the backward pass (see :class:`BertEncoder`).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    pad_token_id: int = 0
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", _dtype_name(self.dtype))
+        object.__setattr__(self, "param_dtype", _dtype_name(self.param_dtype))
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}"
+            )
+        if self.hidden_act not in _ACTIVATIONS:
+            raise ValueError(f"unsupported hidden_act {self.hidden_act!r}; one of {sorted(_ACTIVATIONS)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def compute_dtype(self) -> Any:
+        return _DTYPES[self.dtype]
+
+    @property
+    def params_dtype(self) -> Any:
+        return _DTYPES[self.param_dtype]
+
+    def replace(self, **kw: Any) -> BertConfig:
+        return dataclasses.replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_hf_json(cls, path: str, **overrides: Any) -> BertConfig:
+        """Reads a Hugging Face BERT ``config.json`` (a file or the directory holding it)."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        with open(path, encoding="utf-8") as f:
+            hf = json.load(f)
+        if hf.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(
+                f"{path}: position_embedding_type={hf['position_embedding_type']!r} is not supported "
+                "(only 'absolute')"
+            )
+        kw = dict(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"],
+            intermediate_size=hf["intermediate_size"],
+            max_position_embeddings=hf.get("max_position_embeddings", 512),
+            type_vocab_size=hf.get("type_vocab_size", 2),
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+            hidden_act=hf.get("hidden_act", "gelu"),
+            dropout_rate=hf.get("hidden_dropout_prob", 0.1),
+            attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
+            pad_token_id=hf.get("pad_token_id", 0) or 0,
+        )
+        kw.update(overrides)
+        return cls(**kw)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The inverse of :meth:`from_hf_json`: a ``config.json`` for HF ``BertModel``."""
+        return {
+            "architectures": ["BertModel"],
+            "model_type": "bert",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "layer_norm_eps": self.layer_norm_eps,
+            "hidden_act": self.hidden_act,
+            "hidden_dropout_prob": self.dropout_rate,
+            "attention_probs_dropout_prob": self.attention_dropout_rate,
+            "pad_token_id": self.pad_token_id,
+            "position_embedding_type": "absolute",
+            "initializer_range": 0.02,
+            "torch_dtype": "float32",
+        }
+
+    @classmethod
+    def tiny(
+        cls,
+        vocab_size: int = 128,
+        hidden: int = 32,
+        layers: int = 2,
+        heads: int = 2,
+        intermediate: int | None = None,
+        max_position_embeddings: int = 128,
+        **kw: Any,
+    ) -> BertConfig:
+        """A small random-init config for tests and CPU smoke runs (intermediate = 4·hidden)."""
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            intermediate_size=intermediate or 4 * hidden,
+            max_position_embeddings=max_position_embeddings,
+            **kw,
+        )
+
+
+def axis_rules_for(
+    config: BertConfig, model_axis_size: int, rules: Sequence[tuple[str, str | None]] | None = None
+) -> LogicalRules:
+    """Logical rules with every "model"-sharded axis that ``model_axis_size`` does not divide
+    replaced by None (replicated), and "vocab" sharded when it divides.
+
+    jax rejects NamedShardings that split a dimension unevenly, so e.g. 12 heads on an
+    8-way "model" axis must fall back to replication.
+    """
+    if rules is None:
+        rules = tuple(r for r in DEFAULT_LOGICAL_AXIS_RULES if r[0] != "vocab") + (("vocab", "model"),)
+    sizes = {
+        "vocab": config.vocab_size,
+        "mlp": config.intermediate_size,
+        "heads": config.num_heads,
+        "embed": config.hidden_size,
+        "kv": config.head_dim,
+    }
+    out = []
+    for name, axis in rules:
+        if axis == "model" and name in sizes and sizes[name] % model_axis_size:
+            axis = None
+        out.append((name, axis))
+    return tuple(out)
+
+
+_ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # HF "gelu" = exact erf form
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+}
+
+_init = nn.initializers.normal(stddev=0.02)  # BERT's initializer_range
+_zeros = nn.initializers.zeros
+_ones = nn.initializers.ones
+_ACT = ("batch", "length", "embed")
+
+
+def _layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+    # float32 normalisation even for bfloat16 compute (numerical stability).
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=jnp.float32,
+        param_dtype=config.params_dtype,
+        scale_init=nn.with_logical_partitioning(_ones, ("embed",)),
+        bias_init=nn.with_logical_partitioning(_zeros, ("embed",)),
+        name=name,
+    )
+
+
+class _Projection(nn.Module):
+    """Multi-dimensional dense layer (contract the last ``n_in`` dims, output ``features``).
+
+    Not ``nn.DenseGeneral``: it calls ``kernel_init`` with a flattened 2-D shape, so a
+    3-name logical-partitioning init fails under a mesh (the constraint's rank is wrong).
+    """
+
+    features: tuple[int, ...]
+    n_in: int
+    kernel_axes: tuple[str | None, ...]
+    bias_axes: tuple[str | None, ...]
+    dtype: Any
+    param_dtype: Any
+
+    @nn.compact
+    def __call__(self, x):
+        in_shape = x.shape[x.ndim - self.n_in:]
+        kernel = self.param(
+            "kernel", nn.with_logical_partitioning(_init, self.kernel_axes), in_shape + self.features, self.param_dtype
+        )
+        bias = self.param("bias", nn.with_logical_partitioning(_zeros, self.bias_axes), self.features, self.param_dtype)
+        x, kernel, bias = x.astype(self.dtype), kernel.astype(self.dtype), bias.astype(self.dtype)
+        contract = (tuple(range(x.ndim - self.n_in, x.ndim)), tuple(range(self.n_in)))
+        return jax.lax.dot_general(x, kernel, (contract, ((), ()))) + bias
+
+
+class BertEmbeddings(nn.Module):
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, deterministic: bool):
+        cfg = self.config
+
+        def embed(num: int, axes: tuple[str | None, str], name: str) -> nn.Embed:
+            return nn.Embed(
+                num,
+                cfg.hidden_size,
+                dtype=jnp.float32,
+                param_dtype=cfg.params_dtype,
+                embedding_init=nn.with_logical_partitioning(_init, axes),
+                name=name,
+            )
+
+        positions = jnp.arange(input_ids.shape[-1])[None, :]
+        x = (
+            embed(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
+            + embed(cfg.max_position_embeddings, (None, "embed"), "position_embeddings")(positions)
+            + embed(cfg.type_vocab_size, (None, "embed"), "token_type_embeddings")(token_type_ids)
+        )
+        x = _layer_norm(cfg, "LayerNorm")(x).astype(cfg.compute_dtype)
+        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+        return nn.with_logical_constraint(x, _ACT)
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention + output projection (HF ``BertAttention`` minus its LayerNorm)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, mask_bias, deterministic: bool):
+        cfg = self.config
+        dt = cfg.compute_dtype
+
+        def proj(name: str) -> _Projection:
+            return _Projection(
+                (cfg.num_heads, cfg.head_dim), 1, ("embed", "heads", "kv"), ("heads", "kv"),
+                dt, cfg.params_dtype, name=name,
+            )
+
+        head_act = ("batch", "length", "heads", "kv")
+        q = nn.with_logical_constraint(proj("query")(x), head_act)
+        k = nn.with_logical_constraint(proj("key")(x), head_act)
+        v = nn.with_logical_constraint(proj("value")(x), head_act)
+        q = q / jnp.sqrt(cfg.head_dim).astype(dt)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+        # Softmax in float32; mask_bias is float32 [B, 1, 1, L] (0 or large negative).
+        probs = jax.nn.softmax(scores.astype(jnp.float32) + mask_bias, axis=-1).astype(dt)
+        probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        ctx = nn.with_logical_constraint(ctx, head_act)
+        out = _Projection(
+            (cfg.hidden_size,), 2, ("heads", "kv", "embed"), ("embed",), dt, cfg.params_dtype, name="output"
+        )(ctx)
+        return nn.with_logical_constraint(out, _ACT)
+
+
+class BertLayer(nn.Module):
+    """One post-LN transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, mask_bias, deterministic: bool):
+        cfg = self.config
+        dt = cfg.compute_dtype
+        drop = nn.Dropout(cfg.dropout_rate)
+
+        a = BertSelfAttention(cfg, name="attention")(x, mask_bias, deterministic)
+        a = drop(a, deterministic=deterministic)
+        x = _layer_norm(cfg, "attention_norm")(x + a).astype(dt)
+        x = nn.with_logical_constraint(x, _ACT)
+
+        h = nn.Dense(
+            cfg.intermediate_size,
+            dtype=dt,
+            param_dtype=cfg.params_dtype,
+            kernel_init=nn.with_logical_partitioning(_init, ("embed", "mlp")),
+            bias_init=nn.with_logical_partitioning(_zeros, ("mlp",)),
+            name="intermediate",
+        )(x)
+        h = _ACTIVATIONS[cfg.hidden_act](h)
+        h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+        h = nn.Dense(
+            cfg.hidden_size,
+            dtype=dt,
+            param_dtype=cfg.params_dtype,
+            kernel_init=nn.with_logical_partitioning(_init, ("mlp", "embed")),
+            bias_init=nn.with_logical_partitioning(_zeros, ("embed",)),
+            name="output",
+        )(h)
+        h = drop(h, deterministic=deterministic)
+        x = _layer_norm(cfg, "output_norm")(x + h).astype(dt)
+        return nn.with_logical_constraint(x, _ACT)
+
+
+def _require_auto_mesh() -> None:
+    """Logical partitioning works through sharding constraints, which are asserts on
+    Explicit mesh axes (the default of ``jax.make_mesh`` in current jax): fail early and clearly."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        raise ValueError(
+            f"BertEncoder needs a mesh with Auto axes, got {mesh}. Build it with "
+            "jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names))."
+        )
+
+
+# Large finite negative (not -inf / finfo.min) so a row whose keys are all padding gives a
+# uniform softmax instead of NaN; exp(-1e9) is exactly 0 in float32, so real rows are exact.
+MASK_NEG = -1e9
+
+
+class BertEncoder(nn.Module):
+    """BERT encoder returning ``last_hidden_state`` [B, L, H] in ``config.dtype``.
+
+    With ``config.remat`` each layer is wrapped in ``nn.remat`` with the
+    ``nothing_saveable`` policy: only layer inputs are kept and everything inside a layer is
+    recomputed in the backward pass. This gives the largest activation saving (memory is
+    what limits the batch size, and in-batch negatives want large batches, SPEC §9) for
+    ~1/3 more compute.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, deterministic: bool = True):
+        cfg = self.config
+        _require_auto_mesh()
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        x = BertEmbeddings(cfg, name="embeddings")(input_ids, token_type_ids, deterministic)
+        mask_bias = jnp.where(attention_mask[:, None, None, :] > 0, 0.0, MASK_NEG).astype(jnp.float32)
+
+        layer_cls = BertLayer
+        if cfg.remat:
+            # static_argnums counts `self` as 0: deterministic is argument 3.
+            layer_cls = nn.remat(BertLayer, static_argnums=(3,), policy=jax.checkpoint_policies.nothing_saveable)
+        for i in range(cfg.num_layers):
+            x = layer_cls(cfg, name=f"layer_{i}")(x, mask_bias, deterministic)
+        return x

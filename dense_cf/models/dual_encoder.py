@@ -1,0 +1,127 @@
+"""DPR-style bi-encoder: f_q and f_p BERT towers, sim(q, p) = f_q(q) · f_p(p) (SPEC §1).
+
+DPR/PiCL/EADPR use separate towers and pooler-free [CLS] pooling (SPEC §9); ``shared`` and
+``pooling="mean"`` are options. Params are ``{"question": bert, "passage": bert}`` or
+``{"shared": bert}``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+import numpy as np
+
+from dense_cf.models.bert import BertConfig, BertEncoder
+
+POOLINGS = ("cls", "mean")
+
+
+def pool(hidden: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
+    """[B, L, H] -> [B, H] float32. "cls": position 0 (no pooler); "mean": mask-weighted mean."""
+    hidden = hidden.astype(jnp.float32)
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        m = mask.astype(jnp.float32)[..., None]
+        # max(.,1) keeps an all-padding row (batch filler) at 0 instead of NaN.
+        return (hidden * m).sum(axis=1) / jnp.maximum(m.sum(axis=1), 1.0)
+    raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
+class DualEncoder(nn.Module):
+    """Question/passage encoders returning float32 [B, H] embeddings."""
+
+    config: BertConfig
+    shared: bool = False
+    pooling: str = "cls"
+
+    def setup(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if self.shared:
+            # Explicit name: the attribute `shared` is taken by the bool field.
+            self.tower = BertEncoder(self.config, name="shared")
+        else:
+            self.question = BertEncoder(self.config)
+            self.passage = BertEncoder(self.config)
+
+    def _encode(self, tower: BertEncoder, ids, mask, deterministic: bool) -> jax.Array:
+        return pool(tower(ids, mask, deterministic=deterministic), mask, self.pooling)
+
+    def encode_question(self, ids, mask, deterministic: bool = True) -> jax.Array:
+        return self._encode(self.tower if self.shared else self.question, ids, mask, deterministic)
+
+    def encode_passage(self, ids, mask, deterministic: bool = True) -> jax.Array:
+        return self._encode(self.tower if self.shared else self.passage, ids, mask, deterministic)
+
+    def __call__(self, q_ids, q_mask, p_ids, p_mask, deterministic: bool = True):
+        return (
+            self.encode_question(q_ids, q_mask, deterministic),
+            self.encode_passage(p_ids, p_mask, deterministic),
+        )
+
+
+def tower_names(model: DualEncoder) -> tuple[str, ...]:
+    return ("shared",) if model.shared else ("question", "passage")
+
+
+def init_params(model: DualEncoder, rng: jax.Array, seq_len: int = 8) -> dict[str, Any]:
+    """Random params (boxed ``nn.LogicallyPartitioned`` leaves, as ``model.init`` returns them;
+    ``nn.get_partition_spec`` gives their logical specs, ``nn.unbox`` the arrays)."""
+    ids = jnp.zeros((1, seq_len), jnp.int32)
+    return model.init(rng, ids, ids, ids, ids)["params"]
+
+
+def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool = True) -> dict[str, Any]:
+    """Places HF BERT params (from ``load_hf_bert_params``) in every tower; separate towers get
+    independent copies. ``boxed=True`` wraps leaves like :func:`init_params` (same tree type)."""
+    if boxed:
+        abstract = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+    out = {}
+    for i, name in enumerate(tower_names(model)):
+        tree = hf_params if i == 0 else copy.deepcopy(hf_params)
+        tree = jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), tree)
+        if boxed:
+            tree = jax.tree.map(
+                lambda box, v: box.replace_boxed(v),
+                abstract[name],
+                tree,
+                is_leaf=lambda x: isinstance(x, nn.Partitioned),
+            )
+        out[name] = tree
+    return out
+
+
+def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
+    """Builds the model from an ml_collections-style ``cfg.model`` (name_or_path: "tiny" |
+    "minilm" | local dir | hub name; shared; pooling; dtype; remat; dropout; tiny_*).
+
+    Returns ``(model, model_dir)``; ``model_dir`` is None for "tiny" (random init), else pass
+    it to ``load_hf_bert_params(model_dir, model.config)`` and :func:`pretrained_params`.
+    """
+    m = cfg.model
+    over: dict[str, Any] = dict(dtype=getattr(m, "dtype", "float32"), remat=bool(getattr(m, "remat", False)))
+    dropout = getattr(m, "dropout", None)
+    if dropout is not None:
+        over.update(dropout_rate=float(dropout), attention_dropout_rate=float(dropout))
+    if m.name_or_path == "tiny":
+        bert = BertConfig.tiny(
+            vocab_size=getattr(m, "tiny_vocab", 30522),
+            hidden=getattr(m, "tiny_hidden", 32),
+            layers=getattr(m, "tiny_layers", 2),
+            heads=getattr(m, "tiny_heads", 2),
+            max_position_embeddings=512,
+            **over,
+        )
+        model_dir = None
+    else:
+        from dense_cf.models.hf import resolve_model_dir
+
+        model_dir = resolve_model_dir(m.name_or_path)
+        bert = BertConfig.from_hf_json(model_dir, **over)
+    model = DualEncoder(bert, shared=bool(getattr(m, "shared", False)), pooling=getattr(m, "pooling", "cls"))
+    return model, model_dir

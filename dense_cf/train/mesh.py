@@ -1,0 +1,53 @@
+"""Device mesh, logical-axis rules and the shardings of params and batches.
+
+The mesh has two axes: ``data`` (batch parallelism; in-batch negatives are gathered across it)
+and ``model`` (parameter sharding: fsdp/tensor style, via the logical rules of
+``models/bert.py``). Axes are built ``Auto`` on purpose: the model is written with logical
+constraints for GSPMD, not with the Explicit-sharding type system ``jax.make_mesh`` defaults to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from flax import linen as nn
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "model")
+
+
+def make_mesh(data: int = -1, model: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A ("data", "model") mesh; ``data=-1`` takes every device left after ``model``."""
+    devices = list(devices if devices is not None else jax.devices())
+    if data == -1:
+        if len(devices) % model:
+            raise ValueError(f"{len(devices)} devices are not divisible by model={model}")
+        data = len(devices) // model
+    if data * model != len(devices):
+        raise ValueError(f"mesh data={data} x model={model} needs {data * model} devices, "
+                         f"have {len(devices)}")
+    return jax.make_mesh((data, model), MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto),
+                         devices=devices)
+
+
+def tree_shardings(boxed_tree: Any, mesh: Mesh, rules) -> Any:
+    """NamedShardings for a (possibly abstract) tree carrying ``nn.LogicallyPartitioned`` boxes."""
+    specs = nn.get_partition_spec(boxed_tree)
+    return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Batch dimension split over ``data``, replicated over ``model``."""
+    return NamedSharding(mesh, P("data"))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Assembles each host's slice of the global batch into global jax.Arrays (multi-host safe)."""
+    sh = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sh, v) for k, v in local.items()}

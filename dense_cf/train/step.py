@@ -1,0 +1,94 @@
+"""Pure train / eval steps. The loop jits them with explicit shardings and a donated state.
+
+In-batch negatives span the GLOBAL batch (SPEC §1): passage embeddings, computed where their
+examples live (sharded over ``data``), are constrained to be replicated before scoring. That
+constraint is the cross-device all-gather; its transpose (a reduce-scatter) carries the
+gradients back to the devices that encoded each passage.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dense_cf.losses import contrastive_loss
+from dense_cf.train.state import TrainState
+
+
+def embed_batch(model, params, batch: dict[str, jax.Array], *, deterministic: bool,
+                rngs: dict[str, jax.Array] | None = None):
+    """Question embeddings [B, D] and passage embeddings (pos [B,D], hard [B,h,D], cf [B,D]|None).
+
+    Passages of an example are stacked as [B, 1 + h (+1), L] and flattened, so each device encodes
+    the passages of its own examples in one encoder call.
+    """
+    q = model.apply({"params": params}, batch["q_ids"], batch["q_mask"], deterministic=deterministic,
+                    rngs=rngs, method=model.encode_question)
+    b, h = batch["hard_ids"].shape[:2]
+    has_cf = "cf_ids" in batch
+    parts_ids = [batch["pos_ids"][:, None], batch["hard_ids"]]
+    parts_mask = [batch["pos_mask"][:, None], batch["hard_mask"]]
+    if has_cf:
+        parts_ids.append(batch["cf_ids"][:, None])
+        parts_mask.append(batch["cf_mask"][:, None])
+    ids = jnp.concatenate(parts_ids, axis=1)
+    mask = jnp.concatenate(parts_mask, axis=1)
+    n = ids.shape[1]
+    p = model.apply({"params": params}, ids.reshape(b * n, -1), mask.reshape(b * n, -1),
+                    deterministic=deterministic, rngs=rngs, method=model.encode_passage)
+    p = p.reshape(b, n, -1)
+    return q, p[:, 0], p[:, 1:1 + h], (p[:, 1 + h] if has_cf else None)
+
+
+def _gather(x, mesh: Mesh | None):
+    """All-gather over the mesh (replicate); identity without a mesh."""
+    if x is None or mesh is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P()))
+
+
+def batch_loss(model, params, batch, *, loss_kwargs: dict[str, Any], mesh: Mesh | None,
+               deterministic: bool, rngs=None):
+    q, pos, hard, cf = embed_batch(model, params, batch, deterministic=deterministic, rngs=rngs)
+    q, pos, hard, cf = (_gather(x, mesh) for x in (q, pos, hard, cf))
+    hard_valid = _gather(batch["hard_valid"], mesh)
+    cf_valid = _gather(batch["cf_valid"], mesh) if cf is not None else None
+    return contrastive_loss(q, pos, hard, hard_valid, cf, cf_valid, **loss_kwargs)
+
+
+def make_train_step(model, tx: optax.GradientTransformation, *, loss_kwargs: dict[str, Any],
+                    mesh: Mesh | None, schedule: optax.Schedule | None = None,
+                    dropout: bool = True) -> Callable:
+    """``(state, batch, rng) -> (state, metrics)``; pure, to be jitted by the caller."""
+
+    def train_step(state: TrainState, batch, rng):
+        rngs = {"dropout": jax.random.fold_in(rng, state.step)} if dropout else None
+
+        def loss_fn(params):
+            return batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
+                              deterministic=not dropout, rngs=rngs)
+
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        if schedule is not None:
+            metrics["learning_rate"] = schedule(state.step)
+        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+    return train_step
+
+
+def make_eval_step(model, *, loss_kwargs: dict[str, Any], mesh: Mesh | None) -> Callable:
+    """``(params, batch) -> metrics`` without dropout (dev-set validation)."""
+
+    def eval_step(params, batch):
+        _, metrics = batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
+                                deterministic=True)
+        return metrics
+
+    return eval_step
