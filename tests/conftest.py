@@ -8,7 +8,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import jax  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+# Identical programs compiled by several tests (e.g. three train() runs of one config) are
+# compiled once: XLA's persistent cache, keyed by the HLO fingerprint.
+_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".jax_cache")
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 # tf.data runs beside JAX on the same 2 cores; keep its pools small.
 tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -18,11 +18,21 @@ FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "minilm_golden.npz
 TINY = BertConfig.tiny(vocab_size=50, hidden=16, layers=2, heads=2)
 
 
+def _random_boxed(seed=0):
+    """Init-shaped boxed params with numpy values (eval_shape: no slow RNG compile)."""
+    ids = np.ones((1, 4), np.int32)
+    abstract = jax.eval_shape(BertEncoder(TINY).init, jax.random.key(0), ids, ids)["params"]
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda b: b.replace_boxed(rng.normal(size=b.value.shape).astype(np.float32)),
+        abstract,
+        is_leaf=lambda x: isinstance(x, nn.Partitioned),
+    )
+
+
 @pytest.fixture(scope="module")
 def tiny_params():
-    ids = np.ones((1, 4), np.int32)
-    v = jax.jit(BertEncoder(TINY).init)(jax.random.key(0), ids, ids)
-    return jax.tree.map(np.asarray, nn.unbox(v)["params"])
+    return nn.unbox(_random_boxed())
 
 
 @pytest.fixture()
@@ -58,8 +68,8 @@ def test_save_load_round_trip(tiny_params, tiny_dir):
 
 
 def test_save_accepts_boxed_params(tmp_path, tiny_params):
-    ids = np.ones((1, 4), np.int32)
-    boxed = BertEncoder(TINY).init(jax.random.key(0), ids, ids)["params"]
+    boxed = _random_boxed(1)
+    assert isinstance(boxed["layer_0"]["output"]["kernel"], nn.LogicallyPartitioned)
     out = save_hf_bert(boxed, TINY, str(tmp_path / "b"))
     _assert_tree_equal(load_hf_bert_params(out, TINY), jax.tree.map(np.asarray, nn.unbox(boxed)))
 
@@ -78,6 +88,18 @@ def test_key_variants_bert_prefix_gamma_beta_heads_ignored(tmp_path, tiny_params
     d.mkdir()
     save_file(old, str(d / "model.safetensors"))
     _assert_tree_equal(load_hf_bert_params(str(d), TINY), tiny_params)
+
+
+def test_prefix_selects_one_encoder(tmp_path, tiny_params, tiny_dir):
+    sd = load_file(os.path.join(tiny_dir, "model.safetensors"))
+    dpr = {f"question_encoder.bert_model.{k}": v for k, v in sd.items()}
+    dpr.update({f"ctx_encoder.bert_model.{k}": v + 1 for k, v in sd.items()})
+    d = tmp_path / "dpr"
+    d.mkdir()
+    save_file(dpr, str(d / "model.safetensors"))
+    _assert_tree_equal(load_hf_bert_params(str(d), TINY, prefix="question_encoder.bert_model."), tiny_params)
+    with pytest.raises(CheckpointError, match="no BERT weights"):
+        load_hf_bert_params(str(d), TINY, prefix="nope.")
 
 
 def test_qkv_layout_matches_torch_linear(tiny_params, tiny_dir):

@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -466,7 +466,7 @@ EVENT_FACTS = (
     F("v:person c:place", ["The main prize went to {v} of {c}.",
                            "{v} of {c} took the main prize."],
       [("who", "Who won the main prize at {R}?", "v"),
-       ("where", "Where was the winner of {R} from?", "c")]),
+       ("where", "Where was the winner of the main prize at {R} from?", "c")]),
     F("v:eventdate n:days", ["The {ks} opened on {v} after a delay of {n}.",
                              "After a delay of {n}, the {ks} finally opened on {v}."],
       [("when", "When did {R} open?", "v"),
@@ -508,7 +508,7 @@ WORK_FACTS = (
                   "The first presentation took place in {v} before a small audience."],
       [("where", "Where was {R} first presented?", "v")]),
     F("v:place", ["The story is set in {v} during a harsh winter.",
-                  "The action takes place in {v} over one harsh winter."],
+                  "The action of the {kind} takes place in {v} over one harsh winter."],
       [("where", "Where is {R} set?", "v"), ("which", "Which town is {R} set in?", "v")]),
     F("v:length", ["In its final form the {kind} runs to {v}.",
                    "The complete {kind} runs to {v}."],
@@ -696,6 +696,9 @@ def _a(noun: str) -> str:
     return ("an " if noun[0] in "aeiou" else "a ") + noun
 
 
+_ANCHORED = frozenset({"foundyear", "birthdate", "eventdate"})
+
+
 def _cap(s: str) -> str:
     return s[:1].upper() + s[1:]
 
@@ -755,6 +758,13 @@ def _words(s: str) -> int:
     return s.count(" ") + 1
 
 
+class _Question(NamedTuple):
+    qtype: str
+    question: str
+    answer: str
+    passage: int  # global passage index (id - 1)
+
+
 @dataclass
 class _Candidate:
     qtype: str
@@ -778,6 +788,13 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
         i = max(range(n_pass), key=lambda j: per[j])
         per[i] -= 1
     passages_sents: list[list[str]] = []
+    used_facts = facts[:sum(per)]
+    # Fixed (anchored) values first: a random value drawn earlier could block them, e.g. a
+    # census of "5,925" tokenises to 5 , 925 and would contain a founding year 925.
+    vals_by_fact: dict[int, dict[str, str]] = {}
+    for i in sorted(range(len(used_facts)), key=lambda i: not any(
+            kind in _ANCHORED for _, kind in used_facts[i].slots)):
+        vals_by_fact[i] = {slot: e.draw(kind) for slot, kind in used_facts[i].slots}
     pending: list[tuple[int, str, Fact, dict[str, str]]] = []
     fi = 0
     intro_first, intro_later = INTROS[etype]
@@ -787,9 +804,8 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
         sents = []
         for _ in range(per[p]):
             fact = facts[fi]
+            ctx = {**f, **vals_by_fact[fi]}
             fi += 1
-            vals = {slot: e.draw(kind) for slot, kind in fact.slots}
-            ctx = {**f, **vals}
             sents.append(_cap(rng.choice(fact.statements).format(**ctx)))
             pending.append((p, sents[-1], fact, ctx))
         rng.shuffle(sents)
@@ -983,7 +999,7 @@ def _ctx(title: str, text: str, pid: int, score: float, title_score: int) -> dic
     return {"title": title, "text": text, "score": score, "title_score": title_score, "passage_id": str(pid + 1)}
 
 
-def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[list[Any]],
+def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[_Question],
                          k: int, num_hard: int, threads: int) -> list[list[tuple[int, float]]]:
     """Top BM25 passages (bm25s, title + text) lacking the answer, excluding the positive."""
     import bm25s  # lazy: heavy import (pulls in JAX), only needed here
@@ -999,11 +1015,12 @@ def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[li
     t0 = time.time()
     for b in range(0, len(questions), block):
         qs = questions[b:b + block]
-        q_tokens = bm25s.tokenize([q[2] for q in qs], stopwords="en", return_ids=False, show_progress=False)
+        q_tokens = bm25s.tokenize([q.question for q in qs], stopwords="en", return_ids=False,
+                                  show_progress=False)
         docs, scores = retriever.retrieve(q_tokens, k=k, show_progress=False, n_threads=threads,
-                                          backend_selection="numpy")
+                                          backend_selection="auto")
         for q, drow, srow in zip(qs, docs, scores):
-            answer, pos = [q[3]], q[4]
+            answer, pos = [q.answer], q.passage
             hard: list[tuple[int, float]] = []
             for d, s in zip(drow.tolist(), srow.tolist()):
                 if d == pos or s <= 0.0:
@@ -1071,7 +1088,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     titles: list[str] = []
     texts: list[str] = []
     entity = np.zeros(num_passages, dtype=np.int32)
-    qs: dict[str, list[list[Any]]] = {s: [] for s in SPLITS}
+    qs: dict[str, list[_Question]] = {s: [] for s in SPLITS}
     dropped: Counter[str] = Counter()
     shortfall = validated = 0
     workers = workers or os.cpu_count() or 1
@@ -1086,7 +1103,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
             texts.extend(res["texts"])
             entity[off:off + len(res["texts"])] = np.asarray(res["entities"], dtype=np.int32) + task["ent_offset"]
             for lab, qtype, q, a, p in res["questions"]:
-                qs[lab].append([qtype, None, q, a, p + off])
+                qs[lab].append(_Question(qtype, q, a, p + off))
             dropped.update(res["dropped"])
             shortfall += res["shortfall"]
             validated += res["validated"]
@@ -1120,7 +1137,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     hard_by_split = {"train": hard[:len(mined["train"])], "dev": hard[len(mined["train"]):]}
 
     def examples(split: str) -> Iterable[dict[str, Any]]:
-        for i, (_, _, q, a, p) in enumerate(qs[split]):
+        for i, (_, q, a, p) in enumerate(qs[split]):
             h = hard_by_split[split][i] if i < len(hard_by_split[split]) else []
             negs = _random_negatives(rng, num_negatives, texts, entity, p, a)
             yield {
@@ -1132,17 +1149,17 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
 
     for s in ("train", "dev"):  # streamed: 1M-passage files do not fit comfortably as lists
         formats.write_biencoder(paths[s], examples(s))
-    formats.write_qa_csv(paths["test_qa"], [(q, [a]) for _, _, q, a, _ in qs["test"]])
+    formats.write_qa_csv(paths["test_qa"], [(q.question, [q.answer]) for q in qs["test"]])
     for s in SPLITS:
         formats.write_gold_info(paths[f"{s}_gold"], [
             {"question": q, "question_tokens": _question_tokens(q), "title": titles[p], "context": texts[p],
-             "example_id": i} for i, (_, _, q, _, p) in enumerate(qs[s])])
+             "example_id": i} for i, (_, q, _, p) in enumerate(qs[s])])
 
     counts = {
         "passages": len(texts), "entities": n_ent,
         "entity_types": {TYPE_NAMES[t]: int((plan["types"] == t).sum()) for t in range(len(TYPE_NAMES))},
         "questions": {s: len(qs[s]) for s in SPLITS},
-        "question_types": {s: dict(sorted(Counter(q[0] for q in qs[s]).items())) for s in SPLITS},
+        "question_types": {s: dict(sorted(Counter(q.qtype for q in qs[s]).items())) for s in SPLITS},
         "candidates_validated": validated, "dropped": dict(sorted(dropped.items())),
         "dropped_total": sum(dropped.values()), "shortfall": shortfall,
         "negatives_per_question": num_negatives, **hard_stats,

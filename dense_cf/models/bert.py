@@ -290,6 +290,11 @@ class BertEmbeddings(nn.Module):
                 name=name,
             )
 
+        if input_ids.shape[-1] > cfg.max_position_embeddings:
+            # jnp.take would silently clamp/fill the missing positions.
+            raise ValueError(
+                f"sequence length {input_ids.shape[-1]} > max_position_embeddings={cfg.max_position_embeddings}"
+            )
         positions = jnp.arange(input_ids.shape[-1])[None, :]
         x = (
             embed(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)

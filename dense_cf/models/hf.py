@@ -196,21 +196,30 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def load_hf_bert_params(model_dir: str, config: BertConfig) -> dict[str, Any]:
+def load_hf_bert_params(model_dir: str, config: BertConfig, prefix: str | None = None) -> dict[str, Any]:
     """Loads HF BERT safetensors into a nested params dict (numpy float32) whose structure and
     shapes equal ``BertEncoder(config).init(...)["params"]`` (unboxed).
 
+    ``prefix`` selects one encoder of a multi-model checkpoint (e.g. HF DPR:
+    ``"question_encoder.bert_model."``); keys outside it are ignored.
     Raises :class:`CheckpointError` listing missing, unexpected and shape-mismatched keys.
     """
     raw = _read_safetensors(model_dir)
     hf: dict[str, np.ndarray] = {}
     ignored = []
     for key, w in raw.items():
+        if prefix is not None:
+            if not key.startswith(prefix):
+                ignored.append(key)
+                continue
+            key = key[len(prefix):]
         norm = _normalise_key(key)
         if _IGNORED.match(norm):
             ignored.append(key)
         else:
             hf[norm] = w
+    if not hf:
+        raise CheckpointError(f"no BERT weights in {model_dir!r}" + (f" under prefix {prefix!r}" if prefix else ""))
     if ignored:
         log.debug("ignoring %d checkpoint keys: %s", len(ignored), ignored)
 

@@ -26,7 +26,7 @@ from dense_cf.models.hf import load_hf_bert_params, resolve_model_dir
 from dense_cf.models.tokenizer import load_tokenizer
 from dense_cf.train import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
-from dense_cf.train.metrics import MetricWriter
+from dense_cf.train.metrics import MetricWriter, quiet_library_logs
 from dense_cf.train.state import TrainState, make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
 
@@ -151,6 +151,7 @@ def evaluate(eval_fn, params, data: pipeline.Preprocessed, spec: pipeline.Pipeli
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) a run in ``workdir``; returns a summary of the final metrics."""
     os.makedirs(workdir, exist_ok=True)
+    quiet_library_logs()
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
@@ -213,16 +214,18 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 m["step_time_s"] = dt / steps_since
                 m["examples_per_s"] = spec.global_batch * steps_since / dt
                 last = writer.write(step, m)
-                writer.console(step, total_steps, last, tuple(f"train/{k}" for k in CONSOLE_KEYS))
+                writer.console(step, total_steps, last, tuple(f"train/{k}" for k in CONSOLE_KEYS),
+                               label="train")
                 history, t_last, steps_since = [], time.perf_counter(), 0
-            ckpt.save(step, state, it.get_state(), force=(step == stop_at))
+            if step % config.train.checkpoint_every == 0 or step == stop_at:
+                ckpt.save(step, state, it.get_state(), force=True)
             if dev_data is not None and config.train.eval_every and (
                     step % config.train.eval_every == 0 or step == total_steps):
                 dev_metrics = evaluate(eval_fn, state.params, dev_data, spec, mesh,
                                        config.train.eval_max_batches)
                 dev_scalars = writer.write(step, dev_metrics, prefix="dev")
                 writer.console(step, total_steps, dev_scalars,
-                               ("dev/loss", "dev/rank_acc", "dev/mean_pos_rank"))
+                               ("dev/loss", "dev/rank_acc", "dev/mean_pos_rank"), label="dev")
                 t_last = time.perf_counter()  # keep validation out of the step time
         ckpt.close()
     writer.close()

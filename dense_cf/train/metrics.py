@@ -45,14 +45,35 @@ class MetricWriter:
             self._tb.flush()
         return scalars
 
-    def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...]) -> None:
+    def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],
+                label: str = "train") -> None:
         if not self.enabled:
             return
         shown = " ".join(f"{k.split('/', 1)[-1]}={scalars[k]:.4g}" for k in keys if k in scalars)
-        logging.info("step %d/%d (%.0f%%) %s", step, total, 100.0 * step / max(total, 1), shown)
+        logging.info("[%s] step %d/%d (%.0f%%) %s", label, step, total, 100.0 * step / max(total, 1),
+                     shown)
 
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
+
+
+class _QuietLibraries:
+    """Drops INFO records that orbax emits through absl (dozens per save) so that the progress
+    line stays readable; warnings and errors still pass."""
+
+    _NOISY = (f"{os.sep}orbax{os.sep}",)
+
+    def filter(self, record) -> bool:
+        import logging as py_logging
+        if record.levelno >= py_logging.WARNING:
+            return True
+        return not any(n in record.pathname for n in self._NOISY)
+
+
+def quiet_library_logs() -> None:
+    logger = logging.get_absl_logger()
+    if not any(isinstance(f, _QuietLibraries) for f in logger.filters):
+        logger.addFilter(_QuietLibraries())

@@ -1,0 +1,137 @@
+"""Train-step benchmark: ``python -m dense_cf.bench.train_step`` (prints numbers; no asserts).
+
+Times the jitted, sharded train step used by the loop on the demo shapes with MiniLM, and
+prints questions/s, passages/s, step time, compile time, peak RSS, the step's FLOPs (from XLA's
+cost analysis, cross-checked with the 6·N·tokens estimate) and the achieved FLOP/s as a
+fraction of this machine's measured matmul peak (``dense_cf.bench.peak``).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import time
+
+from absl import app, flags
+
+_MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.")
+_BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per global batch.")
+_LQ = flags.DEFINE_integer("max_q_len", 32, "Question length.")
+_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length.")
+_HARD = flags.DEFINE_integer("num_hard", 1, "Hard negatives per question.")
+_CF = flags.DEFINE_bool("counterfactual", True, "PiCL batch (one counterfactual per question).")
+_STEPS = flags.DEFINE_integer("steps", 8, "Timed steps.")
+_DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype (bfloat16 is slow on this CPU).")
+_REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.")
+_MESH_MODEL = flags.DEFINE_integer("mesh_model", 1, "Size of the 'model' mesh axis.")
+_JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.")
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def main(argv) -> None:
+    del argv
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import linen as nn
+
+    from dense_cf.bench.peak import measure_matmul_peak
+    from dense_cf.config import base_config
+    from dense_cf.losses import loss_kwargs_from_config
+    from dense_cf.models.bert import axis_rules_for
+    from dense_cf.train import loop
+    from dense_cf.train import mesh as mesh_lib
+    from dense_cf.train.state import make_optimizer
+    from dense_cf.train.step import make_train_step
+
+    cfg = base_config()
+    cfg.model.name_or_path = _MODEL.value
+    cfg.model.dtype = _DTYPE.value
+    cfg.model.remat = _REMAT.value
+    cfg.data.max_q_len, cfg.data.max_p_len = _LQ.value, _LP.value
+    cfg.data.num_hard = _HARD.value
+    if _CF.value:
+        cfg.loss.lam, cfg.loss.tau1, cfg.loss.tau2 = 0.2, 1.0, 1.0
+    b, h = _BATCH.value, _HARD.value
+
+    mesh = mesh_lib.make_mesh(-1, _MESH_MODEL.value)
+    model, hf_params, _ = loop.build_model(cfg)
+    rules = axis_rules_for(model.config, mesh.shape["model"])
+    tx, sched = make_optimizer(cfg.optim, total_steps=1000)
+    r = np.random.default_rng(0)
+
+    def ids(*shape):
+        return r.integers(1000, model.config.vocab_size, size=shape).astype(np.int32)
+
+    batch = {"q_ids": ids(b, _LQ.value), "q_mask": np.ones((b, _LQ.value), np.int32),
+             "pos_ids": ids(b, _LP.value), "pos_mask": np.ones((b, _LP.value), np.int32),
+             "hard_ids": ids(b, h, _LP.value), "hard_mask": np.ones((b, h, _LP.value), np.int32),
+             "hard_valid": np.ones((b, h), bool)}
+    if _CF.value:
+        batch.update(cf_ids=ids(b, _LP.value), cf_mask=np.ones((b, _LP.value), np.int32),
+                     cf_valid=np.ones((b,), bool))
+    passages = b * (1 + h + int(_CF.value))
+
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        state = loop.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
+        state_sh = jax.tree.map(lambda x: x.sharding, state)
+        step = jax.jit(make_train_step(model, tx, loss_kwargs=loss_kwargs_from_config(cfg),
+                                       mesh=mesh, schedule=sched),
+                       in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
+                       out_shardings=(state_sh, None), donate_argnums=(0,))
+        gbatch = mesh_lib.global_batch(batch, mesh)
+        rng = jax.random.key(1)
+        t0 = time.perf_counter()
+        compiled = step.lower(state, gbatch, rng).compile()
+        compile_s = time.perf_counter() - t0
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        xla_flops = float(cost.get("flops", 0.0)) if cost else 0.0
+        state, m = step(state, gbatch, rng)  # warm-up
+        jax.block_until_ready(m)
+        times = []
+        for _ in range(_STEPS.value):
+            t0 = time.perf_counter()
+            state, m = step(state, gbatch, rng)
+            jax.block_until_ready(m)
+            times.append(time.perf_counter() - t0)
+
+    n_params = sum(x.size for x in jax.tree.leaves(state.params))
+    tower = model.config
+    emb = tower.vocab_size * tower.hidden_size + (tower.max_position_embeddings + tower.type_vocab_size) * tower.hidden_size
+    towers = 1 if model.shared else 2
+    non_emb = n_params / towers - emb
+    tokens = b * _LQ.value + passages * _LP.value
+    # 6·N·T for the dense layers (fwd + bwd) plus attention scores/context: 12·L·T·Lseq·H.
+    attn = 12 * tower.num_layers * tower.hidden_size * (b * _LQ.value ** 2 + passages * _LP.value ** 2)
+    est_flops = 6 * non_emb * tokens + attn
+    flops = xla_flops or est_flops
+    step_s = statistics.median(times)
+    peak = measure_matmul_peak(dtype=jnp.float32 if _DTYPE.value == "float32" else jnp.bfloat16)
+    out = {
+        "model": _MODEL.value, "devices": jax.device_count(), "mesh": dict(mesh.shape),
+        "global_batch": b, "passages_per_step": passages, "max_q_len": _LQ.value,
+        "max_p_len": _LP.value, "dtype": _DTYPE.value, "remat": _REMAT.value,
+        "compile_s": round(compile_s, 2), "step_time_s_median": round(step_s, 4),
+        "step_time_s_min": round(min(times), 4),
+        "questions_per_s": round(b / step_s, 2), "passages_per_s": round(passages / step_s, 2),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "flops_per_step_xla": xla_flops, "flops_per_step_estimate": est_flops,
+        "achieved_gflops": round(flops / step_s / 1e9, 2),
+        "matmul_peak_gflops": round(peak / 1e9, 2),
+        "flop_utilisation": round(flops / step_s / peak, 4),
+        "loss": float(m["loss"]),
+    }
+    for k, v in out.items():
+        print(f"{k:>26}: {v}")
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,213 @@
+"""Tests for the synthetic answer-aware QA benchmark (dense_cf/data/synthetic.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dense_cf.data import formats, synthetic
+from dense_cf.data.answers import find_answer_spans, has_answer, question_type
+from dense_cf.data.sentences import split_sentences
+
+N = 300
+
+
+def _files_bytes(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth0")
+    res = synthetic.generate(out, N, seed=0, workers=1)
+    corpus = list(formats.read_corpus_tsv(out / synthetic.FILES["corpus"], skip_bad=False))
+    train = list(formats.iter_biencoder(out / synthetic.FILES["train"], skip_bad=False))
+    dev = list(formats.iter_biencoder(out / synthetic.FILES["dev"], skip_bad=False))
+    test_qa = list(formats.read_qa_csv(out / synthetic.FILES["test_qa"], skip_bad=False))
+    gold = {s: list(formats.read_gold_info(out / synthetic.FILES[f"{s}_gold"], skip_bad=False))
+            for s in synthetic.SPLITS}
+    meta = json.loads((out / synthetic.FILES["meta"]).read_text())
+    return {"dir": out, "res": res, "corpus": corpus, "train": train, "dev": dev,
+            "test_qa": test_qa, "gold": gold, "meta": meta}
+
+
+def _answer_sentences(text: str, answers: list[str]) -> set[int]:
+    sents = split_sentences(text)
+    hit = set()
+    for s, e in find_answer_spans(text, answers):
+        inside = [k for k, (a, b) in enumerate(sents) if a <= s and e <= b]
+        assert len(inside) == 1, (text, answers)  # no span crosses a sentence boundary
+        hit.add(inside[0])
+    return hit
+
+
+def test_files_exist_and_parse(gen):
+    d = gen["dir"]
+    for name in synthetic.FILES.values():
+        assert (d / name).is_file(), name
+    assert (d / synthetic.FILES["corpus"]).read_text(encoding="utf-8").startswith("id\ttext\ttitle\n")
+    assert [pid for pid, _, _ in gen["corpus"]] == [str(i) for i in range(1, N + 1)]
+    assert all(text and title for _, text, title in gen["corpus"])
+    ex = gen["train"][0]
+    pos = ex.positive_ctxs[0]
+    assert pos.passage_id is not None and pos.title and pos.text
+    assert len(gen["train"]) > 0 and len(gen["dev"]) > 0 and len(gen["test_qa"]) > 0
+    rec = gen["gold"]["test"][0]
+    assert set(rec) == {"question", "question_tokens", "title", "context", "example_id"}
+    assert rec["question_tokens"] == rec["question_tokens"].lower()
+
+
+def test_meta_counts_match_files(gen):
+    m = gen["meta"]
+    c = m["counts"]
+    assert m["seed"] == 0 and m["version"] == synthetic.GENERATOR_VERSION
+    assert c["passages"] == len(gen["corpus"]) == N
+    assert c["questions"] == {"train": len(gen["train"]), "dev": len(gen["dev"]), "test": len(gen["test_qa"])}
+    assert {s: len(g) for s, g in gen["gold"].items()} == c["questions"]
+    # Default sizes: one train question per two passages, dev and test 10% of train each.
+    assert c["questions"] == {"train": N // 2, "dev": N // 20, "test": N // 20}
+    assert sum(c["entity_types"].values()) == c["entities"] == len({t for _, _, t in gen["corpus"]})
+    assert c["dropped_total"] == sum(c["dropped"].values())
+    assert c["candidates_validated"] == c["dropped_total"] + sum(c["questions"].values())
+    n_hard = sum(len(e.hard_negative_ctxs) for e in gen["train"] + gen["dev"])
+    assert c["hard_negatives"] == n_hard and c["mined_questions"] == len(gen["train"]) + len(gen["dev"])
+    for s, rows in (("train", gen["train"]), ("dev", gen["dev"])):
+        assert c["question_types"][s] == dict(sorted(Counter(question_type(e.question) for e in rows).items()))
+    assert gen["res"]["counts"] == c
+
+
+def test_deterministic_same_seed_and_different_seed(gen, tmp_path):
+    again = tmp_path / "again"
+    synthetic.generate(again, N, seed=0, workers=1)
+    assert _files_bytes(again) == _files_bytes(gen["dir"])
+    other = tmp_path / "other"
+    synthetic.main(["--out", str(other), "--num_passages", str(N), "--seed", "1", "--workers", "1"])
+    b0, b1 = _files_bytes(gen["dir"]), _files_bytes(other)
+    assert b0.keys() == b1.keys()
+    for name in b0:
+        assert b0[name] != b1[name], name
+
+
+def test_output_independent_of_worker_count(tmp_path, monkeypatch):
+    # Small chunks so that 300 passages make several chunks and two spawned workers share them.
+    monkeypatch.setattr(synthetic, "CHUNK_ENTITIES", 20)
+    synthetic.generate(tmp_path / "w1", N, seed=3, workers=1, num_hard_negatives=1)
+    synthetic.generate(tmp_path / "w2", N, seed=3, workers=2, num_hard_negatives=1)
+    assert _files_bytes(tmp_path / "w1") == _files_bytes(tmp_path / "w2")
+
+
+def test_positive_has_answer_in_exactly_one_sentence(gen):
+    rows = [(e.question, e.answers, e.positive_ctxs[0].text) for e in gen["train"] + gen["dev"]]
+    rows += [(r["question"], a, r["context"]) for r, (_, a) in zip(gen["gold"]["test"], gen["test_qa"])]
+    for q, answers, text in rows:
+        assert has_answer(answers, text), q
+        assert len(_answer_sentences(text, answers)) == 1, q
+        assert q not in text  # questions paraphrase, they are not copied from the passage
+
+
+def test_question_shares_words_with_answer_sentence(gen):
+    stop = {"the", "a", "an", "of", "in", "on", "to", "for", "by", "at", "did", "was", "is", "and"}
+    for e in gen["train"][:100]:
+        text = e.positive_ctxs[0].text
+        (k,) = _answer_sentences(text, e.answers)
+        a, b = split_sentences(text)[k]
+        sent = set(re.findall(r"\w+", text[a:b].lower())) - stop
+        q = set(re.findall(r"\w+", e.question.lower())) - stop - set(re.findall(r"\w+", e.answers[0].lower()))
+        assert sent & q, (e.question, text[a:b])
+
+
+def test_hard_and_random_negatives_lack_answer(gen):
+    n_with_hard = 0
+    for e in gen["train"] + gen["dev"]:
+        pid = e.positive_ctxs[0].passage_id
+        scores = [h.score for h in e.hard_negative_ctxs]
+        assert scores == sorted(scores, reverse=True)
+        n_with_hard += bool(e.hard_negative_ctxs)
+        for ctx in e.hard_negative_ctxs + e.negative_ctxs:
+            assert ctx.passage_id != pid
+            assert not has_answer(e.answers, ctx.text), (e.question, ctx.text)
+        assert len(e.negative_ctxs) == 2
+    assert n_with_hard == len(gen["train"]) + len(gen["dev"])
+
+
+def test_sibling_passages_exist_and_lack_answer(gen):
+    by_title = defaultdict(list)
+    for pid, text, title in gen["corpus"]:
+        by_title[title].append((pid, text))
+    assert min(len(v) for v in by_title.values()) >= 3  # every entity has several passages
+    hard_sibling = 0
+    for e in gen["train"] + gen["dev"]:
+        pos = e.positive_ctxs[0]
+        sibs = [t for pid, t in by_title[pos.title] if pid != pos.passage_id]
+        assert len(sibs) >= 2
+        assert not any(has_answer(e.answers, t) for t in sibs), e.question
+        hard_sibling += any(h.title == pos.title for h in e.hard_negative_ctxs)
+    # BM25 finds the distractor siblings (same entity, no evidence) for most questions.
+    assert hard_sibling > 0.8 * (len(gen["train"]) + len(gen["dev"]))
+
+
+def test_all_question_types_roughly_balanced(gen):
+    types = Counter(question_type(e.question) for e in gen["train"])
+    assert set(types) == set(synthetic.QTYPES)
+    assert min(types.values()) >= 0.1 * len(gen["train"])
+    every = [e.question for e in gen["train"] + gen["dev"]] + [q for q, _ in gen["test_qa"]]
+    assert "other" not in {question_type(q) for q in every}
+
+
+def test_splits_disjoint_and_test_gold_in_corpus(gen):
+    tr = {e.question for e in gen["train"]}
+    dv = {e.question for e in gen["dev"]}
+    te = {q for q, _ in gen["test_qa"]}
+    assert len(tr) == len(gen["train"]) and len(dv) == len(gen["dev"]) and len(te) == len(gen["test_qa"])
+    assert not (tr & dv) and not (tr & te) and not (dv & te)
+    corpus = {(title, text) for _, text, title in gen["corpus"]}
+    for r in gen["gold"]["test"]:
+        assert (r["title"], r["context"]) in corpus
+    assert [r["question"] for r in gen["gold"]["test"]] == [q for q, _ in gen["test_qa"]]
+    by_id = {pid: (title, text) for pid, text, title in gen["corpus"]}
+    for e in gen["train"][:50]:
+        p = e.positive_ctxs[0]
+        assert by_id[p.passage_id] == (p.title, p.text)
+
+
+def test_names_places_and_years_shared_across_entities(gen):
+    ents_with = defaultdict(set)
+    for _, text, title in gen["corpus"]:
+        for w in set(re.findall(r"\w+", text)):
+            ents_with[w].add(title)
+    last_names = {synthetic._last_name(i) for i in range(len(synthetic.LAST_ROOTS) * len(synthetic.LAST_SUFFIXES))}
+    places = {synthetic._place_name(i) for i in range(len(synthetic.PLACE_ROOTS) * len(synthetic.PLACE_SUFFIXES))}
+
+    def shared(words):
+        return sum(len(ents_with[w]) >= 2 for w in words)
+
+    assert shared(synthetic.FIRST_NAMES) >= 10
+    assert shared(last_names) >= 5
+    assert shared(places) >= 5
+    assert shared(str(y) for y in range(1800, 2021)) >= 20
+    # Person titles are unique keys, but first names repeat across different people.
+    persons = [t for t in {t for _, _, t in gen["corpus"]} if t.endswith(")") and " " in t.split(" (")[0]
+               and t.split(" ")[0] in synthetic.FIRST_NAMES]
+    assert len(persons) == len(set(persons)) >= 10
+
+
+def test_passage_lengths(gen):
+    words = np.array([len(text.split()) for _, text, _ in gen["corpus"]])
+    assert 40 <= words.mean() <= 70
+    assert words.min() >= 25 and words.max() <= 90
+
+
+def test_feistel_is_a_bijection_and_plan_is_exact():
+    for domain in (1, 7, 64, 1000, 12345):
+        perm = synthetic._feistel_permute(np.arange(domain), domain, key=5)
+        assert sorted(perm.tolist()) == list(range(domain))
+    plan = synthetic._plan(1001, seed=4)
+    assert int(plan["counts"].sum()) == 1001 and plan["counts"].min() >= 3
+    for t in range(len(synthetic.TYPE_NAMES)):
+        keys = plan["keys"][plan["types"] == t]
+        assert len(np.unique(keys)) == len(keys)
