@@ -195,6 +195,13 @@ def test_resume_gives_the_same_parameters(tmp_path, data_dir):
     for a, b in zip(jax.tree.leaves(jax.device_get(full["state"].params)),
                     jax.tree.leaves(jax.device_get(resumed["state"].params))):
         np.testing.assert_array_equal(a, b)
+    # A finished run loads for inference onto a different mesh (all 8 devices, data-parallel).
+    from dense_cf.train.loop import load_run
+    run = load_run(str(tmp_path / "full"), mesh=mesh_lib.make_mesh(8, 1))
+    assert run.step == 6 and dict(run.mesh.shape) == {"data": 8, "model": 1}
+    for a, b in zip(jax.tree.leaves(jax.device_get(full["state"].params)),
+                    jax.tree.leaves(jax.device_get(run.params))):
+        np.testing.assert_array_equal(a, b)
     # Metrics were written as JSONL (train and dev) and the loss is finite.
     lines = [json.loads(l) for l in open(tmp_path / "full" / "metrics.jsonl")]
     assert any("train/l_cpp" in l for l in lines) and any("dev/loss" in l for l in lines)

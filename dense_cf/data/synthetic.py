@@ -254,6 +254,9 @@ LANDMARKS = ("Old Tollhouse", "Grain Exchange", "Weighhouse", "Salt Tower", "Old
 
 TYPE_NAMES = ("person", "organisation", "place", "event", "work")
 TYPE_PROBS = (0.30, 0.20, 0.15, 0.15, 0.20)
+# Entities per distinct name: 1.5 means about a third of all entities share their name with
+# another entity of the same type ("Marta Lindqvist (chemist)" / "Marta Lindqvist (painter)").
+NAME_SHARE = 1.5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,17 +290,44 @@ def _feistel_permute(idx: np.ndarray, domain: int, key: int) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def _type_domain(t: int) -> tuple[int, ...]:
-    """Mixed radices of a type's key space."""
+def _type_domain(t: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Mixed radices of a type's key: (name parts, disambiguator parts).
+
+    The name is what a reader sees first ("Marta Lindqvist", "Eskholm Marathon", "The Silent
+    Harbour"); the disambiguator (occupation, city, region, year, kind+year) tells entities
+    with the same name apart, as Wikipedia titles do.
+    """
     n_last = len(LAST_ROOTS) * len(LAST_SUFFIXES)
     n_place = len(PLACE_ROOTS) * len(PLACE_SUFFIXES)
     return [
-        (len(FIRST_NAMES), n_last, len(OCCUPATIONS)),
-        (n_last + len(ORG_ADJECTIVES), len(ORG_KINDS), n_place),
-        (n_place, len(REGIONS)),
-        (len(EVENT_KINDS), n_place, 170),
-        (len(WORK_ADJECTIVES), len(WORK_NOUNS), len(WORK_KINDS), 120),
+        ((len(FIRST_NAMES), n_last), (len(OCCUPATIONS),)),
+        ((n_last + len(ORG_ADJECTIVES), len(ORG_KINDS)), (n_place,)),
+        ((n_place,), (len(REGIONS),)),
+        ((len(EVENT_KINDS), n_place), (170,)),
+        ((len(WORK_ADJECTIVES), len(WORK_NOUNS)), (len(WORK_KINDS), 120)),
     ][t]
+
+
+def _type_keys(n: int, t: int, seed: int, share: float = NAME_SHARE) -> np.ndarray:
+    """``n`` distinct keys of type ``t`` where names deliberately repeat.
+
+    Ordinal j uses name slot ``j % M`` (M = n / share distinct names, a keyed permutation of the
+    name space) in round ``j // M``; the disambiguator is a per-name offset plus ``round * step``
+    with ``step`` coprime to its radix, so one name never gets the same disambiguator twice.
+    key = name + n_names * disambiguator, i.e. the mixed radix (name parts, disambiguator parts).
+    """
+    name_rad, dis_rad = _type_domain(t)
+    n_names, n_dis = int(np.prod(name_rad)), int(np.prod(dis_rad))
+    if n > n_names * n_dis:
+        raise ValueError(f"too many {TYPE_NAMES[t]} entities ({n}) for the name space ({n_names * n_dis})")
+    m = max(1, min(n_names, math.ceil(n / share)))
+    m = max(m, math.ceil(n / n_dis))  # rounds must stay below n_dis
+    j = np.arange(n, dtype=np.int64)
+    name = _feistel_permute(j % m, n_names, seed * 8 + t)
+    offset = _feistel_permute(name % n_dis, n_dis, seed * 8 + t + 4)  # per-name, looks random
+    step = next(s for s in range(n_dis // 3 + 1, 2 * n_dis + 2) if math.gcd(s, n_dis) == 1)
+    dis = (offset + (j // m) * step) % n_dis
+    return name + n_names * dis
 
 
 def _decode(key: int, radices: Sequence[int]) -> list[int]:
@@ -551,7 +581,7 @@ INTROS = (
     (["The {title0} was {a_kdesc} held in {city} in {year}.", "The {title0} took place in {city} in {year}."],
      ["The {title0} is still remembered in {city}.", "Reports on the {title0} appeared in many papers."]),
     (["{name} is a {year} {kind}.", "{name} is a {kind} first released in {year}."],
-     ["{name} remains the best known {kind} of its year.", "The {kind} {name} has been reissued several times."]),
+     ["{name} remains the best known {kind} of {year}.", "The {year} {kind} {name} has been reissued several times."]),
 )
 FILLERS = (
     ["{S} was widely respected among fellow {occ}s.", "Several letters written by {S} survive in a private archive.",
@@ -591,7 +621,7 @@ class _Entity:
         self.etype = etype
         self.used: set[str] = set()
         self.used_nums: set[str] = set()
-        self.fields: dict[str, str] = {}
+        self.fields: dict[str, Any] = {}  # template fields (str) and the anchor year y0 (int)
 
     def reserve(self, value: str) -> None:
         self.used.add(value.lower())
@@ -610,8 +640,12 @@ class _Entity:
         raise RuntimeError(f"could not draw a distinct {kind!r} value")  # pools are far larger
 
 
+def _rand_last(rng: random.Random) -> str:
+    return _last_name(rng.randrange(len(LAST_ROOTS) * len(LAST_SUFFIXES)))
+
+
 def _person(rng: random.Random) -> str:
-    return f"{rng.choice(FIRST_NAMES)} {_last_name(rng.randrange(len(LAST_ROOTS) * len(LAST_SUFFIXES)))}"
+    return f"{rng.choice(FIRST_NAMES)} {_rand_last(rng)}"
 
 
 def _place(rng: random.Random) -> str:
@@ -619,8 +653,7 @@ def _place(rng: random.Random) -> str:
 
 
 def _head(rng: random.Random) -> str:
-    return rng.choice(ORG_ADJECTIVES) if rng.random() < 0.3 else _last_name(
-        rng.randrange(len(LAST_ROOTS) * len(LAST_SUFFIXES)))
+    return rng.choice(ORG_ADJECTIVES) if rng.random() < 0.3 else _rand_last(rng)
 
 
 def _org(rng: random.Random) -> str:
@@ -667,16 +700,16 @@ _VALUE_MAKERS: dict[str, Callable[[random.Random, _Entity], str]] = {
     "theme": lambda r, e: r.choice(THEMES),
     "inspiration": lambda r, e: r.choice(INSPIRATIONS),
     "praise": lambda r, e: r.choice(PRAISE),
-    "award": lambda r, e: (f"{_last_name(r.randrange(len(LAST_ROOTS) * len(LAST_SUFFIXES)))} "
+    "award": lambda r, e: (f"{_rand_last(r)} "
                            f"{r.choice(('Medal', 'Prize', 'Award', 'Cup', 'Fellowship'))}"
                            if r.random() < 0.7 else
                            f"Order of the {r.choice(WORK_ADJECTIVES)} {r.choice(WORK_NOUNS)}"),
-    "street": lambda r, e: f"{r.choice((_last_name(r.randrange(len(LAST_ROOTS) * len(LAST_SUFFIXES))), r.choice(PLACE_ROOTS)))} "
+    "street": lambda r, e: f"{r.choice((_rand_last(r), r.choice(PLACE_ROOTS)))} "
                            f"{r.choice(('Street', 'Lane', 'Road', 'Square'))}",
     "river": lambda r, e: f"River {r.choice(PLACE_ROOTS)}{r.choice(('en', 'a', 'ow', 'el', 'ing', 'ey'))}",
     "landmark": lambda r, e: (f"Church of Saint {r.choice(FIRST_NAMES)}" if r.random() < 0.5
                               else r.choice(LANDMARKS)),
-    "venue": lambda r, e: f"{_last_name(r.randrange(len(LAST_ROOTS) * len(LAST_SUFFIXES)))} "
+    "venue": lambda r, e: f"{_rand_last(r)} "
                           f"{r.choice(('Hall', 'Stadium', 'Pavilion', 'Park', 'Arena'))}",
     "ensemble": lambda r, e: f"{r.choice(ORG_ADJECTIVES)} {r.choice(('Symphony Orchestra', 'Brass Band', 'Choir', 'String Quartet'))}",
     "count": lambda r, e: _count(r, 30, 990),
@@ -706,7 +739,8 @@ def _cap(s: str) -> str:
 def _entity_fields(etype: int, key: int, e: _Entity) -> tuple[str, str]:
     """Fill ``e.fields`` (S, R, N, ...) from the entity key; return (title, question reference)."""
     rng, f = e.rng, e.fields
-    parts = _decode(key, _type_domain(etype))
+    name_rad, dis_rad = _type_domain(etype)
+    parts = _decode(key, name_rad + dis_rad)
     if etype == 0:  # person: "Marta Lindqvist (chemist)"
         first, last, occ = FIRST_NAMES[parts[0]], _last_name(parts[1]), OCCUPATIONS[parts[2]]
         f.update(N=f"{first} {last}", S=last, occ=occ, a_occ=_a(occ), region=rng.choice(REGIONS),
@@ -815,11 +849,15 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
         # drawn from one entity-level pool so siblings rarely repeat a filler.
         target = rng.randint(42, 58)
         n = sum(_words(s) for s in sents)
-        while n < target:
+        for _ in range(2 * len(fillers)):  # bounded: skips fillers already in this passage
+            if n >= target:
+                break
             if not pool:
                 pool = list(fillers)
                 rng.shuffle(pool)
             s = _cap(pool.pop().format(**f))
+            if s in sents:
+                continue
             if n + _words(s) > 72:
                 break
             sents.insert(rng.randint(1, len(sents)), s)
@@ -984,10 +1022,7 @@ def _plan(num_passages: int, seed: int) -> dict[str, np.ndarray]:
     keys = np.zeros(n_ent, dtype=np.int64)
     for t in range(len(TYPE_NAMES)):
         sel = np.flatnonzero(types == t)
-        domain = int(np.prod(_type_domain(t)))
-        if len(sel) > domain:
-            raise ValueError(f"too many {TYPE_NAMES[t]} entities ({len(sel)}) for the name space ({domain})")
-        keys[sel] = _feistel_permute(np.arange(len(sel)), domain, seed * 8 + t)
+        keys[sel] = _type_keys(len(sel), t, seed)
     return {"types": types, "keys": keys, "counts": counts}
 
 
@@ -1036,6 +1071,15 @@ def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[_Q
     return out
 
 
+def _bm25s_info() -> dict[str, str]:
+    """bm25s version and top-k backend: tie order among equal BM25 scores depends on them."""
+    import bm25s
+    from bm25s import selection
+
+    return {"version": str(getattr(bm25s, "__version__", "unknown")),
+            "topk_backend": "jax" if getattr(selection, "JAX_IS_AVAILABLE", False) else "numpy"}
+
+
 def _random_negatives(rng: np.random.Generator, n: int, texts: list[str], entity: np.ndarray,
                       pos: int, answer: str) -> list[int]:
     """``n`` random passages from other entities that do not contain the answer."""
@@ -1066,6 +1110,11 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     questions per split that get BM25 hard negatives (None: all). ``workers`` defaults to the
     CPU count; the output does not depend on it.
     """
+    if seed < 0:
+        raise ValueError("seed must be non-negative")
+    if min(train_per_passage, dev_frac, num_hard_negatives, num_negatives) < 0 or \
+            (test_questions is not None and test_questions < 0):
+        raise ValueError("sizes must be non-negative")
     t_start = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -1126,6 +1175,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
 
     mined = {s: qs[s][: (len(qs[s]) if max_mined is None else max_mined)] for s in ("train", "dev")}
     to_mine = mined["train"] + mined["dev"]
+    bm25_info = _bm25s_info() if to_mine and num_hard_negatives > 0 else None
     hard = _mine_hard_negatives(titles, texts, to_mine, max(bm25_top_k, num_hard_negatives + 2),
                                 num_hard_negatives, workers) if to_mine and num_hard_negatives > 0 else []
     t_bm25 = time.time()
@@ -1169,7 +1219,9 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         "generator": "dense_cf.data.synthetic", "version": GENERATOR_VERSION, "seed": seed,
         "params": {"num_passages": num_passages, "train_per_passage": train_per_passage, "dev_frac": dev_frac,
                    "test_questions": n_test, "num_hard_negatives": num_hard_negatives,
-                   "num_negatives": num_negatives, "bm25_top_k": bm25_top_k, "max_mined": max_mined},
+                   "num_negatives": num_negatives, "bm25_top_k": bm25_top_k, "max_mined": max_mined,
+                   "name_share": NAME_SHARE, "chunk_entities": CHUNK_ENTITIES},
+        "bm25s": bm25_info,
         "counts": counts, "files": {k: v for k, v in FILES.items() if k != "meta"},
     }
     Path(paths["meta"]).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -68,10 +68,10 @@ def maybe_generate_synthetic(config) -> None:
         synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed)
 
 
-def build_model(config):
-    """(model, HF params or None for random init, tokenizer directory)."""
+def build_model(config, load_pretrained: bool = True):
+    """(model, HF params or None for random init / not loaded, tokenizer directory)."""
     model, model_dir = de.model_from_config(config)
-    hf_params = load_hf_bert_params(model_dir, model.config) if model_dir else None
+    hf_params = load_hf_bert_params(model_dir, model.config) if model_dir and load_pretrained else None
     if config.model.tokenizer:
         tok_dir = resolve_model_dir(config.model.tokenizer)
     else:  # a random "tiny" model borrows MiniLM's uncased vocabulary
@@ -146,6 +146,46 @@ def evaluate(eval_fn, params, data: pipeline.Preprocessed, spec: pipeline.Pipeli
     m["examples"] = len(out) * spec.global_batch
     m["skipped_tail"] = data.num_examples - (len(out) * spec.global_batch) if not max_batches else 0
     return m
+
+
+@dataclasses.dataclass
+class Run:
+    """A trained run loaded for inference (export, evaluation)."""
+
+    config: ml_collections.ConfigDict
+    model: de.DualEncoder
+    params: Any
+    tokenizer: Any
+    step: int
+    mesh: Any
+    rules: Any
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: {workdir} is not a dense_cf run directory")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
+    """Restores the latest (or given) checkpoint's params into ``mesh`` (default: all devices)."""
+    config = load_config(workdir)
+    mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
+    model, _, tok_dir = build_model(config, load_pretrained=False)
+    rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
+    if ckpt.latest_step() is None:
+        raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints: train the run first")
+    # The optimizer only shapes the restore target (Adam moments mirror the params).
+    tx, _ = make_optimizer(config.optim, total_steps=max(config.train.num_steps, 1))
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        template = init_state(config, model, None, tx, mesh, rules, jax.random.key(0))
+        state, _, restored_step = ckpt.restore(abstract_like(template), step)
+    ckpt.close()
+    return Run(config=config, model=model, params=state.params, tokenizer=load_tokenizer(tok_dir),
+               step=restored_step, mesh=mesh, rules=rules)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
