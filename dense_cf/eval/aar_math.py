@@ -1,0 +1,190 @@
+"""Answer-awareness math (SPEC §5): AAR / AA score, break-downs and figures. Pure numpy.
+
+Given triplets (q, p, p*) with scores ``pos = sim(q, p)`` and ``cf = sim(q, p*)``:
+
+    AAR = 1 - (1/T) * sum_i 1[pos_i <= cf_i]            (PiCL Def. 3, EADPR "AA score")
+
+A tie is a mismatch: the retriever did not prefer the answer-bearing passage. PiCL's AAR
+(``sentence`` counterfactuals) and EADPR's AA score (``answer`` counterfactuals) are the same
+formula on different p*; which one you get depends only on the p* you score.
+
+Empty inputs and non-finite scores raise ``ValueError``: an AAR over nothing is undefined and
+``NaN <= x`` is False, so a NaN score would silently count as "aware".
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from dense_cf.data.answers import question_type
+from dense_cf.eval.report import atomic_open
+
+__all__ = [
+    "QUESTION_TYPES",
+    "aar",
+    "aar_by_type",
+    "histogram_plot",
+    "mismatches",
+    "score_diff_stats",
+    "score_diffs",
+    "topk_vs_distractors_plot",
+]
+
+# PiCL Table 6's six types plus the remainder, in a fixed report order.
+QUESTION_TYPES: tuple[str, ...] = ("how", "what", "when", "where", "which", "who", "other")
+
+
+def _pair(pos_scores: Any, cf_scores: Any) -> tuple[np.ndarray, np.ndarray]:
+    # float64 holds every float16/bfloat16/float32 value exactly, so order and ties are kept.
+    pos = np.asarray(pos_scores, dtype=np.float64)
+    cf = np.asarray(cf_scores, dtype=np.float64)
+    if pos.ndim != 1 or cf.ndim != 1 or pos.shape != cf.shape:
+        raise ValueError(f"need two 1-D score arrays of equal length, got shapes "
+                         f"{pos.shape} and {cf.shape}")
+    if pos.size == 0:
+        raise ValueError("no triplets: AAR is undefined for an empty set")
+    if not (np.isfinite(pos).all() and np.isfinite(cf).all()):
+        raise ValueError("scores must be finite (a NaN would silently count as answer-aware)")
+    return pos, cf
+
+
+def mismatches(pos_scores: Any, cf_scores: Any) -> np.ndarray:
+    """Boolean mask of answerability-relevance mismatches, ``sim(q,p) <= sim(q,p*)`` (SPEC §5)."""
+    pos, cf = _pair(pos_scores, cf_scores)
+    return pos <= cf
+
+
+def aar(pos_scores: Any, cf_scores: Any) -> float:
+    """AAR = 1 - mean(sim(q,p) <= sim(q,p*)) in [0, 1]; ties count as mismatches (SPEC §5)."""
+    return float(1.0 - mismatches(pos_scores, cf_scores).mean())
+
+
+def aar_by_type(questions: Sequence[str], pos_scores: Any,
+                cf_scores: Any) -> dict[str, dict[str, float | int]]:
+    """AAR per question type (``question_type``; PiCL Table 6), as ``{type: {"aar", "count"}}``.
+
+    Only types that occur are listed, in :data:`QUESTION_TYPES` order.
+    """
+    miss = mismatches(pos_scores, cf_scores)
+    if len(questions) != miss.size:
+        raise ValueError(f"{len(questions)} questions for {miss.size} score pairs")
+    types = np.array([question_type(q) for q in questions], dtype=object)
+    out: dict[str, dict[str, float | int]] = {}
+    for t in QUESTION_TYPES:
+        sel = types == t
+        count = int(sel.sum())
+        if count:
+            out[t] = {"aar": float(1.0 - miss[sel].mean()), "count": count}
+    return out
+
+
+def score_diffs(pos_scores: Any, cf_scores: Any) -> np.ndarray:
+    """``sim(q,p+) - sim(q,p*)`` per triplet (float64)."""
+    pos, cf = _pair(pos_scores, cf_scores)
+    return pos - cf
+
+
+def _stats(d: np.ndarray) -> dict[str, float | int]:
+    if d.size == 0:  # an empty group (e.g. no unaware triplet) has no statistics
+        return {"count": 0, "mean": float("nan"), "std": float("nan"), "median": float("nan")}
+    return {"count": int(d.size), "mean": float(d.mean()), "std": float(d.std()),
+            "median": float(np.median(d))}
+
+
+def score_diff_stats(pos_scores: Any, cf_scores: Any) -> dict[str, Any]:
+    """Score differences split as in PiCL Table 5 (SPEC §5).
+
+    ``{"aware" | "unaware" | "all": {"count", "mean", "std", "median"}, "aar": float}`` where
+    aware means diff > 0 and unaware diff <= 0 (so ties are unaware, matching :func:`aar`).
+    ``std`` is the population standard deviation (ddof=0); empty groups give NaN statistics.
+    """
+    d = score_diffs(pos_scores, cf_scores)
+    aware = d > 0
+    return {"aware": _stats(d[aware]), "unaware": _stats(d[~aware]), "all": _stats(d),
+            "aar": float(aware.mean())}
+
+
+def _new_figure(figsize: tuple[float, float]):
+    # A bare Figure (no pyplot): no global state, no GUI backend, safe in threads and tests.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _save_png(fig: Any, path: str | os.PathLike) -> None:
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=150)
+
+
+def histogram_plot(diffs_by_run: Mapping[str, Any], path: str | os.PathLike,
+                   bins: int | Sequence[float] = 50, density: bool = False,
+                   title: str | None = None) -> None:
+    """Overlaid histograms of ``sim(q,p+) - sim(q,p*)`` per run with a line at 0 (PiCL Fig. 6).
+
+    All runs share one set of bin edges so the bars are comparable; writes a PNG.
+    """
+    if not diffs_by_run:
+        raise ValueError("no runs to plot")
+    arrays = {name: np.asarray(d, dtype=np.float64).ravel() for name, d in diffs_by_run.items()}
+    pooled = np.concatenate(list(arrays.values()))
+    pooled = pooled[np.isfinite(pooled)]
+    if pooled.size == 0:
+        raise ValueError("no finite score differences to plot")
+    edges = np.histogram_bin_edges(pooled, bins=bins)
+    fig, ax = _new_figure((6.4, 4.2))
+    for name, d in arrays.items():
+        d = d[np.isfinite(d)]
+        share = float((d > 0).mean()) if d.size else float("nan")
+        ax.hist(d, bins=edges, alpha=0.5, density=density, histtype="stepfilled",
+                edgecolor="black", linewidth=0.4,
+                label=f"{name} (n={d.size}, {100 * share:.1f}% > 0)")
+    ax.axvline(0.0, color="black", linestyle="--", linewidth=1.0)
+    ax.set_xlabel(r"$\mathrm{sim}(q, p^+) - \mathrm{sim}(q, p^*)$")
+    ax.set_ylabel("density" if density else "number of triplets")
+    ax.set_title(title or "Score differences: original vs. counterfactual passage")
+    ax.legend(fontsize="small")
+    _save_png(fig, path)
+
+
+def topk_vs_distractors_plot(table: Mapping[str, Mapping[Any, Mapping[Any, float]]],
+                             path: str | os.PathLike, title: str | None = None,
+                             ylabel: str = "top-k accuracy (%)") -> None:
+    """Top-k accuracy vs. number of added distractors K (EADPR Fig. 5); writes a PNG.
+
+    ``table[run][K][k]`` is the top-k accuracy of ``run`` with K distractors per question
+    (string keys, e.g. from JSON, are accepted). One line per (run, k): colour = run, line
+    style = k; the shaded area is the drop from the K=min value.
+    """
+    if not table:
+        raise ValueError("no runs to plot")
+    # Normalise keys to ints (JSON turns them into strings) and values to floats.
+    norm = {run: {int(K): {int(k): float(v) for k, v in accs.items()}
+                  for K, accs in per_K.items()}
+            for run, per_K in table.items()}
+    all_k = sorted({k for per_K in norm.values() for accs in per_K.values() for k in accs})
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D"]
+    fig, ax = _new_figure((6.4, 4.2))
+    for r, (run, per_K) in enumerate(norm.items()):
+        colour = f"C{r % 10}"
+        for i, k in enumerate(all_k):
+            pts = [(K, per_K[K][k]) for K in sorted(per_K) if k in per_K[K]]
+            if not pts:
+                continue
+            px, py = np.array(pts, dtype=np.float64).T
+            ax.plot(px, py, color=colour, linestyle=styles[i % len(styles)],
+                    marker=markers[i % len(markers)], markersize=4, label=f"{run} top-{k}")
+            ax.fill_between(px, py, py[0], color=colour, alpha=0.08, linewidth=0)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # K is a count
+    ax.set_xlabel("number of near-duplicate distractors per question (K)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or "Robustness to near-duplicate distractors")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", ncol=2)
+    _save_png(fig, path)
