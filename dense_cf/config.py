@@ -42,6 +42,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.answer_mode = "string"               # "regex" for CuratedTREC
     c.data.max_train_examples = 0               # 0 = all
     c.data.max_dev_examples = 0
+    # Evaluation files (SPEC §8): corpus TSV, test qa CSV, gold passages info (AAR triplets).
+    c.data.corpus_file = "psgs_w100.tsv.gz"
+    c.data.test_file = "nq-test.qa.csv"
+    c.data.gold_file = "nq-test_gold_info.json.gz"
     c.data.synthetic = ml_collections.ConfigDict({"generate": False, "num_passages": 2000, "seed": 0})
 
     c.loss = ml_collections.ConfigDict()
@@ -71,6 +75,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.async_checkpoint = True
     c.train.eval_every = 2000
     c.train.eval_max_batches = 0
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.after_training = False               # run retrieval + AAR evaluation when training ends
+    c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq
+    c.eval.k = 100                              # passages retrieved per question
+    c.eval.ks = (1, 5, 20, 100)
+    c.eval.batch_size = 128                     # encoding batch (questions and passages)
+    c.eval.embedding_dtype = "float16"          # export dtype on disk
+    c.eval.shard_size = 100_000                 # passages per export shard
+    c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1                            # all devices not used by `model`

@@ -277,6 +277,14 @@ def make_dataset(data: Preprocessed, spec: PipelineSpec, *, start_step: int = 0,
     return ds.batch(local, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
+def make_eval_dataset(data: Preprocessed, spec: PipelineSpec, batch_size: int = 256) -> tf.data.Dataset:
+    """Every example once, in order, tail included (batches may be short; host code pads)."""
+    spec = dataclasses.replace(spec, shuffle=False)
+    ds = tf.data.Dataset.range(data.num_examples).map(lambda i: (tf.constant(0, tf.int64), i))
+    ds = ds.map(_example_fn(data, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
 def _fix_len(ids, length: int, pad_id: int, sep_id: int | None):
     """Truncate (keeping room for a final [SEP] when given) and pad to ``length``."""
     if sep_id is not None:

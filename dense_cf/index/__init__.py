@@ -1,1 +1,31 @@
+"""Retrieval index (FAISS) over exported passage embeddings; see ``faiss_index``."""
 
+from dense_cf.index.faiss_index import (
+    GPU_KINDS,
+    KINDS,
+    DenseIndex,
+    IndexSpec,
+    ShardedIndex,
+    auto_nlist,
+    build_index,
+    build_index_from_dir,
+    bytes_per_vector,
+    default_pq_m,
+    list_embedding_shards,
+    merge_topk,
+)
+
+__all__ = [
+    "GPU_KINDS",
+    "KINDS",
+    "DenseIndex",
+    "IndexSpec",
+    "ShardedIndex",
+    "auto_nlist",
+    "build_index",
+    "build_index_from_dir",
+    "bytes_per_vector",
+    "default_pq_m",
+    "list_embedding_shards",
+    "merge_topk",
+]

@@ -188,6 +188,16 @@ def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
                step=restored_step, mesh=mesh, rules=rules)
 
 
+def evaluate_after_training(run: Run, workdir: str) -> dict[str, Any]:
+    """Retrieval (top-k, MRR) and answer-awareness reports of the final checkpoint."""
+    from dense_cf.eval.aar import evaluate_aar
+    from dense_cf.eval.retrieval import evaluate_run
+    out = {"retrieval": evaluate_run(workdir, run=run)}
+    if run.config.data.get("gold_file"):
+        out["aar"] = evaluate_aar(workdir, run=run)
+    return out
+
+
 def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) a run in ``workdir``; returns a summary of the final metrics."""
     os.makedirs(workdir, exist_ok=True)
@@ -271,6 +281,10 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     writer.close()
     summary = {"step": step, "total_steps": total_steps, "train": last,
                "dev": dev_metrics, "data": {k: v for k, v in train_data.stats.items()}}
+    if config.eval.after_training and step == total_steps:
+        run = Run(config=config, model=model, params=state.params, tokenizer=tokenizer, step=step,
+                  mesh=mesh, rules=rules)
+        summary["eval"] = evaluate_after_training(run, workdir)
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2, default=float)

@@ -25,9 +25,14 @@ def make_mesh(data: int = -1, model: int = 1, devices: Sequence[jax.Device] | No
         if len(devices) % model:
             raise ValueError(f"{len(devices)} devices are not divisible by model={model}")
         data = len(devices) // model
-    if data * model != len(devices):
+    if data * model > len(devices):
         raise ValueError(f"mesh data={data} x model={model} needs {data * model} devices, "
                          f"have {len(devices)}")
+    if data * model < len(devices):
+        if jax.process_count() > 1:
+            raise ValueError(f"a multi-host mesh must use every device: data={data} x "
+                             f"model={model} != {len(devices)}")
+        devices = devices[:data * model]  # e.g. 4 of 8 local accelerators
     return jax.make_mesh((data, model), MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto),
                          devices=devices)
 

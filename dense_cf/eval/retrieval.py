@@ -1,0 +1,182 @@
+"""Retrieval evaluation of a trained run: export → index → search → DPR-exact metrics (SPEC §6).
+
+``python -m dense_cf.eval.retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] [--k 100]``
+
+Writes to ``DIR/eval/step_<N>/``: ``retrieval.json`` (DPR's result format: question, answers,
+ctxs with id/title/text/score/has_answer), ``run.trec`` + ``qrels.trec`` (pyserini/trec_eval),
+``report.json`` (top-k, MRR, per-question first-hit ranks) and ``report.md``. Embeddings go to
+``DIR/export/step_<N>/`` and the index to ``DIR/index/step_<N>_<kind>/``; both are reused (and
+an interrupted export resumes) when the command is run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Sequence
+
+import numpy as np
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+
+from dense_cf.data.formats import SkipReport, read_corpus_tsv, read_qa_csv
+from dense_cf.eval import metrics as metrics_lib
+from dense_cf.eval import report as report_lib
+from dense_cf.eval import results as results_lib
+
+
+@dataclasses.dataclass
+class Corpus:
+    ids: list[str]
+    texts: list[str]
+    titles: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self):
+        return zip(self.ids, self.texts, self.titles)
+
+
+def data_path(config, key: str, override: str | None = None) -> str:
+    name = override or config.data.get(key)
+    if not name:
+        raise ValueError(f"no file given for {key}: pass it on the command line or set config.data.{key}")
+    path = name if os.path.isabs(name) or os.path.exists(name) else os.path.join(config.data.data_dir, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{key} not found: {path} (SPEC §8 lists DPR's public files)")
+    return path
+
+
+def load_corpus(path: str) -> Corpus:
+    """The whole corpus in memory (texts are needed for has_answer and the result file)."""
+    report = SkipReport()
+    ids, texts, titles = [], [], []
+    for pid, text, title in read_corpus_tsv(path, skip_bad=True, report=report):
+        ids.append(pid)
+        texts.append(text)
+        titles.append(title)
+    if report.total:
+        report.log()
+    logging.info("corpus %s: %d passages, %d rows skipped", path, len(ids), report.total)
+    return Corpus(ids, texts, titles)
+
+
+def load_qa(path: str) -> tuple[list[str], list[list[str]]]:
+    report = SkipReport()
+    qs, ans = [], []
+    for q, a in read_qa_csv(path, skip_bad=True, report=report):
+        qs.append(q)
+        ans.append(a)
+    if report.total:
+        report.log()
+    logging.info("questions %s: %d, %d rows skipped", path, len(qs), report.total)
+    return qs, ans
+
+
+def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: int,
+                 dtype: str, shard_size: int, encoder=None):
+    """Exports the corpus (resumable) and builds or loads the index for this checkpoint."""
+    from dense_cf import export
+    from dense_cf.index.faiss_index import DenseIndex, IndexSpec, build_index_from_dir
+
+    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
+    index_dir = os.path.join(workdir, "index", f"step_{run.step}_{kind}")
+    t0 = time.perf_counter()
+    manifest = export.export_passages(run, corpus.rows(), export_dir, shard_size=shard_size,
+                                      batch_size=batch_size, dtype=dtype, encoder=encoder)
+    export_s = time.perf_counter() - t0
+    if manifest["count"] != len(corpus):
+        raise RuntimeError(f"export in {export_dir} has {manifest['count']} rows, corpus {len(corpus)}")
+    t0 = time.perf_counter()
+    if os.path.exists(os.path.join(index_dir, "manifest.json")):
+        index = DenseIndex.load(index_dir)
+    else:
+        index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
+        index.save(index_dir)
+    timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
+              "encoded_this_run": manifest["encoded_this_run"],
+              "index_s": time.perf_counter() - t0}
+    return index, timing
+
+
+def retrieve(index, q_emb: np.ndarray, corpus: Corpus, k: int) -> list[list[tuple[str, str, str, float]]]:
+    """Top-k (id, title, text, score) per question."""
+    scores, rows = index.search(np.asarray(q_emb, np.float32), k)
+    out = []
+    for s_row, r_row in zip(scores, rows):
+        out.append([(corpus.ids[r], corpus.titles[r], corpus.texts[r], float(s))
+                    for s, r in zip(s_row, r_row) if r >= 0])
+    return out
+
+
+def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str | None = None,
+                 index_kind: str | None = None, k: int | None = None, run=None,
+                 out_dir: str | None = None) -> dict[str, Any]:
+    """The full retrieval evaluation of a run; returns the report dict (also written to disk)."""
+    from dense_cf import export
+    from dense_cf.train.loop import load_run
+
+    run = run or load_run(workdir)
+    cfg = run.config
+    kind = index_kind or cfg.eval.index
+    k = k or cfg.eval.k
+    ks = tuple(int(x) for x in cfg.eval.ks)
+    corpus = load_corpus(data_path(cfg, "corpus_file", corpus_path))
+    questions, answers = load_qa(data_path(cfg, "test_file", qa_path))
+    encoder = export.Encoder(run, cfg.eval.batch_size)
+    index, timing = ensure_index(run, corpus, workdir, kind=kind, batch_size=cfg.eval.batch_size,
+                                 dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
+                                 encoder=encoder)
+    t0 = time.perf_counter()
+    q_emb = export.encode_questions(run, questions, encoder=encoder)
+    retrieved = retrieve(index, q_emb, corpus, k)
+    timing["search_s"] = time.perf_counter() - t0
+    rep = metrics_lib.evaluate_retrieval(questions, answers, retrieved, mode=cfg.data.answer_mode,
+                                         ks=ks)
+    out_dir = out_dir or os.path.join(workdir, "eval", f"step_{run.step}")
+    os.makedirs(out_dir, exist_ok=True)
+    results_lib.write_dpr_results(os.path.join(out_dir, "retrieval.json"), questions, answers,
+                                  retrieved, rep["hits"], mode=cfg.data.answer_mode)
+    qids = [str(i) for i in range(len(questions))]
+    results_lib.write_trec_run(os.path.join(out_dir, "run.trec"), qids, retrieved,
+                               run_name=f"dense_cf_{cfg.method}")
+    results_lib.write_trec_qrels(os.path.join(out_dir, "qrels.trec"), qids, rep["hits"], retrieved)
+    summary = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
+               "index": kind, "k": k, "corpus_size": len(corpus), "n_questions": rep["n_questions"],
+               "top_k": rep["top_k"], "mrr": rep["mrr"], "mode": rep["mode"], "timing": timing}
+    report_lib.write_json(os.path.join(out_dir, "report.json"),
+                          dict(summary, first_hit_rank=rep["first_hit_rank"]))
+    row = {"method": cfg.method, "step": run.step, **{f"top-{kk}": rep["top_k"][kk] for kk in ks},
+           "MRR": 100 * rep["mrr"]}
+    table = report_lib.markdown_table([row], list(row))
+    report_lib.write_markdown(os.path.join(out_dir, "report.md"), f"Retrieval: {workdir}",
+                              [("Top-k accuracy (%) and MRR (×100)", table),
+                               ("Setup", f"index={kind}, k={k}, corpus={len(corpus)} passages, "
+                                         f"questions={rep['n_questions']}")])
+    logging.info("retrieval %s step %d: %s MRR=%.4f", cfg.method, run.step,
+                 {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
+    return summary
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+    summary = evaluate_run(FLAGS.workdir, corpus_path=FLAGS.corpus, qa_path=FLAGS.qa,
+                           index_kind=FLAGS.index, k=FLAGS.k)
+    print(json.dumps(summary, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    # Flags are defined only when run as a program: the module is also a library.
+    flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).")
+    flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).")
+    flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).")
+    flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq (default: config).")
+    flags.DEFINE_integer("k", None, "Passages per question (default: config).")
+    flags.mark_flag_as_required("workdir")
+    app.run(main)

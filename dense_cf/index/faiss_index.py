@@ -1,0 +1,785 @@
+"""FAISS retrieval index over exported passage embeddings (inner product = DPR score).
+
+Kinds (``IndexSpec.kind``) and what one vector costs in the index (D = dim, plus the
+8-byte int64 id that every kind stores):
+
+    flat    IndexIDMap(IndexFlatIP)            exact     4*D bytes
+    hnsw    IndexIDMap(IndexHNSWFlat, IP)      approx.   4*D + ~8*hnsw_m bytes (graph links)
+    sq8     IndexIDMap(IndexScalarQuantizer)   approx.   D bytes (8-bit per dimension)
+    ivfsq   IndexIVFScalarQuantizer (8-bit)    approx.   D bytes
+    ivfpq   IndexIVFPQ                         approx.   pq_m*pq_nbits/8 bytes
+
+Why it matters: the DPR Wikipedia corpus is 21M passages x 768 dims; as float32 that is
+21e6 * 768 * 4 = 64.5 GB, which is where DPR users hit MemoryError with a flat index.
+sq8 needs ~16 GB; IVF-PQ with the default pq_m = 96 for D = 768 needs 21e6 * (96 + 8) bytes
+= ~2.2 GB (codes ~2.0 GB + ids).
+
+Building streams: a training sample (at most ``train_size`` rows, drawn uniformly with
+``seed``) is gathered first, then vectors are added in batches of ``add_batch_size``, so the
+compressed kinds never hold all float32 vectors in RAM; flat/hnsw hold them by design (the
+index storage is reserved up front when the row count is known, so vector growth does not
+double the peak). ``shards > 1`` splits the rows contiguously over several faiss indexes
+(for IVF kinds they share one trained quantizer) and ``search`` merges their top-k.
+
+Results: ``search`` returns scores (float32, descending) and int64 ids; equal scores are
+ordered by lower id. Missing results (k > ntotal, or an approximate index that found fewer)
+are id -1 with score -inf. Which of several tied candidates at the k-th place a single faiss
+index keeps is faiss's choice (it keeps the earliest inserted).
+
+GPU: with ``use_gpu="auto"`` (default) and a faiss build with GPUs, flat / ivfpq / ivfsq are
+moved with ``faiss.index_cpu_to_all_gpus`` (sharded over the GPUs); hnsw and sq8 have no faiss
+GPU implementation and stay on the CPU. ``save`` always writes CPU indexes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import time
+from typing import Any, Iterable, Iterator, Sequence
+
+import faiss
+import numpy as np
+from absl import logging
+
+__all__ = [
+    "GPU_KINDS",
+    "KINDS",
+    "DenseIndex",
+    "IndexSpec",
+    "ShardedIndex",
+    "auto_nlist",
+    "build_index",
+    "build_index_from_dir",
+    "bytes_per_vector",
+    "default_pq_m",
+    "list_embedding_shards",
+    "merge_topk",
+]
+
+KINDS: tuple[str, ...] = ("flat", "hnsw", "ivfpq", "sq8", "ivfsq")
+GPU_KINDS = frozenset({"flat", "ivfpq", "ivfsq"})  # faiss has GPU versions of these only
+_TRAINED_KINDS = frozenset({"ivfpq", "sq8", "ivfsq"})
+_IVF_KINDS = frozenset({"ivfpq", "ivfsq"})
+_GPU_MAX_K = 2048  # faiss GPU k-selection limit (also the nprobe limit)
+_GPU_MAX_PQ_BYTES = 96  # largest GPU IVFPQ code size (needs float16 lookup tables)
+
+MANIFEST_NAME = "index.json"
+_FORMAT = "dense_cf.index"
+_FORMAT_VERSION = 1
+_EMB_RE = re.compile(r"^embeddings-(\d+)\.npy$")
+
+
+# --------------------------------------------------------------------------------------------
+# Spec
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class IndexSpec:
+    """What index to build and how to search it. The metric is always inner product.
+
+    ``nlist`` / ``pq_m`` = None choose defaults at build time (``auto_nlist``,
+    ``default_pq_m``); the built index's ``spec`` holds the resolved values.
+    """
+
+    kind: str = "flat"
+    metric: str = "ip"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    nlist: int | None = None
+    nprobe: int = 32
+    pq_m: int | None = None
+    pq_nbits: int = 8
+    train_size: int = 262_144
+    seed: int = 0
+    use_gpu: bool | str = "auto"
+    shards: int = 1
+    omp_threads: int | None = None
+    query_batch_size: int = 4096
+    add_batch_size: int = 65_536
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"IndexSpec.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.metric != "ip":
+            raise ValueError(f"IndexSpec.metric must be 'ip' (DPR scores are dot products), "
+                             f"got {self.metric!r}")
+        if self.use_gpu not in ("auto", True, False):
+            raise ValueError(f"IndexSpec.use_gpu must be 'auto', True or False, got {self.use_gpu!r}")
+        positive = ("hnsw_m", "ef_construction", "ef_search", "nprobe", "pq_nbits", "train_size",
+                    "shards", "query_batch_size", "add_batch_size")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"IndexSpec.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("nlist", "pq_m", "omp_threads"):
+            v = getattr(self, name)
+            if v is not None and int(v) < 1:
+                raise ValueError(f"IndexSpec.{name} must be >= 1 or None, got {v}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "IndexSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown IndexSpec fields {unknown}")
+        return cls(**d)
+
+
+def auto_nlist(n: int, n_train: int | None = None) -> int:
+    """IVF list count ~ 4*sqrt(n), at most n_train/39 (faiss wants >= 39 points per centroid
+    to train) and 65536; at least 1."""
+    nlist = int(round(4 * math.sqrt(max(n, 1))))
+    cap = 65_536
+    if n_train is not None:
+        cap = min(cap, max(1, n_train // 39))
+    return max(1, min(nlist, cap, max(n, 1)))
+
+
+def default_pq_m(dim: int) -> int:
+    """Largest divisor of ``dim`` that is <= min(dim/4, 96): ~4 dims per sub-quantizer for
+    small D, capped at 96 bytes (the largest GPU IVFPQ code). 768 -> 96, 128 -> 32, 32 -> 8."""
+    limit = max(1, min(dim // 4, _GPU_MAX_PQ_BYTES))
+    for m in range(limit, 0, -1):
+        if dim % m == 0:
+            return m
+    return 1
+
+
+def bytes_per_vector(spec: IndexSpec, dim: int) -> float:
+    """Approximate index bytes per stored vector, id included (see the module docstring)."""
+    ids = 8
+    if spec.kind == "flat":
+        return 4 * dim + ids
+    if spec.kind == "hnsw":
+        return 4 * dim + 2 * spec.hnsw_m * 4 * 1.1 + ids  # level-0 links + ~10% upper levels
+    if spec.kind in ("sq8", "ivfsq"):
+        return dim + ids
+    pq_m = spec.pq_m or default_pq_m(dim)
+    return pq_m * spec.pq_nbits / 8 + ids
+
+
+def _resolve(spec: IndexSpec, n: int | None, dim: int, n_train: int | None) -> IndexSpec:
+    """Fills nlist / pq_m defaults and checks them against dim and the training sample."""
+    changes: dict[str, Any] = {}
+    if spec.kind in _IVF_KINDS:
+        nlist = spec.nlist
+        if nlist is None:
+            if n is None:
+                raise ValueError("the number of vectors is unknown (streamed input): pass "
+                                 "n_total= or set IndexSpec.nlist")
+            nlist = auto_nlist(n, n_train)
+        if n_train is not None and n_train < nlist:
+            raise ValueError(f"{spec.kind}: {n_train} training vectors < nlist={nlist}; "
+                             f"lower nlist or provide more vectors")
+        changes["nlist"] = int(nlist)
+    if spec.kind == "ivfpq":
+        pq_m = spec.pq_m or default_pq_m(dim)
+        if dim % pq_m:
+            raise ValueError(f"ivfpq: pq_m={pq_m} must divide the dimension {dim}")
+        if n_train is not None and n_train < 2 ** spec.pq_nbits:
+            raise ValueError(f"ivfpq: {n_train} training vectors < 2**pq_nbits="
+                             f"{2 ** spec.pq_nbits} PQ centroids")
+        changes["pq_m"] = int(pq_m)
+    return dataclasses.replace(spec, **changes)
+
+
+# --------------------------------------------------------------------------------------------
+# faiss index construction and placement
+# --------------------------------------------------------------------------------------------
+
+def _new_cpu_index(spec: IndexSpec, dim: int) -> faiss.Index:
+    ip = faiss.METRIC_INNER_PRODUCT
+    if spec.kind == "flat":
+        return faiss.IndexIDMap(faiss.IndexFlatIP(dim))
+    if spec.kind == "hnsw":
+        h = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
+        h.hnsw.efConstruction = spec.ef_construction
+        h.hnsw.efSearch = spec.ef_search
+        return faiss.IndexIDMap(h)  # HNSW itself cannot add_with_ids
+    if spec.kind == "sq8":
+        return faiss.IndexIDMap(faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, ip))
+    quantizer = faiss.IndexFlatIP(dim)  # the python wrapper keeps it alive with the IVF index
+    if spec.kind == "ivfpq":
+        ivf = faiss.IndexIVFPQ(quantizer, dim, spec.nlist, spec.pq_m, spec.pq_nbits, ip)
+        ivf.pq.cp.seed = spec.seed
+    else:  # ivfsq
+        ivf = faiss.IndexIVFScalarQuantizer(quantizer, dim, spec.nlist,
+                                            faiss.ScalarQuantizer.QT_8bit, ip, True)
+    ivf.cp.seed = spec.seed  # k-means seed: builds are reproducible
+    ivf.nprobe = min(spec.nprobe, spec.nlist)
+    return ivf
+
+
+def _num_gpus() -> int:
+    # faiss-cpu has get_num_gpus() (returns 0) but no StandardGpuResources.
+    if not hasattr(faiss, "StandardGpuResources"):
+        return 0
+    return int(faiss.get_num_gpus())
+
+
+def _want_gpu(spec: IndexSpec) -> bool:
+    """Whether this spec's index goes to GPU; raises when use_gpu=True cannot be honoured."""
+    if spec.use_gpu is False:
+        return False
+    ngpu = _num_gpus()
+    if spec.use_gpu is True:
+        if ngpu == 0:
+            raise RuntimeError(
+                "IndexSpec.use_gpu=True but no GPU is usable: faiss.get_num_gpus() = "
+                f"{faiss.get_num_gpus()}, GPU build = {hasattr(faiss, 'StandardGpuResources')} "
+                "(install faiss-gpu, or use use_gpu='auto' / False)")
+        if spec.kind not in GPU_KINDS:
+            raise ValueError(f"kind {spec.kind!r} has no faiss GPU implementation (GPU kinds: "
+                             f"{sorted(GPU_KINDS)}); use use_gpu='auto' or False")
+        return True
+    if ngpu > 0 and spec.kind not in GPU_KINDS:
+        logging.info("index: %s has no faiss GPU implementation; staying on CPU", spec.kind)
+    return ngpu > 0 and spec.kind in GPU_KINDS
+
+
+def _gpu_options(kind: str) -> Any:
+    co = faiss.GpuMultipleClonerOptions()
+    co.shard = True  # split the vectors over the GPUs instead of replicating them
+    if kind == "ivfpq":
+        co.useFloat16 = True  # float16 lookup tables: required beyond 48 bytes per code
+    return co
+
+
+def _to_gpu(index: faiss.Index, kind: str) -> faiss.Index:
+    return faiss.index_cpu_to_all_gpus(index, co=_gpu_options(kind))
+
+
+def _set_search_params(index: faiss.Index, spec: IndexSpec, on_gpu: bool) -> None:
+    name, value = None, None
+    if spec.kind in _IVF_KINDS:
+        name, value = "nprobe", min(spec.nprobe, spec.nlist or spec.nprobe)
+        if on_gpu:
+            value = min(value, _GPU_MAX_K)
+    elif spec.kind == "hnsw":
+        name, value = "efSearch", spec.ef_search
+    if name is None:
+        return
+    ps_cls = getattr(faiss, "GpuParameterSpace", None) if on_gpu else None
+    (ps_cls or faiss.ParameterSpace)().set_index_parameter(index, name, value)
+
+
+def _reserve(index: faiss.Index, kind: str, n: int) -> None:
+    """Pre-sizes flat/hnsw storage and the id map for n vectors.
+
+    faiss grows these std::vectors geometrically; growing a multi-GB buffer copies it, so peak
+    RAM would reach ~2-3x the data. resize(n) then resize(0) keeps the capacity.
+    """
+    if kind not in ("flat", "hnsw") or n <= 0:
+        return
+    sub = faiss.downcast_index(index.index)
+    storage = faiss.downcast_index(sub.storage) if kind == "hnsw" else sub
+    storage.codes.resize(n * storage.code_size)
+    storage.codes.resize(0)
+    index.id_map.resize(n)
+    index.id_map.resize(0)
+
+
+def _train(index: faiss.Index, sample: np.ndarray, spec: IndexSpec, use_gpu: bool) -> None:
+    clustering = None
+    if use_gpu and spec.kind in _IVF_KINDS:
+        # k-means assignment on the GPU(s); the trained index is moved afterwards. Training an
+        # index already split over GPUs would train each piece separately.
+        clustering = _to_gpu(faiss.IndexFlatIP(sample.shape[1]), "flat")
+        faiss.extract_index_ivf(index).clustering_index = clustering
+    index.train(sample)
+    if clustering is not None:
+        faiss.extract_index_ivf(index).clustering_index = None  # do not keep a dangling pointer
+
+
+# --------------------------------------------------------------------------------------------
+# Top-k merge
+# --------------------------------------------------------------------------------------------
+
+def merge_topk(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Merges per-shard results [Q, k_i] into the top k per row.
+
+    Order: score descending, then lower id first (deterministic for ties). Entries with
+    id < 0 (faiss "no result") are dropped to the end as (-inf, -1).
+    """
+    s = np.concatenate([np.asarray(x, np.float32) for x in scores], axis=1)
+    i = np.concatenate([np.asarray(x, np.int64) for x in ids], axis=1)
+    missing = i < 0
+    s = np.where(missing, np.float32(-np.inf), s)
+    i = np.where(missing, np.int64(-1), i)
+    # lexsort: last key is primary -> (missing last, score desc, id asc).
+    order = np.lexsort((i, -s, missing), axis=1)[:, :k]
+    s = np.take_along_axis(s, order, axis=1)
+    i = np.take_along_axis(i, order, axis=1)
+    if s.shape[1] < k:  # fewer candidates than k in total
+        pad = k - s.shape[1]
+        s = np.concatenate([s, np.full((s.shape[0], pad), -np.inf, np.float32)], axis=1)
+        i = np.concatenate([i, np.full((i.shape[0], pad), -1, np.int64)], axis=1)
+    return s, i
+
+
+# --------------------------------------------------------------------------------------------
+# DenseIndex
+# --------------------------------------------------------------------------------------------
+
+class DenseIndex:
+    """One or more faiss indexes of the same kind searched as one (scores merged by top-k).
+
+    Attributes: ``spec`` (resolved), ``dim``, ``ntotal``, ``on_gpu``, ``num_shards``,
+    ``build_info`` (train/add seconds etc. when built here, else {}).
+    """
+
+    def __init__(self, indexes: Sequence[faiss.Index], spec: IndexSpec, dim: int, *,
+                 on_gpu: bool = False, build_info: dict[str, Any] | None = None):
+        if not indexes:
+            raise ValueError("DenseIndex needs at least one faiss index")
+        for ix in indexes:
+            if ix.d != dim:
+                raise ValueError(f"faiss index has dim {ix.d}, expected {dim}")
+        self._indexes = list(indexes)
+        self.spec = spec
+        self.dim = int(dim)
+        self.on_gpu = bool(on_gpu)
+        self.build_info: dict[str, Any] = dict(build_info or {})
+
+    @property
+    def ntotal(self) -> int:
+        return int(sum(ix.ntotal for ix in self._indexes))
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._indexes)
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def faiss_indexes(self) -> list[faiss.Index]:
+        """The underlying faiss indexes (one per shard)."""
+        return list(self._indexes)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(kind={self.kind!r}, dim={self.dim}, ntotal={self.ntotal}, "
+                f"shards={self.num_shards}, on_gpu={self.on_gpu})")
+
+    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Changes nprobe (IVF kinds) / ef_search (hnsw) for later searches."""
+        changes = {k: v for k, v in (("nprobe", nprobe), ("ef_search", ef_search)) if v is not None}
+        self.spec = dataclasses.replace(self.spec, **changes)
+        for ix in self._indexes:
+            _set_search_params(ix, self.spec, self.on_gpu)
+
+    def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k by inner product: (scores float32 [Q, k], ids int64 [Q, k]).
+
+        Queries go to faiss in batches of ``batch_size`` (default spec.query_batch_size).
+        """
+        q = np.asarray(queries)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ValueError(f"queries must have shape [Q, {self.dim}], got {q.shape}")
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if self.on_gpu and k > _GPU_MAX_K:
+            raise ValueError(f"k={k} exceeds the faiss GPU limit {_GPU_MAX_K}")
+        if self.spec.omp_threads:
+            faiss.omp_set_num_threads(int(self.spec.omp_threads))
+        bs = int(batch_size or self.spec.query_batch_size)
+        nq = q.shape[0]
+        out_s = np.empty((nq, k), np.float32)
+        out_i = np.empty((nq, k), np.int64)
+        for b in range(0, nq, bs):
+            qb = np.ascontiguousarray(q[b:b + bs], dtype=np.float32)
+            res = [ix.search(qb, k) for ix in self._indexes]
+            out_s[b:b + bs], out_i[b:b + bs] = merge_topk([r[0] for r in res],
+                                                          [r[1] for r in res], k)
+        return out_s, out_i
+
+    def _cpu_indexes(self) -> list[faiss.Index]:
+        if not self.on_gpu:
+            return list(self._indexes)
+        return [faiss.index_gpu_to_cpu(ix) for ix in self._indexes]
+
+    def save(self, directory: str) -> dict[str, Any]:
+        """Writes ``shard-XXXXX.faiss`` per shard (CPU form) and ``index.json``; returns the
+        manifest. Files are written to a temp name and renamed, the manifest last."""
+        os.makedirs(directory, exist_ok=True)
+        files = []
+        for s, ix in enumerate(self._cpu_indexes()):
+            name = f"shard-{s:05d}.faiss"
+            tmp = os.path.join(directory, name + ".tmp")
+            faiss.write_index(ix, tmp)
+            os.replace(tmp, os.path.join(directory, name))
+            files.append({"file": name, "ntotal": int(ix.ntotal)})
+        manifest = {"format": _FORMAT, "version": _FORMAT_VERSION, "kind": self.kind,
+                    "dim": self.dim, "ntotal": self.ntotal, "spec": self.spec.to_dict(),
+                    "shards": files, "faiss_version": faiss.__version__}
+        tmp = os.path.join(directory, MANIFEST_NAME + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=2)
+        os.replace(tmp, os.path.join(directory, MANIFEST_NAME))
+        keep = {x["file"] for x in files}
+        for name in os.listdir(directory):  # shards of an earlier, larger save
+            if re.fullmatch(r"shard-\d+\.faiss", name) and name not in keep:
+                os.remove(os.path.join(directory, name))
+        return manifest
+
+    @classmethod
+    def load(cls, directory: str, *, use_gpu: bool | str | None = None,
+             omp_threads: int | None = None) -> "DenseIndex":
+        """Reads an index written by ``save``; ``use_gpu`` / ``omp_threads`` override the
+        saved spec (a saved "auto" is re-decided on this machine)."""
+        path = os.path.join(directory, MANIFEST_NAME)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no {MANIFEST_NAME} in {directory} (not a saved DenseIndex)")
+        with open(path) as f:
+            manifest = json.load(f)
+        if manifest.get("format") != _FORMAT or manifest.get("version") != _FORMAT_VERSION:
+            raise ValueError(f"{path}: unsupported index format "
+                             f"{manifest.get('format')!r} v{manifest.get('version')!r}")
+        spec = IndexSpec.from_dict(manifest["spec"])
+        changes: dict[str, Any] = {}
+        if use_gpu is not None:
+            changes["use_gpu"] = use_gpu
+        if omp_threads is not None:
+            changes["omp_threads"] = omp_threads
+        spec = dataclasses.replace(spec, **changes)
+        if spec.omp_threads:
+            faiss.omp_set_num_threads(int(spec.omp_threads))
+        dim = int(manifest["dim"])
+        indexes = []
+        for entry in manifest["shards"]:
+            fpath = os.path.join(directory, entry["file"])
+            ix = faiss.read_index(fpath)
+            if ix.d != dim or ix.ntotal != entry["ntotal"]:
+                raise ValueError(f"{fpath}: dim/ntotal {ix.d}/{ix.ntotal} do not match the "
+                                 f"manifest {dim}/{entry['ntotal']}")
+            indexes.append(ix)
+        on_gpu = _want_gpu(spec)
+        if on_gpu:
+            indexes = [_to_gpu(ix, spec.kind) for ix in indexes]
+        for ix in indexes:
+            _set_search_params(ix, spec, on_gpu)
+        out_cls = ShardedIndex if len(indexes) > 1 else DenseIndex
+        return out_cls(indexes, spec, dim, on_gpu=on_gpu)
+
+
+class ShardedIndex(DenseIndex):
+    """A DenseIndex over several faiss indexes: each is searched and the top-k merged
+    (score desc, lower id on ties). ``from_parts`` combines separately built indexes, e.g.
+    one per embedding directory; their ids must not overlap."""
+
+    @classmethod
+    def from_parts(cls, parts: Sequence[DenseIndex]) -> "ShardedIndex":
+        if not parts:
+            raise ValueError("ShardedIndex.from_parts needs at least one index")
+        first = parts[0]
+        for p in parts[1:]:
+            if p.dim != first.dim or p.kind != first.kind or p.on_gpu != first.on_gpu:
+                raise ValueError(f"cannot combine {p!r} with {first!r}: dim, kind and device "
+                                 "must match")
+        indexes = [ix for p in parts for ix in p.faiss_indexes]
+        spec = dataclasses.replace(first.spec, shards=len(indexes))
+        return cls(indexes, spec, first.dim, on_gpu=first.on_gpu)
+
+
+# --------------------------------------------------------------------------------------------
+# Vector sources (array, directory of shards, iterator of chunks)
+# --------------------------------------------------------------------------------------------
+
+def _check_ids(ids: np.ndarray, where: str) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{where}: ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+    ids = ids.astype(np.int64, copy=False)
+    if ids.size and ids.min() < 0:
+        raise ValueError(f"{where}: ids must be >= 0 (faiss uses -1 for 'no result')")
+    return ids
+
+
+def _check_vectors(v: np.ndarray, where: str, dim: int | None = None) -> np.ndarray:
+    v = np.asarray(v)
+    if v.ndim != 2 or not np.issubdtype(v.dtype, np.floating):
+        raise ValueError(f"{where}: embeddings must be a 2-D float array, got {v.dtype} {v.shape}")
+    if dim is not None and v.shape[1] != dim:
+        raise ValueError(f"{where}: embedding dim {v.shape[1]} != {dim} of the first chunk")
+    return v
+
+
+def _check_unique(ids: np.ndarray, where: str) -> None:
+    u, counts = np.unique(ids, return_counts=True)
+    if len(u) != len(ids):
+        dup = u[counts > 1][:5].tolist()
+        raise ValueError(f"{where}: duplicate ids, e.g. {dup}")
+
+
+class _ArraySource:
+    def __init__(self, vectors: np.ndarray, ids: np.ndarray | None, batch: int):
+        self.vectors = _check_vectors(vectors, "build_index")
+        self.n, self.dim = map(int, self.vectors.shape)
+        if ids is None:
+            ids = np.arange(self.n, dtype=np.int64)
+        self.ids = _check_ids(ids, "build_index")
+        if len(self.ids) != self.n:
+            raise ValueError(f"build_index: {len(self.ids)} ids for {self.n} vectors")
+        _check_unique(self.ids, "build_index")
+        self.batch = batch
+
+    def sample(self, size: int, seed: int) -> np.ndarray:
+        rows = np.sort(np.random.default_rng(seed).choice(self.n, size=min(size, self.n),
+                                                          replace=False))
+        return np.ascontiguousarray(self.vectors[rows], dtype=np.float32)
+
+    def chunks(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        yield "array", self.vectors, self.ids
+
+
+class _DirSource:
+    def __init__(self, emb_dir: str):
+        self.files = list_embedding_shards(emb_dir)  # raises on empty / missing dir
+        self.rows, self.dim = [], None
+        first = None
+        all_ids = []
+        for emb_path, ids_path in self.files:
+            arr = np.load(emb_path, mmap_mode="r")  # header only; no data is read
+            try:
+                _check_vectors(arr, emb_path)
+                if self.dim is None:
+                    self.dim, first = int(arr.shape[1]), emb_path
+                elif arr.shape[1] != self.dim:
+                    raise ValueError(f"{emb_path}: embedding dim {arr.shape[1]} != {self.dim} "
+                                     f"of {first}")
+                n = int(arr.shape[0])
+            finally:
+                del arr
+            if not os.path.exists(ids_path):
+                raise FileNotFoundError(f"{ids_path} missing (ids of {emb_path})")
+            ids = _check_ids(np.load(ids_path), ids_path)
+            if len(ids) != n:
+                raise ValueError(f"{ids_path}: {len(ids)} ids for {n} rows of {emb_path}")
+            self.rows.append(n)
+            all_ids.append(ids)
+        self.n = int(sum(self.rows))
+        if self.n == 0:
+            raise ValueError(f"{emb_dir}: embedding shards hold 0 rows")
+        _check_unique(np.concatenate(all_ids), emb_dir)
+        self._check_export_manifest(emb_dir)
+
+    def _check_export_manifest(self, emb_dir: str) -> None:
+        # The exporter writes manifest.json last; a count mismatch means a partial export.
+        path = os.path.join(emb_dir, "manifest.json")
+        if not os.path.exists(path):
+            return
+        try:
+            with open(path) as f:
+                count = json.load(f).get("count")
+        except (OSError, ValueError, AttributeError):
+            return
+        if isinstance(count, int) and count != self.n:
+            raise ValueError(f"{path} says count={count} but the shards hold {self.n} rows "
+                             "(incomplete or mixed export)")
+
+    def sample(self, size: int, seed: int) -> np.ndarray:
+        rows = np.sort(np.random.default_rng(seed).choice(self.n, size=min(size, self.n),
+                                                          replace=False))
+        out = np.empty((len(rows), self.dim), np.float32)
+        start, filled = 0, 0
+        for (emb_path, _), n in zip(self.files, self.rows):
+            lo, hi = np.searchsorted(rows, [start, start + n])
+            if hi > lo:
+                # Sequential read of one shard; random mmap reads would be slower on disk.
+                out[filled:filled + hi - lo] = np.load(emb_path)[rows[lo:hi] - start]
+                filled += hi - lo
+            start += n
+        return out
+
+    def chunks(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        for emb_path, ids_path in self.files:
+            v = np.load(emb_path)
+            ids = np.load(ids_path).astype(np.int64, copy=False)
+            if len(v):
+                yield os.path.basename(emb_path), v, ids
+
+
+class _IterSource:
+    """One pass over (vectors, ids) chunks; the training sample is the first rows."""
+
+    def __init__(self, chunks: Iterable[tuple[np.ndarray, np.ndarray]], n_total: int | None):
+        self._it = iter(chunks)
+        self._buffer: list[tuple[np.ndarray, np.ndarray]] = []
+        self.n = n_total
+        first = self._next()
+        if first is None:
+            raise ValueError("build_index: the chunk iterator is empty")
+        self._buffer.append(first)
+        self.dim = int(first[0].shape[1])
+
+    def _next(self) -> tuple[np.ndarray, np.ndarray] | None:
+        try:
+            v, ids = next(self._it)
+        except StopIteration:
+            return None
+        where = "build_index chunk"
+        v = _check_vectors(v, where, getattr(self, "dim", None))
+        ids = _check_ids(ids, where)
+        if len(ids) != len(v):
+            raise ValueError(f"{where}: {len(ids)} ids for {len(v)} vectors")
+        return v, ids
+
+    def sample(self, size: int, seed: int) -> np.ndarray:
+        del seed  # a one-pass stream cannot be sampled uniformly: the prefix is used
+        have = sum(len(v) for v, _ in self._buffer)
+        while have < size:
+            nxt = self._next()
+            if nxt is None:
+                self.n = have  # the whole stream fit in the buffer
+                break
+            self._buffer.append(nxt)
+            have += len(nxt[0])
+        return np.ascontiguousarray(np.concatenate([v for v, _ in self._buffer])[:size],
+                                    dtype=np.float32)
+
+    def chunks(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        k = 0
+        while self._buffer:
+            v, ids = self._buffer.pop(0)
+            yield f"chunk {k}", v, ids
+            k += 1
+        while (nxt := self._next()) is not None:
+            yield f"chunk {k}", nxt[0], nxt[1]
+            k += 1
+
+
+def list_embedding_shards(emb_dir: str) -> list[tuple[str, str]]:
+    """(embeddings-K.npy, ids-K.npy) path pairs of an export directory, by shard number."""
+    if not os.path.isdir(emb_dir):
+        raise FileNotFoundError(f"embedding directory {emb_dir} does not exist")
+    found = []
+    for name in os.listdir(emb_dir):
+        m = _EMB_RE.match(name)
+        if m:
+            k = int(m.group(1))
+            found.append((k, os.path.join(emb_dir, name),
+                          os.path.join(emb_dir, f"ids-{m.group(1)}.npy")))
+    if not found:
+        raise ValueError(f"no embedding shards (embeddings-XXXXX.npy) in {emb_dir}")
+    found.sort()
+    return [(e, i) for _, e, i in found]
+
+
+# --------------------------------------------------------------------------------------------
+# Build
+# --------------------------------------------------------------------------------------------
+
+def _shard_bounds(n: int, shards: int) -> list[int]:
+    return [s * n // shards for s in range(shards + 1)]
+
+
+def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
+    if spec.omp_threads:
+        faiss.omp_set_num_threads(int(spec.omp_threads))
+    use_gpu = _want_gpu(spec)
+    dim = source.dim
+    t0 = time.perf_counter()
+    sample = None
+    if spec.kind in _TRAINED_KINDS:
+        sample = source.sample(spec.train_size, spec.seed)
+    spec = _resolve(spec, source.n, dim, None if sample is None else len(sample))
+
+    template = _new_cpu_index(spec, dim)
+    if sample is not None:
+        if progress:
+            logging.info("index: training %s on %d x %d vectors", spec.kind, *sample.shape)
+        _train(template, sample, spec, use_gpu)
+        n_train = len(sample)
+        del sample
+    else:
+        n_train = 0
+    t_train = time.perf_counter() - t0
+
+    n = source.n
+    bounds = _shard_bounds(n, spec.shards) if n is not None else None
+    if spec.kind in _TRAINED_KINDS:  # shards share the trained quantizer / codebooks
+        cpu_parts = [faiss.clone_index(template) for _ in range(spec.shards - 1)] + [template]
+    else:
+        cpu_parts = [template] + [_new_cpu_index(spec, dim) for _ in range(spec.shards - 1)]
+    if bounds is not None and not use_gpu:
+        for s, ix in enumerate(cpu_parts):
+            _reserve(ix, spec.kind, bounds[s + 1] - bounds[s])
+    parts = [_to_gpu(ix, spec.kind) for ix in cpu_parts] if use_gpu else cpu_parts
+    del cpu_parts, template
+    for ix in parts:
+        _set_search_params(ix, spec, use_gpu)
+
+    # Add: rows go to shards contiguously when n is known, else chunk by chunk round-robin.
+    t1 = time.perf_counter()
+    added, last_log, bs = 0, t1, spec.add_batch_size
+    for c, (label, vecs, ids) in enumerate(source.chunks()):
+        m = len(vecs)
+        for b in range(0, m, bs):
+            x = np.ascontiguousarray(vecs[b:b + bs], dtype=np.float32)
+            xi = np.ascontiguousarray(ids[b:b + bs])
+            lo = added + b
+            if bounds is None:
+                parts[c % len(parts)].add_with_ids(x, xi)
+                continue
+            for s in range(len(parts)):
+                a, z = max(bounds[s], lo), min(bounds[s + 1], lo + len(x))
+                if z > a:
+                    parts[s].add_with_ids(x[a - lo:z - lo], xi[a - lo:z - lo])
+        added += m
+        now = time.perf_counter()
+        if progress and (now - last_log > 10 or (n is not None and added == n)):
+            last_log = now
+            rate = added / max(now - t1, 1e-9)
+            logging.info("index: %s added %d/%s vectors (%s) at %.0f vec/s", spec.kind, added,
+                         n if n is not None else "?", label, rate)
+    if n is not None and added != n:
+        raise ValueError(f"expected {n} vectors, the input produced {added}")
+    t_add = time.perf_counter() - t1
+    info = {"train_s": t_train, "add_s": t_add, "n_train": n_train, "ntotal": added,
+            "add_vec_per_s": added / max(t_add, 1e-9)}
+    if progress:
+        logging.info("index: built %s over %d vectors (train %.1fs, add %.1fs, %s shard(s), %s)",
+                     spec.kind, added, t_train, t_add, len(parts), "GPU" if use_gpu else "CPU")
+    out_cls = ShardedIndex if len(parts) > 1 else DenseIndex
+    return out_cls(parts, spec, dim, on_gpu=use_gpu, build_info=info)
+
+
+def build_index(vectors_or_shard_iter: np.ndarray | Iterable[tuple[np.ndarray, np.ndarray]],
+                ids: np.ndarray | None = None, spec: IndexSpec | None = None, *,
+                n_total: int | None = None, progress: bool = False) -> DenseIndex:
+    """Builds an index from a [N, D] float array (ids default to 0..N-1) or from an iterable
+    of (vectors [n_k, D], ids [n_k]) chunks.
+
+    Arrays are sampled uniformly for training. A chunk iterator is read once: the training
+    sample is its first ``train_size`` rows (shuffle upstream or use ``build_index_from_dir``),
+    and ``n_total`` (if known) enables the automatic nlist and contiguous sharding.
+    """
+    spec = spec or IndexSpec()
+    if isinstance(vectors_or_shard_iter, np.ndarray):
+        source: Any = _ArraySource(vectors_or_shard_iter, ids, spec.add_batch_size)
+    else:
+        if ids is not None:
+            raise ValueError("ids must be None when chunks of (vectors, ids) are given")
+        source = _IterSource(vectors_or_shard_iter, n_total)
+    return _build(source, spec, progress)
+
+
+def build_index_from_dir(emb_dir: str, spec: IndexSpec | None = None, *,
+                         progress: bool = True) -> DenseIndex:
+    """Builds an index from exported shards ``embeddings-K.npy`` + ``ids-K.npy`` in emb_dir.
+
+    All shards are checked first (same dim, ids per row, ids unique and >= 0); then a uniform
+    training sample is read shard by shard and the vectors are added shard by shard.
+    """
+    return _build(_DirSource(emb_dir), spec or IndexSpec(), progress)
