@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+import numpy as np
+
 from absl import app, flags, logging
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
@@ -29,17 +31,28 @@ def load_demo_config(method: str):
     return mod.get_config(method)
 
 
-def report_table(results: dict[str, dict]) -> str:
-    keys = ["loss", "l_dpr", "l_chn", "l_cpp", "rank_acc", "cf_margin", "examples_per_s"]
-    lines = ["| method | steps | " + " | ".join(f"train {k}" for k in keys) +
-             " | dev loss | dev rank_acc | dev mean_pos_rank |",
-             "|" + "---|" * (len(keys) + 5)]
+def report_rows(results: dict[str, dict]) -> list[dict]:
+    """One row per method: training losses, dev ranking, retrieval top-k/MRR, AAR / AA score."""
+    rows = []
     for method, s in results.items():
         t, d = s["train"], s["dev"]
-        row = [f"{t.get('train/' + k, float('nan')):.4g}" for k in keys]
-        dev = [f"{d.get(k, float('nan')):.4g}" for k in ("loss", "rank_acc", "mean_pos_rank")]
-        lines.append(f"| {method} | {s['step']} | " + " | ".join(row + dev) + " |")
-    return "\n".join(lines)
+        row = {"method": method, "steps": s["step"],
+               "train loss": t.get("train/loss"), "train l_dpr": t.get("train/l_dpr"),
+               "dev loss": d.get("loss"), "dev rank_acc": d.get("rank_acc")}
+        ev = s.get("eval", {})
+        ret = ev.get("retrieval", {})
+        for k, v in ret.get("top_k", {}).items():
+            row[f"top-{k}"] = v
+        if ret:
+            row["MRR"] = 100 * ret["mrr"]
+        strategies = ev.get("aar", {}).get("strategies", {})
+        if "sentence" in strategies:
+            row["AAR"] = 100 * strategies["sentence"].get("aar", float("nan"))
+            row["mean sim(q,p+)-sim(q,p*)"] = strategies["sentence"]["score_diff"]["all"]["mean"]
+        if "answer" in strategies:
+            row["AA score"] = 100 * strategies["answer"].get("aar", float("nan"))
+        rows.append(row)
+    return rows
 
 
 def main(argv) -> None:
@@ -59,11 +72,25 @@ def main(argv) -> None:
         summary = train(cfg, os.path.join(workdir, method))
         summary.pop("state")
         results[method] = summary
-    table = report_table(results)
+    from dense_cf.eval import aar_math
+    from dense_cf.eval import report as report_lib
+    rows = report_rows(results)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    table = report_lib.markdown_table(rows, columns)
+    diffs = {}
+    for method in results:
+        path = os.path.join(workdir, method, "eval", f"step_{results[method]['step']}",
+                            "aar_scores_sentence.npz")
+        if os.path.exists(path):
+            with np.load(path) as z:
+                diffs[method] = aar_math.score_diffs(z["pos"], z["cf"])
+    if diffs:
+        aar_math.histogram_plot(diffs, os.path.join(workdir, "aar_hist.png"),
+                                title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
+        table += "\n\nAAR triplets: " + ", ".join(f"{m}: {len(d)}" for m, d in diffs.items())
     with open(os.path.join(workdir, "report.md"), "w") as f:
         f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + table + "\n")
-    with open(os.path.join(workdir, "report.json"), "w") as f:
-        json.dump(results, f, indent=2, default=float)
+    report_lib.write_json(os.path.join(workdir, "report.json"), results)
     print(table)
     print(f"\nreport: {os.path.join(workdir, 'report.md')}", file=sys.stderr)
 

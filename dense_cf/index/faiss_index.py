@@ -100,7 +100,7 @@ class IndexSpec:
     shards: int = 1
     omp_threads: int | None = None
     query_batch_size: int = 4096
-    add_batch_size: int = 65_536
+    add_batch_size: int = 32_768
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -608,6 +608,7 @@ class _DirSource:
             ids = np.load(ids_path).astype(np.int64, copy=False)
             if len(v):
                 yield os.path.basename(emb_path), v, ids
+            del v, ids  # before loading the next shard: hold one shard at a time
 
 
 class _IterSource:
@@ -724,25 +725,26 @@ def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
     t1 = time.perf_counter()
     added, last_log, bs = 0, t1, spec.add_batch_size
     for c, (label, vecs, ids) in enumerate(source.chunks()):
-        m = len(vecs)
-        for b in range(0, m, bs):
+        x = xi = None
+        for b in range(0, len(vecs), bs):
             x = np.ascontiguousarray(vecs[b:b + bs], dtype=np.float32)
             xi = np.ascontiguousarray(ids[b:b + bs])
-            lo = added + b
             if bounds is None:
                 parts[c % len(parts)].add_with_ids(x, xi)
-                continue
-            for s in range(len(parts)):
-                a, z = max(bounds[s], lo), min(bounds[s + 1], lo + len(x))
-                if z > a:
-                    parts[s].add_with_ids(x[a - lo:z - lo], xi[a - lo:z - lo])
-        added += m
-        now = time.perf_counter()
-        if progress and (now - last_log > 10 or (n is not None and added == n)):
-            last_log = now
-            rate = added / max(now - t1, 1e-9)
-            logging.info("index: %s added %d/%s vectors (%s) at %.0f vec/s", spec.kind, added,
-                         n if n is not None else "?", label, rate)
+            else:
+                for s in range(len(parts)):
+                    a, z = max(bounds[s], added), min(bounds[s + 1], added + len(x))
+                    if z > a:
+                        parts[s].add_with_ids(x[a - added:z - added], xi[a - added:z - added])
+            added += len(x)
+            now = time.perf_counter()
+            if progress and (now - last_log > 10 or added == n):
+                last_log = now
+                logging.info("index: %s added %d/%s vectors (%s) at %.0f vec/s", spec.kind,
+                             added, n if n is not None else "?", label,
+                             added / max(now - t1, 1e-9))
+        # Drop this chunk before the loop asks the source for the next one (peak = 1 chunk).
+        del vecs, ids, x, xi
     if n is not None and added != n:
         raise ValueError(f"expected {n} vectors, the input produced {added}")
     t_add = time.perf_counter() - t1

@@ -279,6 +279,11 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 t_last = time.perf_counter()  # keep validation out of the step time
         ckpt.close()
     writer.close()
+    summary_path = os.path.join(workdir, "summary.json")
+    if not last and os.path.exists(summary_path):  # resumed a finished run: keep its metrics
+        with open(summary_path) as f:
+            previous = json.load(f)
+        last, dev_metrics = previous.get("train", {}), dev_metrics or previous.get("dev", {})
     summary = {"step": step, "total_steps": total_steps, "train": last,
                "dev": dev_metrics, "data": {k: v for k, v in train_data.stats.items()}}
     if config.eval.after_training and step == total_steps:
@@ -286,7 +291,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                   mesh=mesh, rules=rules)
         summary["eval"] = evaluate_after_training(run, workdir)
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2, default=float)
+        from dense_cf.eval.report import write_json
+        write_json(summary_path, summary)
     summary["state"] = state
     return summary
