@@ -231,8 +231,9 @@ def distractor_variants(text: str, answers: Sequence[str], k: int, seed: int, *,
        in an order fixed by ``seed`` (all variants are enumerated for up to 6 sentences).
 
     Every candidate is checked with ``has_answer`` (DPR rules, ``mode``); those that still
-    contain an answer are dropped and counted in ``stats["dropped_with_answer"]``, repeats in
-    ``stats["duplicates"]``, a passage without any answer match in ``stats["no_answer_match"]``.
+    contain an answer are dropped and counted in ``stats["dropped_with_answer"]``, repeated
+    strategy texts (e.g. window text = answer text) in ``stats["duplicates"]``, a passage
+    without any answer match in ``stats["no_answer_match"]``.
     Fewer than ``k`` come back when the passage has too few sentences; callers report that.
     """
     if k < 0:

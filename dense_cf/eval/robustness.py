@@ -1,0 +1,397 @@
+"""Robustness to near-duplicate distractors (SPEC §5; EADPR Fig. 5).
+
+``python -m dense_cf.eval.robustness --workdir DIR [--max_distractors 20] [--counts 0,1,2,5,10,20]``
+
+EADPR added, for every test question with a gold passage, up to 20 LLM-written passages that
+"mimic the context of the evidence passage but leave out the key evidence" and plotted top-k
+against their number. Offline we derive them from the gold context with
+``counterfactual.distractor_variants`` (sentence p*, answer- and window-masked p*, then p*'s
+sentences reordered / one more dropped; every one checked answer-free with DPR ``has_answer``).
+
+Set-up and decisions:
+
+* Questions = the AAR triplets (``aar.load_triplets``: gold info joined with the qa answers).
+  When several questions share one gold context, their distractors must lack ALL their answers
+  (they share one corpus), so the variants are built with the union of those answers.
+  Questions whose gold context has no answer match get no distractor and are left out of the
+  evaluation (counted as ``questions_without_distractors``); the question set is the same for
+  every K. Questions with fewer than K distinct variants get all they have (counted per K as
+  ``questions_short``; ``distractors_per_question_actual`` is the mean actually added).
+* Base corpus embeddings are the run's export (``DIR/export/step_<N>``, shared with
+  ``retrieval.ensure_index``; finished shards are never re-encoded). Distractors (title = the
+  gold title) are encoded once, rounded to the export dtype, and the first K of every question
+  are added to an exact Flat index (ids: base rows 0..N-1, distractors N..). All vectors are
+  held in RAM: meant for test sets and corpora that fit (not the 21M-passage Wikipedia).
+* Metrics are DPR's (SPEC §6) on the retrieved TEXTS, distractors included: ``top_k``/``mrr``.
+  A question's own distractors never bear its answer (checked; an error otherwise), but
+  another question's may contain it by coincidence (e.g. a year); DPR's ``has_answer`` then
+  counts it as a hit, like any corpus passage, and ``retrieved_distractors_with_answer``
+  reports how often. ``top_k_corpus``/``mrr_corpus`` count only answer-bearing CORPUS
+  passages: the clean signal, exactly non-increasing in K (a Flat index that gains passages
+  only pushes the old ones down; ``top_k`` is too whenever no distractor hit is counted).
+  ``mean_distractors_above_first_corpus_hit`` averages, over questions with a corpus hit in
+  the top k, the distractors ranked above it (``own_``: the question's own distractors).
+
+Writes ``robustness.json``, ``robustness.md``, ``robustness.png`` (and the distractor texts,
+``robustness_distractors.jsonl``) to ``DIR/eval/step_<N>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import zlib
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+
+from dense_cf.data.answers import find_answer_spans
+from dense_cf.data.counterfactual import distractor_variants
+from dense_cf.eval import aar_math
+from dense_cf.eval import metrics as metrics_lib
+from dense_cf.eval import report as report_lib
+
+__all__ = ["DEFAULT_COUNTS", "DistractorSet", "build_distractors", "evaluate_robustness",
+           "plot_runs", "robustness_table"]
+
+DEFAULT_COUNTS: tuple[int, ...] = (0, 1, 2, 5, 10, 20)
+
+
+@dataclasses.dataclass
+class DistractorSet:
+    """Evaluated questions (triplet indices) and their distractor texts, in variant order."""
+
+    index: list[int]
+    questions: list[str]
+    answers: list[list[str]]
+    titles: list[str]
+    variants: list[list[str]]
+    stats: dict[str, Any]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Row of each question's first distractor in the flat (question-major) list."""
+        return np.concatenate([[0], np.cumsum([len(v) for v in self.variants])]).astype(np.int64)
+
+    def flat(self) -> tuple[list[str], list[str]]:
+        """(titles, texts) of all distractors, question-major."""
+        titles = [t for t, v in zip(self.titles, self.variants) for _ in v]
+        return titles, [x for v in self.variants for x in v]
+
+
+def _question_seed(seed: int, question: str) -> int:
+    # By question text, so that a question keeps its distractors if the test set is subset.
+    return zlib.crc32(f"{seed}\t{question}".encode("utf-8"))
+
+
+def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: str = "string",
+                      window_words: int = 5) -> DistractorSet:
+    """``distractor_variants`` of every triplet's gold context, without the answers of every
+    question sharing that context; questions whose own answer does not match their gold
+    context, or that get no variant, are left out and counted (see the module docstring)."""
+    by_context: dict[tuple[str, str], list[str]] = {}
+    for t, c, a in zip(triplets.titles, triplets.contexts, triplets.answers):
+        group = by_context.setdefault((t, c), [])
+        group.extend(x for x in a if x not in group)
+    gen: dict[str, int] = {}
+    out = DistractorSet([], [], [], [], [], {})
+    without, sizes = 0, []
+    for i, (q, a, t, c) in enumerate(zip(triplets.questions, triplets.answers, triplets.titles,
+                                         triplets.contexts)):
+        if not find_answer_spans(c, a, mode=mode):  # the gold context lacks this question's answer
+            without += 1
+            continue
+        v = distractor_variants(c, by_context[(t, c)], max_distractors, _question_seed(seed, q),
+                                mode=mode, window_words=window_words, stats=gen)
+        if not v:
+            without += 1
+            continue
+        out.index.append(i)
+        out.questions.append(q)
+        out.answers.append(list(a))
+        out.titles.append(t)
+        out.variants.append(v)
+        sizes.append(len(v))
+    uses = Counter(zip(triplets.titles, triplets.contexts))
+    shared = sum(n for n in uses.values() if n > 1)
+    out.stats = {"triplets": len(triplets.questions), "questions_evaluated": len(out.questions),
+                 "questions_without_distractors": without,
+                 "questions_sharing_gold_context": shared,
+                 "questions_below_max": int(sum(1 for s in sizes if s < max_distractors)),
+                 "variants_per_question": ({"min": int(min(sizes)), "mean": float(np.mean(sizes)),
+                                            "max": int(max(sizes))} if sizes else {}),
+                 "total_distractors": int(sum(sizes)), **gen}
+    return out
+
+
+def _retrieved_lists(scores: np.ndarray, rows: np.ndarray, ids: Sequence[str],
+                     titles: Sequence[str], texts: Sequence[str]) -> list[list[tuple]]:
+    return [[(ids[r], titles[r], texts[r], float(s)) for s, r in zip(s_row, r_row) if r >= 0]
+            for s_row, r_row in zip(scores, rows)]
+
+
+def _count_stats(rows: np.ndarray, hits: list[list[bool]], owner: np.ndarray, n_base: int,
+                 ks: Sequence[int]) -> tuple[dict[str, Any], list[int | None]]:
+    """Distractors among each question's retrieved rows (``owner``: question of a distractor
+    row) and the 1-based rank of the first answer-bearing CORPUS passage (None: none)."""
+    n_dist = n_hit_dist = n_hit_own = 0
+    above, above_own, corpus_first, corpus_hits = [], [], [], []
+    for qi, (r_row, h_row) in enumerate(zip(rows, hits)):
+        r_row = r_row[r_row >= 0]
+        is_dist = r_row >= n_base
+        own = np.zeros_like(is_dist)
+        if len(owner):
+            own = is_dist & (owner[np.clip(r_row - n_base, 0, len(owner) - 1)] == qi)
+        h = np.asarray(h_row, bool)
+        n_dist += int(is_dist.sum())
+        n_hit_dist += int((is_dist & h).sum())
+        n_hit_own += int((own & h).sum())
+        corpus_hits.append((h & ~is_dist).tolist())
+        f = int(np.argmax(h & ~is_dist)) + 1 if (h & ~is_dist).any() else None
+        corpus_first.append(f)
+        if f is not None:
+            above.append(int(is_dist[:f - 1].sum()))
+            above_own.append(int(own[:f - 1].sum()))
+    frac = metrics_lib.top_k_accuracy(corpus_hits, ks)
+    return {"top_k_corpus": {kk: 100.0 * v for kk, v in frac.items()},
+            "mrr_corpus": metrics_lib.mrr(corpus_hits),
+            "retrieved_distractors": n_dist, "retrieved_distractors_with_answer": n_hit_dist,
+            "retrieved_own_distractors_with_answer": n_hit_own,
+            "questions_with_corpus_hit": len(above),
+            "mean_distractors_above_first_corpus_hit":
+                float(np.mean(above)) if above else float("nan"),
+            "mean_own_distractors_above_first_corpus_hit":
+                float(np.mean(above_own)) if above_own else float("nan")}, corpus_first
+
+
+def _check_counts(counts: Sequence[int], max_distractors: int) -> list[int]:
+    counts = sorted({int(c) for c in counts})
+    if not counts:
+        raise ValueError("counts is empty")
+    if counts[0] < 0 or counts[-1] > max_distractors:
+        raise ValueError(f"counts must lie in [0, max_distractors={max_distractors}], got {counts}")
+    return counts
+
+
+def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
+                        max_distractors: int = 20, run=None, gold_path: str | None = None,
+                        qa_path: str | None = None, corpus_path: str | None = None,
+                        out_dir: str | None = None, ks: Sequence[int] | None = None,
+                        k: int | None = None, seed: int = 0,
+                        window_words: int = 5) -> dict[str, Any]:
+    """Top-k / MRR vs. K near-duplicate distractors per question (SPEC §5, EADPR Fig. 5).
+
+    Returns (and writes as ``robustness.json``) ``{"table": {K: {"top_k", "mrr",
+    "distractors_per_question_actual", "corpus_size", "questions_short", "top_k_corpus",
+    "retrieved_distractors_with_answer", ...}}, "first_hit_rank": {K: [...]},
+    "first_corpus_hit_rank": {K: [...]}, "questions", "distractor_stats", ...}`` (top-k in %,
+    per-question ranks in ``questions`` order). ``k`` = retrieval depth (default config).
+    """
+    from dense_cf import export
+    from dense_cf.eval import aar
+    from dense_cf.eval.retrieval import data_path, load_corpus
+    from dense_cf.index.faiss_index import IndexSpec, build_index
+    from dense_cf.train.loop import load_run
+
+    counts = _check_counts(counts, max_distractors)
+    run = run or load_run(workdir)
+    cfg = run.config
+    ks = tuple(int(x) for x in (ks or cfg.eval.ks))
+    k = max(int(k or cfg.eval.k), max(ks))
+    mode = cfg.data.answer_mode
+    timing: dict[str, float] = {}
+
+    triplets = aar.load_triplets(data_path(cfg, "gold_file", gold_path),
+                                 data_path(cfg, "test_file", qa_path))
+    dset = build_distractors(triplets, max_distractors, seed=seed, mode=mode,
+                             window_words=window_words)
+    if not dset.questions:
+        raise ValueError(f"no question has a distractor: {triplets.stats} {dset.stats}")
+    if dset.stats["questions_without_distractors"] or dset.stats["questions_below_max"]:
+        logging.warning("robustness: %d of %d questions have no distractor (no answer match in "
+                        "the gold context) and are left out; %d have fewer than %d variants",
+                        dset.stats["questions_without_distractors"], dset.stats["triplets"],
+                        dset.stats["questions_below_max"], max_distractors)
+
+    corpus = load_corpus(data_path(cfg, "corpus_file", corpus_path))
+    encoder = export.Encoder(run, cfg.eval.batch_size)
+    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
+    t0 = time.perf_counter()
+    manifest = export.export_passages(run, corpus.rows(), export_dir, shard_size=cfg.eval.shard_size,
+                                      batch_size=cfg.eval.batch_size, dtype=cfg.eval.embedding_dtype,
+                                      encoder=encoder)
+    if manifest["count"] != len(corpus) or export.load_passage_ids(export_dir) != corpus.ids:
+        raise RuntimeError(f"the export in {export_dir} is not of this corpus ({len(corpus)} "
+                           "passages): it was made from another corpus file; move it away")
+    base = export.load_embeddings(export_dir)
+    timing["export_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    d_titles, d_texts = dset.flat()
+    ids, mask = export.tokenize_passages(run.tokenizer, d_titles, d_texts, manifest["max_p_len"])
+    # Same precision as the stored corpus vectors, so neither side is favoured by rounding.
+    d_emb = encoder.passages(ids, mask).astype(manifest["dtype"]).astype(np.float32)
+    q_emb = export.encode_questions(run, dset.questions, encoder=encoder)
+    timing["encode_s"] = time.perf_counter() - t0
+
+    n_base = len(corpus)
+    offsets = dset.offsets
+    n_var = np.array([len(v) for v in dset.variants])
+    d_owner = np.repeat(np.arange(len(dset.questions)), n_var)
+    d_ids = [f"distractor:{dset.index[q]}:{j}" for q, v in enumerate(dset.variants)
+             for j in range(len(v))]
+    table: dict[int, dict[str, Any]] = {}
+    first_ranks: dict[int, list[int | None]] = {}
+    corpus_ranks: dict[int, list[int | None]] = {}
+    for K in counts:
+        t0 = time.perf_counter()
+        sel = np.concatenate([offsets[q] + np.arange(min(K, n)) for q, n in enumerate(n_var)]
+                             ).astype(np.int64)
+        vectors = np.concatenate([base, d_emb[sel]]) if len(sel) else base
+        index = build_index(vectors, None, IndexSpec(kind="flat"))
+        scores, rows = index.search(q_emb, k)
+        all_ids = corpus.ids + [d_ids[j] for j in sel]
+        all_titles = corpus.titles + [d_titles[j] for j in sel]
+        all_texts = corpus.texts + [d_texts[j] for j in sel]
+        retrieved = _retrieved_lists(scores, rows, all_ids, all_titles, all_texts)
+        rep = metrics_lib.evaluate_retrieval(dset.questions, dset.answers, retrieved, mode=mode,
+                                             ks=ks)
+        entry = {"top_k": rep["top_k"], "mrr": rep["mrr"],
+                 "distractors_per_question_actual": float(len(sel) / len(dset.questions)),
+                 "distractors_added": int(len(sel)), "corpus_size": int(index.ntotal),
+                 "questions_short": int((n_var < K).sum())}
+        counted, corpus_first = _count_stats(rows, rep["hits"], d_owner[sel], n_base, ks)
+        entry.update(counted)
+        entry["search_s"] = time.perf_counter() - t0
+        if entry["retrieved_own_distractors_with_answer"]:
+            raise RuntimeError("a question retrieved its own distractor as answer-bearing: "
+                               "distractor_variants must never return one")
+        if entry["retrieved_distractors_with_answer"]:
+            logging.warning("robustness K=%d: %d retrieved distractors of OTHER questions contain "
+                            "the answer (counted as hits, as DPR's has_answer does)", K,
+                            entry["retrieved_distractors_with_answer"])
+        table[K] = entry
+        first_ranks[K] = rep["first_hit_rank"]
+        corpus_ranks[K] = corpus_first
+        logging.info("robustness K=%d: corpus %d, %s MRR=%.4f", K, entry["corpus_size"],
+                     {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
+
+    result = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
+              "k": k, "ks": list(ks), "counts": counts, "max_distractors": max_distractors,
+              "seed": seed, "mode": mode, "base_corpus_size": n_base,
+              "n_questions": len(dset.questions), "triplet_stats": triplets.stats,
+              "distractor_stats": dset.stats, "export": {
+                  "dir": export_dir, "encoded_this_run": manifest["encoded_this_run"],
+                  "dtype": manifest["dtype"]},
+              "timing": timing, "table": table, "questions": dset.questions,
+              "first_hit_rank": first_ranks, "first_corpus_hit_rank": corpus_ranks}
+    out_dir = out_dir or os.path.join(workdir, "eval", f"step_{run.step}")
+    os.makedirs(out_dir, exist_ok=True)
+    report_lib.write_json(os.path.join(out_dir, "robustness.json"), result)
+    with report_lib.atomic_open(os.path.join(out_dir, "robustness_distractors.jsonl")) as f:
+        for q, a, t, v in zip(dset.questions, dset.answers, dset.titles, dset.variants):
+            f.write(json.dumps({"question": q, "answers": a, "title": t, "distractors": v},
+                               ensure_ascii=False) + "\n")
+    name = f"{cfg.method} (step {run.step})"
+    plot_runs({name: result}, os.path.join(out_dir, "robustness.png"))
+    s = dset.stats
+    detail = [{"K": K, "corpus": e["corpus_size"], "distractors/q": e["distractors_per_question_actual"],
+               "questions short": e["questions_short"],
+               "retrieved distractors": e["retrieved_distractors"],
+               "with answer": e["retrieved_distractors_with_answer"],
+               f"corpus-only top-{max(ks)}": e["top_k_corpus"][max(ks)],
+               "distractors above 1st corpus hit": e["mean_distractors_above_first_corpus_hit"],
+               "own above 1st corpus hit": e["mean_own_distractors_above_first_corpus_hit"]}
+              for K, e in table.items()]
+    report_lib.write_markdown(
+        os.path.join(out_dir, "robustness.md"), f"Distractor robustness: {workdir}",
+        [("Top-k accuracy (%) and MRR (×100) vs. distractors per question K",
+          robustness_table({name: result})),
+         ("Distractors in the index and in the results", report_lib.markdown_table(detail, list(detail[0]))),
+         ("Setup", f"{len(dset.questions)} questions (of {s['triplets']} triplets; "
+                   f"{s['questions_without_distractors']} without an answer match in the gold "
+                   f"context, left out); base corpus {n_base} passages; up to {max_distractors} "
+                   f"synthetic near-duplicates per question (variants per question "
+                   f"{s['variants_per_question']}; {s['questions_below_max']} questions below "
+                   f"{max_distractors}; {s['dropped_with_answer']} candidates dropped because "
+                   f"they still contained an answer); Flat index, k={k}, seed={seed}.")])
+    return result
+
+
+def _norm_table(result: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """``result["table"]`` with int K and int k keys (JSON-loaded results have strings)."""
+    return {int(K): dict(e, top_k={int(kk): float(v) for kk, v in e["top_k"].items()})
+            for K, e in result["table"].items()}
+
+
+def robustness_table(results_by_run: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown table, one row per K, runs side by side: top-k (%) and MRR (×100) per run."""
+    if not results_by_run:
+        raise ValueError("no runs")
+    tables = {name: _norm_table(r) for name, r in results_by_run.items()}
+    all_K = sorted({K for t in tables.values() for K in t})
+    per_q = {K: {t[K]["distractors_per_question_actual"] for t in tables.values() if K in t}
+             for K in all_K}
+    same = all(len(v) == 1 for v in per_q.values())
+    rows, columns = [], ["K"] + (["distractors/q"] if same else [])
+    for K in all_K:
+        row: dict[str, Any] = {"K": K}
+        if same:
+            row["distractors/q"] = next(iter(per_q[K]))
+        for name, t in tables.items():
+            if K not in t:
+                continue
+            e = t[K]
+            if not same:
+                row[f"{name} distractors/q"] = e["distractors_per_question_actual"]
+            for kk, v in sorted(e["top_k"].items()):
+                row[f"{name} top-{kk}"] = v
+            row[f"{name} MRR"] = 100 * e["mrr"]
+        rows.append(row)
+    for row in rows:
+        columns.extend(c for c in row if c not in columns)
+    return report_lib.markdown_table(rows, columns)
+
+
+def plot_runs(results_by_run: Mapping[str, Mapping[str, Any]], path: str,
+              title: str | None = None) -> None:
+    """Top-k vs. K for several runs in one PNG (``aar_math.topk_vs_distractors_plot``)."""
+    aar_math.topk_vs_distractors_plot(
+        {name: {K: e["top_k"] for K, e in _norm_table(r).items()}
+         for name, r in results_by_run.items()}, path,
+        title=title or "Top-k vs. near-duplicate distractors per question (EADPR Fig. 5)")
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+    res = evaluate_robustness(FLAGS.workdir, counts=[int(c) for c in FLAGS.counts],
+                              max_distractors=FLAGS.max_distractors, gold_path=FLAGS.gold,
+                              qa_path=FLAGS.qa, corpus_path=FLAGS.corpus, seed=FLAGS.seed)
+    print(json.dumps({"n_questions": res["n_questions"],
+                      "distractor_stats": res["distractor_stats"],
+                      "table": {K: {"top_k": e["top_k"], "mrr": e["mrr"],
+                                    "distractors_per_question_actual":
+                                        e["distractors_per_question_actual"]}
+                                for K, e in res["table"].items()}}, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    # Flags are defined only when run as a program: the module is also a library.
+    flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).")
+    flags.DEFINE_integer("max_distractors", 20, "Distractor variants generated per question.")
+    flags.DEFINE_list("counts", [str(c) for c in DEFAULT_COUNTS],
+                      "Distractors per question to evaluate (each <= max_distractors).")
+    flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).")
+    flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).")
+    flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).")
+    flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.")
+    flags.mark_flag_as_required("workdir")
+    app.run(main)

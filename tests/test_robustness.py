@@ -1,0 +1,198 @@
+"""Distractor robustness (SPEC §5, EADPR Fig. 5) on a tiny trained run of the synthetic benchmark."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dense_cf.config import base_config
+from dense_cf.data import synthetic
+from dense_cf.data.answers import has_answer
+
+COUNTS = (0, 1, 3)
+KS = (1, 5, 20, 100)
+K_DEPTH = 400
+
+
+def _config(data_dir):
+    c = base_config()
+    c.method = "picl"
+    c.model.name_or_path = "tiny"
+    c.model.tiny_layers = 1
+    c.data.data_dir = str(data_dir)
+    c.data.train_file, c.data.dev_file = "biencoder-synth-train.json", "biencoder-synth-dev.json"
+    c.data.corpus_file, c.data.test_file = "psgs_synth.tsv", "synth-test.qa.csv"
+    c.data.gold_file = "synth-test_gold_info.json"
+    c.data.max_q_len, c.data.max_p_len = 24, 64
+    c.train.global_batch = 8
+    c.train.num_steps = 2
+    c.train.log_every = 1
+    c.train.eval_every = 0
+    c.optim.warmup_steps = 1
+    c.mesh.data = 2
+    c.eval.after_training = False
+    c.eval.k = 20
+    c.eval.ks = (1, 5, 20)
+    c.eval.batch_size = 64
+    c.eval.embedding_dtype = "float32"
+    c.eval.shard_size = 128
+    return c
+
+
+def test_build_distractors_shared_context_and_missing_answers():
+    from dense_cf.eval.aar import Triplets
+    from dense_cf.eval.robustness import build_distractors
+    ctx = "Alpha was born in Kaldera. Alpha studied in Pelgate. Alpha wrote 717 works. Alpha died."
+    trip = Triplets(questions=["Where was Alpha born?", "Where did Alpha study?", "Who is Beta?"],
+                    answers=[["Kaldera"], ["Pelgate"], ["Stockholm"]],
+                    titles=["Alpha", "Alpha", "Beta"],
+                    contexts=[ctx, ctx, "Beta is a person. Beta lives far away."], stats={})
+    d = build_distractors(trip, 5, seed=0)
+    assert d.questions == trip.questions[:2] and d.index == [0, 1]
+    assert d.stats["questions_without_distractors"] == 1
+    assert d.stats["questions_sharing_gold_context"] == 2
+    for v in d.variants:  # one corpus for both: no distractor bears either question's answer
+        assert v and not any(has_answer(["Kaldera", "Pelgate"], x) for x in v)
+        assert v[0] == "Alpha wrote 717 works. Alpha died."
+    assert d.variants[0] != d.variants[1]  # per-question seeds order the variants differently
+    titles, texts = d.flat()
+    assert texts == d.variants[0] + d.variants[1] and titles == ["Alpha"] * len(texts)
+    assert d.offsets.tolist() == [0, len(d.variants[0]), len(texts)]
+    assert build_distractors(trip, 5, seed=0).variants == d.variants
+
+
+@pytest.fixture(scope="module")
+def robust(tmp_path_factory):
+    from dense_cf.eval.robustness import evaluate_robustness
+    from dense_cf.train.loop import load_run, train
+    data_dir = tmp_path_factory.mktemp("synth")
+    synthetic.generate(str(data_dir), num_passages=300, seed=1)
+    workdir = str(tmp_path_factory.mktemp("run"))
+    train(_config(data_dir), workdir)
+    run = load_run(workdir)
+    # k above the corpus size: every question has a first hit (its gold passage is in the
+    # corpus), so the rank assertions cover all questions even for a 2-step model.
+    result = evaluate_robustness(workdir, counts=COUNTS, max_distractors=3, run=run, k=K_DEPTH,
+                                 ks=KS)
+    return workdir, run, result
+
+
+def test_k0_equals_plain_retrieval_and_export_is_reused(robust):
+    from dense_cf import export
+    from dense_cf.eval import metrics
+    from dense_cf.eval.retrieval import ensure_index, load_corpus, load_qa, retrieve
+    workdir, run, result = robust
+    cfg = run.config
+    corpus = load_corpus(os.path.join(cfg.data.data_dir, cfg.data.corpus_file))
+    index, timing = ensure_index(run, corpus, workdir, kind="flat", batch_size=64,
+                                 dtype="float32", shard_size=128)
+    assert timing["encoded_this_run"] == 0  # the robustness export is the retrieval export
+    assert result["export"]["encoded_this_run"] == 300
+    questions = result["questions"]
+    qs, ans = load_qa(os.path.join(cfg.data.data_dir, cfg.data.test_file))
+    answers = [ans[qs.index(q)] for q in questions]
+    q_emb = export.encode_questions(run, questions)
+    plain = metrics.evaluate_retrieval(questions, answers,
+                                       retrieve(index, q_emb, corpus, K_DEPTH), ks=KS)
+    k0 = result["table"][0]
+    assert k0["top_k"] == plain["top_k"] and k0["mrr"] == pytest.approx(plain["mrr"])
+    assert result["first_hit_rank"][0] == plain["first_hit_rank"]
+    assert k0["corpus_size"] == 300 and k0["retrieved_distractors"] == 0
+
+
+def test_corpus_grows_by_k_per_question(robust):
+    _, _, result = robust
+    n = result["n_questions"]
+    stats = result["distractor_stats"]
+    assert n > 0 and stats["questions_evaluated"] == n
+    assert stats["questions_evaluated"] + stats["questions_without_distractors"] == stats["triplets"]
+    for K in COUNTS:
+        e = result["table"][K]
+        # Every synthetic gold passage has >= 3 non-evidence variants, so nothing is short.
+        assert e["questions_short"] == 0
+        assert e["distractors_added"] == K * n
+        assert e["corpus_size"] == 300 + K * n
+        assert e["distractors_per_question_actual"] == K
+
+
+def _ranks(ranks):
+    return [r if r is not None else np.inf for r in ranks]
+
+
+def test_adding_distractors_only_pushes_answer_passages_down(robust):
+    _, _, result = robust
+    first, corpus_first, n = result["first_hit_rank"], result["first_corpus_hit_rank"], result["n_questions"]
+    assert all(r is not None for r in corpus_first[0])  # k = 400 > corpus: every question has a hit
+    for K_prev, K in zip(COUNTS, COUNTS[1:]):
+        prev, e = result["table"][K_prev], result["table"][K]
+        # Exact for every question: the Flat index only gains passages, so the first
+        # answer-bearing corpus passage never moves up; corpus-only top-k and MRR never rise.
+        assert all(r >= p for r, p in zip(_ranks(corpus_first[K]), _ranks(corpus_first[K_prev])))
+        assert all(e["top_k_corpus"][k] <= prev["top_k_corpus"][k] for k in KS)
+        assert e["mrr_corpus"] <= prev["mrr_corpus"]
+        # DPR's first hit equals the corpus one unless a distractor bearing the answer is first.
+        for q in range(n):
+            if first[K][q] != corpus_first[K][q]:
+                assert first[K][q] < corpus_first[K][q]
+        for k in KS:
+            distractor_first = sum(1 for f, c in zip(_ranks(first[K]), _ranks(corpus_first[K]))
+                                   if f <= k < c)
+            assert e["top_k"][k] == pytest.approx(e["top_k_corpus"][k] + 100 * distractor_first / n)
+            if distractor_first == 0:  # no distractor hit counted: DPR top-k cannot rise either
+                assert e["top_k"][k] <= prev["top_k"][k]
+    # The distractors do push answer passages down (the assertions above are not vacuous).
+    assert sum(corpus_first[3]) > sum(corpus_first[0])
+    assert result["table"][3]["mean_distractors_above_first_corpus_hit"] > 0
+    assert result["table"][3]["top_k_corpus"][100] < result["table"][0]["top_k_corpus"][100]
+
+
+def test_own_distractors_never_bear_the_answer(robust):
+    _, _, result = robust
+    for K in COUNTS:
+        e = result["table"][K]
+        assert e["retrieved_own_distractors_with_answer"] == 0
+        # k = 400 covers the whole index: every distractor is retrieved by every question.
+        assert e["retrieved_distractors"] == e["distractors_added"] * result["n_questions"]
+        # Other questions' distractors may contain an answer by coincidence: top-20 has none
+        # on this data, so DPR top-k up to 20 is exactly non-increasing here.
+        assert all(e["top_k"][k] <= result["table"][0]["top_k"][k] for k in (1, 5, 20))
+
+
+def test_report_files_and_distractor_texts(robust):
+    workdir, run, result = robust
+    out = os.path.join(workdir, "eval", f"step_{run.step}")
+    saved = json.load(open(os.path.join(out, "robustness.json")))
+    assert sorted(saved["table"]) == ["0", "1", "3"]
+    assert saved["table"]["3"]["top_k"] == {str(k): v for k, v in result["table"][3]["top_k"].items()}
+    md = open(os.path.join(out, "robustness.md")).read()
+    assert "| K |" in md and "top-100" in md and "questions short" in md
+    assert os.path.getsize(os.path.join(out, "robustness.png")) > 1000
+    rows = [json.loads(line) for line in open(os.path.join(out, "robustness_distractors.jsonl"))]
+    assert [r["question"] for r in rows] == result["questions"]
+    for r in rows:
+        assert len(r["distractors"]) == 3 == len(set(r["distractors"]))
+        assert not any(has_answer(r["answers"], d) for d in r["distractors"])
+
+
+def test_multi_run_table_and_plot(robust, tmp_path):
+    from dense_cf.eval.robustness import plot_runs, robustness_table
+    workdir, run, result = robust
+    loaded = json.load(open(os.path.join(workdir, "eval", f"step_{run.step}", "robustness.json")))
+    table = robustness_table({"a": result, "b": loaded})  # JSON string keys are accepted
+    lines = table.splitlines()
+    assert lines[0].startswith("| K | distractors/q | a top-1 |") and "b MRR" in lines[0]
+    assert len(lines) == 2 + len(COUNTS)
+    # Runs side by side: the same numbers for the same result.
+    cells = [c.strip() for c in lines[2 + 2].strip("|").split("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert cells[header.index("a top-5")] == cells[header.index("b top-5")]
+    plot_runs({"a": result, "b": loaded}, str(tmp_path / "p.png"))
+    assert os.path.getsize(tmp_path / "p.png") > 1000
+
+
+def test_counts_beyond_max_are_rejected(robust):
+    from dense_cf.eval.robustness import evaluate_robustness
+    workdir, run, _ = robust
+    with pytest.raises(ValueError, match="counts"):
+        evaluate_robustness(workdir, counts=(0, 5), max_distractors=3, run=run)
