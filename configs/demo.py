@@ -19,6 +19,7 @@ def get_config(method: str = "picl"):
     c.data.gold_file = "synth-test_gold_info.json"
     c.eval.after_training = True
     c.eval.embedding_dtype = "float32"
+    c.eval.robustness_counts = (0, 1, 2, 5, 10)
     c.data.synthetic.generate = True
     c.data.max_q_len = 32
     c.data.max_p_len = 96

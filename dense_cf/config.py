@@ -85,6 +85,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.embedding_dtype = "float16"          # export dtype on disk
     c.eval.shard_size = 100_000                 # passages per export shard
     c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
+    c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1                            # all devices not used by `model`

@@ -88,6 +88,13 @@ def main(argv) -> None:
         aar_math.histogram_plot(diffs, os.path.join(workdir, "aar_hist.png"),
                                 title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
         table += "\n\nAAR triplets: " + ", ".join(f"{m}: {len(d)}" for m, d in diffs.items())
+    robust = {m: r["eval"]["robustness"] for m, r in results.items()
+              if "robustness" in r.get("eval", {})}
+    if robust:
+        from dense_cf.eval.robustness import plot_runs, robustness_table
+        table += ("\n\n## Top-k vs. near-duplicate distractors per question (EADPR Fig. 5)\n\n"
+                  + robustness_table(robust))
+        plot_runs(robust, os.path.join(workdir, "robustness.png"))
     with open(os.path.join(workdir, "report.md"), "w") as f:
         f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + table + "\n")
     report_lib.write_json(os.path.join(workdir, "report.json"), results)

@@ -195,6 +195,11 @@ def evaluate_after_training(run: Run, workdir: str) -> dict[str, Any]:
     out = {"retrieval": evaluate_run(workdir, run=run)}
     if run.config.data.get("gold_file"):
         out["aar"] = evaluate_aar(workdir, run=run)
+        counts = tuple(int(c) for c in run.config.eval.robustness_counts)
+        if counts:
+            from dense_cf.eval.robustness import evaluate_robustness
+            out["robustness"] = evaluate_robustness(workdir, run=run, counts=counts,
+                                                    max_distractors=max(counts))
     return out
 
 
