@@ -46,7 +46,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.corpus_file = "psgs_w100.tsv.gz"
     c.data.test_file = "nq-test.qa.csv"
     c.data.gold_file = "nq-test_gold_info.json.gz"
-    c.data.synthetic = ml_collections.ConfigDict({"generate": False, "num_passages": 2000, "seed": 0})
+    c.data.synthetic = ml_collections.ConfigDict(
+        {"generate": False, "num_passages": 2000, "seed": 0, "test_questions": 0})  # 0: default share
 
     c.loss = ml_collections.ConfigDict()
     c.loss.use_dpr = True

@@ -65,7 +65,8 @@ def maybe_generate_synthetic(config) -> None:
     from dense_cf.data import synthetic
     if jax.process_index() == 0:
         logging.info("generating the synthetic benchmark in %s", config.data.data_dir)
-        synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed)
+        synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed,
+                           test_questions=syn.get("test_questions") or None)
 
 
 def build_model(config, load_pretrained: bool = True):
