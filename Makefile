@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m dense_cf.demo --workdir=$(WORKDIR)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
 
 bench: $(STAMP)
 	$(PY) -m dense_cf.bench.train_step

@@ -7,7 +7,6 @@ report once the evaluation binaries exist.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 

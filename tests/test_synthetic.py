@@ -50,7 +50,8 @@ def test_files_exist_and_parse(gen):
     d = gen["dir"]
     for name in synthetic.FILES.values():
         assert (d / name).is_file(), name
-    assert (d / synthetic.FILES["corpus"]).read_text(encoding="utf-8").startswith("id\ttext\ttitle\n")
+    header = (d / synthetic.FILES["corpus"]).read_text(encoding="utf-8").split("\n", 1)[0]
+    assert header == "id\ttext\ttitle"
     assert [pid for pid, _, _ in gen["corpus"]] == [str(i) for i in range(1, N + 1)]
     assert all(text and title for _, text, title in gen["corpus"])
     ex = gen["train"][0]
@@ -67,7 +68,8 @@ def test_meta_counts_match_files(gen):
     c = m["counts"]
     assert m["seed"] == 0 and m["version"] == synthetic.GENERATOR_VERSION
     assert c["passages"] == len(gen["corpus"]) == N
-    assert c["questions"] == {"train": len(gen["train"]), "dev": len(gen["dev"]), "test": len(gen["test_qa"])}
+    sizes = {"train": len(gen["train"]), "dev": len(gen["dev"]), "test": len(gen["test_qa"])}
+    assert c["questions"] == sizes
     assert {s: len(g) for s, g in gen["gold"].items()} == c["questions"]
     # Default sizes: one train question per two passages, dev and test 10% of train each.
     assert c["questions"] == {"train": N // 2, "dev": N // 20, "test": N // 20}
@@ -75,9 +77,11 @@ def test_meta_counts_match_files(gen):
     assert c["dropped_total"] == sum(c["dropped"].values())
     assert c["candidates_validated"] == c["dropped_total"] + sum(c["questions"].values())
     n_hard = sum(len(e.hard_negative_ctxs) for e in gen["train"] + gen["dev"])
-    assert c["hard_negatives"] == n_hard and c["mined_questions"] == len(gen["train"]) + len(gen["dev"])
+    assert c["hard_negatives"] == n_hard
+    assert c["mined_questions"] == len(gen["train"]) + len(gen["dev"])
     for s, rows in (("train", gen["train"]), ("dev", gen["dev"])):
-        assert c["question_types"][s] == dict(sorted(Counter(question_type(e.question) for e in rows).items()))
+        types = Counter(question_type(e.question) for e in rows)
+        assert c["question_types"][s] == dict(sorted(types.items()))
     assert gen["res"]["counts"] == c
 
 
@@ -109,7 +113,8 @@ def test_output_independent_of_worker_count(tmp_path, monkeypatch):
 
 def test_positive_has_answer_in_exactly_one_sentence(gen):
     rows = [(e.question, e.answers, e.positive_ctxs[0].text) for e in gen["train"] + gen["dev"]]
-    rows += [(r["question"], a, r["context"]) for r, (_, a) in zip(gen["gold"]["test"], gen["test_qa"])]
+    rows += [(r["question"], a, r["context"])
+             for r, (_, a) in zip(gen["gold"]["test"], gen["test_qa"])]
     for q, answers, text in rows:
         assert has_answer(answers, text), q
         assert len(_answer_sentences(text, answers)) == 1, q
@@ -123,7 +128,8 @@ def test_question_shares_words_with_answer_sentence(gen):
         (k,) = _answer_sentences(text, e.answers)
         a, b = split_sentences(text)[k]
         sent = set(re.findall(r"\w+", text[a:b].lower())) - stop
-        q = set(re.findall(r"\w+", e.question.lower())) - stop - set(re.findall(r"\w+", e.answers[0].lower()))
+        answer = set(re.findall(r"\w+", e.answers[0].lower()))
+        q = set(re.findall(r"\w+", e.question.lower())) - stop - answer
         assert sent & q, (e.question, text[a:b])
 
 
@@ -169,7 +175,7 @@ def test_splits_disjoint_and_test_gold_in_corpus(gen):
     tr = {e.question for e in gen["train"]}
     dv = {e.question for e in gen["dev"]}
     te = {q for q, _ in gen["test_qa"]}
-    assert len(tr) == len(gen["train"]) and len(dv) == len(gen["dev"]) and len(te) == len(gen["test_qa"])
+    assert (len(tr), len(dv), len(te)) == (len(gen["train"]), len(gen["dev"]), len(gen["test_qa"]))
     assert not (tr & dv) and not (tr & te) and not (dv & te)
     corpus = {(title, text) for _, text, title in gen["corpus"]}
     for r in gen["gold"]["test"]:
@@ -186,8 +192,10 @@ def test_names_places_and_years_shared_across_entities(gen):
     for _, text, title in gen["corpus"]:
         for w in set(re.findall(r"\w+", text)):
             ents_with[w].add(title)
-    last_names = {synthetic._last_name(i) for i in range(len(synthetic.LAST_ROOTS) * len(synthetic.LAST_SUFFIXES))}
-    places = {synthetic._place_name(i) for i in range(len(synthetic.PLACE_ROOTS) * len(synthetic.PLACE_SUFFIXES))}
+    n_last = len(synthetic.LAST_ROOTS) * len(synthetic.LAST_SUFFIXES)
+    n_place = len(synthetic.PLACE_ROOTS) * len(synthetic.PLACE_SUFFIXES)
+    last_names = {synthetic._last_name(i) for i in range(n_last)}
+    places = {synthetic._place_name(i) for i in range(n_place)}
 
     def shared(words):
         return sum(len(ents_with[w]) >= 2 for w in words)

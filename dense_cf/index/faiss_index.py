@@ -713,6 +713,7 @@ def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
         cpu_parts = [faiss.clone_index(template) for _ in range(spec.shards - 1)] + [template]
     else:
         cpu_parts = [template] + [_new_cpu_index(spec, dim) for _ in range(spec.shards - 1)]
+    t1 = time.perf_counter()  # add time includes allocating the storage
     if bounds is not None and not use_gpu:
         for s, ix in enumerate(cpu_parts):
             _reserve(ix, spec.kind, bounds[s + 1] - bounds[s])
@@ -722,9 +723,11 @@ def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
         _set_search_params(ix, spec, use_gpu)
 
     # Add: rows go to shards contiguously when n is known, else chunk by chunk round-robin.
-    t1 = time.perf_counter()
-    added, last_log, bs = 0, t1, spec.add_batch_size
-    for c, (label, vecs, ids) in enumerate(source.chunks()):
+    # No enumerate(): its cached result tuple would keep the previous chunk alive while the
+    # source loads the next one.
+    added, last_log, bs, c = 0, t1, spec.add_batch_size, -1
+    for label, vecs, ids in source.chunks():
+        c += 1
         x = xi = None
         for b in range(0, len(vecs), bs):
             x = np.ascontiguousarray(vecs[b:b + bs], dtype=np.float32)
