@@ -58,6 +58,7 @@ def test_end_to_end_reports(trained):
     workdir, summary = trained
     ret = summary["eval"]["retrieval"]
     assert ret["corpus_size"] == 300 and ret["n_questions"] > 0
+    assert not ret["timing"]["index_reused"]
     assert set(ret["top_k"]) == {1, 5, 20}
     assert 0.0 <= ret["top_k"][1] <= ret["top_k"][5] <= ret["top_k"][20] <= 100.0
     out = os.path.join(workdir, "eval", "step_3")
@@ -129,7 +130,7 @@ def test_binaries_from_the_command_line(trained):
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout[r.stdout.index("{"):])
     # The export and index were reused, and the numbers are the same as after training.
-    assert out["timing"]["encoded_this_run"] == 0
+    assert out["timing"]["encoded_this_run"] == 0 and out["timing"]["index_reused"]
     assert out["top_k"] == {str(k): v for k, v in summary["eval"]["retrieval"]["top_k"].items()}
     r = subprocess.run([sys.executable, "-m", "dense_cf.eval.aar", f"--workdir={workdir}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

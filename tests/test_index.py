@@ -19,6 +19,7 @@ from dense_cf.index import (
     build_index_from_dir,
     bytes_per_vector,
     default_pq_m,
+    is_saved_index,
     merge_topk,
 )
 
@@ -211,6 +212,7 @@ def test_save_load_round_trip(tmp_path, clustered, kind, shards):
     on_disk = json.loads((tmp_path / "index.json").read_text())
     assert on_disk == manifest and on_disk["ntotal"] == N and on_disk["dim"] == D
     assert len(on_disk["shards"]) == shards
+    assert is_saved_index(str(tmp_path))
     loaded = DenseIndex.load(str(tmp_path))
     assert type(loaded) is type(index) and loaded.spec == index.spec
     assert (loaded.ntotal, loaded.dim, loaded.kind) == (N, D, kind)
@@ -232,6 +234,7 @@ def test_search_params_survive_save_and_change_results(tmp_path, clustered):
 
 
 def test_load_errors(tmp_path):
+    assert not is_saved_index(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="index.json"):
         DenseIndex.load(str(tmp_path))
 

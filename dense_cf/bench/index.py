@@ -221,7 +221,7 @@ class _PeakRSS:
 def _run_single(kind: str) -> dict[str, Any]:
     import faiss
 
-    from dense_cf.index import DenseIndex, IndexSpec, build_index_from_dir
+    from dense_cf.index import IndexSpec, build_index_from_dir
 
     workdir = _WORKDIR.value
     queries = np.load(os.path.join(workdir, "queries.npy"))

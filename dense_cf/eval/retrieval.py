@@ -81,7 +81,8 @@ def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: in
                  dtype: str, shard_size: int, encoder=None):
     """Exports the corpus (resumable) and builds or loads the index for this checkpoint."""
     from dense_cf import export
-    from dense_cf.index.faiss_index import DenseIndex, IndexSpec, build_index_from_dir
+    from dense_cf.index.faiss_index import (DenseIndex, IndexSpec, build_index_from_dir,
+                                            is_saved_index)
 
     export_dir = os.path.join(workdir, "export", f"step_{run.step}")
     index_dir = os.path.join(workdir, "index", f"step_{run.step}_{kind}")
@@ -92,14 +93,15 @@ def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: in
     if manifest["count"] != len(corpus):
         raise RuntimeError(f"export in {export_dir} has {manifest['count']} rows, corpus {len(corpus)}")
     t0 = time.perf_counter()
-    if os.path.exists(os.path.join(index_dir, "manifest.json")):
+    reused = is_saved_index(index_dir)
+    if reused:
         index = DenseIndex.load(index_dir)
     else:
         index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
         index.save(index_dir)
     timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
               "encoded_this_run": manifest["encoded_this_run"],
-              "index_s": time.perf_counter() - t0}
+              "index_s": time.perf_counter() - t0, "index_reused": reused}
     return index, timing
 
 

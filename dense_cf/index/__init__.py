@@ -3,6 +3,7 @@
 from dense_cf.index.faiss_index import (
     GPU_KINDS,
     KINDS,
+    MANIFEST_NAME,
     DenseIndex,
     IndexSpec,
     ShardedIndex,
@@ -11,6 +12,7 @@ from dense_cf.index.faiss_index import (
     build_index_from_dir,
     bytes_per_vector,
     default_pq_m,
+    is_saved_index,
     list_embedding_shards,
     merge_topk,
 )
@@ -18,6 +20,7 @@ from dense_cf.index.faiss_index import (
 __all__ = [
     "GPU_KINDS",
     "KINDS",
+    "MANIFEST_NAME",
     "DenseIndex",
     "IndexSpec",
     "ShardedIndex",
@@ -26,6 +29,7 @@ __all__ = [
     "build_index_from_dir",
     "bytes_per_vector",
     "default_pq_m",
+    "is_saved_index",
     "list_embedding_shards",
     "merge_topk",
 ]

@@ -48,6 +48,7 @@ from absl import logging
 __all__ = [
     "GPU_KINDS",
     "KINDS",
+    "MANIFEST_NAME",
     "DenseIndex",
     "IndexSpec",
     "ShardedIndex",
@@ -56,6 +57,7 @@ __all__ = [
     "build_index_from_dir",
     "bytes_per_vector",
     "default_pq_m",
+    "is_saved_index",
     "list_embedding_shards",
     "merge_topk",
 ]
@@ -471,6 +473,12 @@ class DenseIndex:
             _set_search_params(ix, spec, on_gpu)
         out_cls = ShardedIndex if len(indexes) > 1 else DenseIndex
         return out_cls(indexes, spec, dim, on_gpu=on_gpu)
+
+
+def is_saved_index(directory: str) -> bool:
+    """True when ``directory`` holds an index written by ``DenseIndex.save`` (its index.json;
+    an export directory's manifest.json is a different file)."""
+    return os.path.isfile(os.path.join(directory, MANIFEST_NAME))
 
 
 class ShardedIndex(DenseIndex):
