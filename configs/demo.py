@@ -1,4 +1,4 @@
-"""The embedded default: the synthetic QA benchmark + all-MiniLM-L6-v2, a few minutes on 2 CPU cores.
+"""The embedded default: the synthetic QA benchmark + all-MiniLM-L6-v2 (~10 min on 2 CPU cores).
 
 ``get_config("picl")`` (default) or ``get_config("dpr")`` — select with
 ``--config=configs/demo.py:dpr``. The benchmark is generated into data_dir on first use.
