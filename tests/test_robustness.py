@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from dense_cf.config import base_config
 from dense_cf.data import synthetic
 from dense_cf.data.answers import has_answer
+from helpers import tiny_synthetic_config
 
 COUNTS = (0, 1, 3)
 KS = (1, 5, 20, 100)
@@ -16,28 +16,9 @@ K_DEPTH = 400
 
 
 def _config(data_dir):
-    c = base_config()
-    c.method = "picl"
-    c.model.name_or_path = "tiny"
-    c.model.tiny_layers = 1
-    c.data.data_dir = str(data_dir)
-    c.data.train_file, c.data.dev_file = "biencoder-synth-train.json", "biencoder-synth-dev.json"
-    c.data.corpus_file, c.data.test_file = "psgs_synth.tsv", "synth-test.qa.csv"
-    c.data.gold_file = "synth-test_gold_info.json"
-    c.data.max_q_len, c.data.max_p_len = 24, 64
-    c.train.global_batch = 8
-    c.train.num_steps = 2
-    c.train.log_every = 1
-    c.train.eval_every = 0
-    c.optim.warmup_steps = 1
-    c.mesh.data = 2
-    c.eval.after_training = False
-    c.eval.k = 20
-    c.eval.ks = (1, 5, 20)
-    c.eval.batch_size = 64
-    c.eval.embedding_dtype = "float32"
-    c.eval.shard_size = 128
-    return c
+    # Plain DPR loss: the run the ranking assertions below were written against.
+    return tiny_synthetic_config(data_dir, **{"train.num_steps": 2, "eval.after_training": False,
+                                              "loss.lam": 0.0, "loss.tau1": 0.0, "loss.tau2": 0.0})
 
 
 def test_build_distractors_shared_context_and_missing_answers():
