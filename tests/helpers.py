@@ -28,10 +28,15 @@ def tiny_synthetic_config(data_dir, **overrides):
     c.eval.batch_size = 64
     c.eval.embedding_dtype = "float32"
     c.eval.shard_size = 128
+    return apply_overrides(c, overrides)
+
+
+def apply_overrides(config, overrides):
+    """Sets dotted keys (``{"train.num_steps": 3}``) on a ConfigDict, like ``--config.x.y=v``."""
     for key, value in overrides.items():
-        node = c
+        node = config
         *path, last = key.split(".")
         for p in path:
             node = node[p]
         node[last] = value
-    return c
+    return config

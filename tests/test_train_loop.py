@@ -13,6 +13,7 @@ import pytest
 from dense_cf.config import base_config
 from dense_cf.data.formats import BiencoderExample, Passage, write_biencoder
 from dense_cf.train import mesh as mesh_lib
+from helpers import apply_overrides
 
 
 # ---------------------------------------------------------------- end-to-end loop and resume
@@ -44,13 +45,7 @@ def _tiny_config(data_dir, **over):
     c.optim.warmup_steps = 2
     c.optim.learning_rate = 1e-3
     c.mesh.data, c.mesh.model = 4, 2
-    for k, v in over.items():
-        node = c
-        *path, last = k.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = v
-    return c
+    return apply_overrides(c, over)
 
 
 @pytest.fixture(scope="module")
