@@ -51,9 +51,16 @@ def _gather(x, mesh: Mesh | None):
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P()))
 
 
+# ``embed_fn(model, params, batch, *, deterministic, rngs) -> (q [B,D], pos [B,D], hard [B,h,D],
+# cf [B,D] | None)``: every output row belongs to one example of the (host/device-local) batch, so
+# a method with another input format (DCSR's sentence vectors) plugs in its own embedding
+# function and reuses the loss, the gather and the train step unchanged.
+EmbedFn = Callable[..., tuple]
+
+
 def batch_loss(model, params, batch, *, loss_kwargs: dict[str, Any], mesh: Mesh | None,
-               deterministic: bool, rngs=None):
-    q, pos, hard, cf = embed_batch(model, params, batch, deterministic=deterministic, rngs=rngs)
+               deterministic: bool, rngs=None, embed_fn: EmbedFn = embed_batch):
+    q, pos, hard, cf = embed_fn(model, params, batch, deterministic=deterministic, rngs=rngs)
     q, pos, hard, cf = (_gather(x, mesh) for x in (q, pos, hard, cf))
     hard_valid = _gather(batch["hard_valid"], mesh)
     cf_valid = _gather(batch["cf_valid"], mesh) if cf is not None else None
@@ -62,7 +69,7 @@ def batch_loss(model, params, batch, *, loss_kwargs: dict[str, Any], mesh: Mesh 
 
 def make_train_step(model, tx: optax.GradientTransformation, *, loss_kwargs: dict[str, Any],
                     mesh: Mesh | None, schedule: optax.Schedule | None = None,
-                    dropout: bool = True) -> Callable:
+                    dropout: bool = True, embed_fn: EmbedFn = embed_batch) -> Callable:
     """``(state, batch, rng) -> (state, metrics)``; pure, to be jitted by the caller."""
 
     def train_step(state: TrainState, batch, rng):
@@ -70,7 +77,7 @@ def make_train_step(model, tx: optax.GradientTransformation, *, loss_kwargs: dic
 
         def loss_fn(params):
             return batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
-                              deterministic=not dropout, rngs=rngs)
+                              deterministic=not dropout, rngs=rngs, embed_fn=embed_fn)
 
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -83,12 +90,13 @@ def make_train_step(model, tx: optax.GradientTransformation, *, loss_kwargs: dic
     return train_step
 
 
-def make_eval_step(model, *, loss_kwargs: dict[str, Any], mesh: Mesh | None) -> Callable:
+def make_eval_step(model, *, loss_kwargs: dict[str, Any], mesh: Mesh | None,
+                   embed_fn: EmbedFn = embed_batch) -> Callable:
     """``(params, batch) -> metrics`` without dropout (dev-set validation)."""
 
     def eval_step(params, batch):
         _, metrics = batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
-                                deterministic=True)
+                                deterministic=True, embed_fn=embed_fn)
         return metrics
 
     return eval_step
