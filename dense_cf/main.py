@@ -1,11 +1,16 @@
 """Entry point: ``python -m dense_cf.main --config=configs/picl_nq.py --workdir=DIR [--config.x.y=v]``.
 
-Re-running with the same workdir resumes from the latest checkpoint.
+Re-running with the same workdir resumes from the latest checkpoint. Multi-host: run the same
+command on every host with ``--distributed=tpu|slurm`` (or ``auto``, the default), or with
+``--distributed=explicit --coordinator_address=HOST:PORT --num_processes=N --process_id=I``;
+the workdir must be on storage every host sees (GCS or a shared filesystem). See docs/launch.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -13,29 +18,51 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and reports.")
+_DISTRIBUTED = flags.DEFINE_enum(
+    "distributed", "auto", ["auto", "none", "tpu", "slurm", "explicit"],
+    "Multi-host start-up (dense_cf/train/distributed.py): auto = explicit if "
+    "--coordinator_address is set, else SLURM inside a multi-task srun step, else TPU if TPU "
+    "chips are attached, else a single process.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None,
-    "host:port of process 0 for multi-host runs; unset = single host (or auto-detected TPU/SLURM "
-    "with --distributed).")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process' index (multi-host).")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False,
-                                 "Call jax.distributed.initialize() (auto-detects TPU pods/SLURM).")
+    "HOST:PORT of process 0 (--distributed=explicit; overrides the SLURM-derived address).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None,
+                                      "Number of processes (explicit; overrides detection).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None,
+                                   "This process' index (explicit; overrides detection).")
+_LOCAL_DEVICE_IDS = flags.DEFINE_list(
+    "local_device_ids", None, "Comma-separated local device ids this process drives "
+    "(default: all, or one GPU per task under SLURM with several tasks per node).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv) -> None:
     del argv
+    # Before anything touches devices: jax.distributed must come first.
+    from dense_cf.train import distributed
+    local_ids = [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None
+    distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
+                           num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
+                           local_device_ids=local_ids)
     import jax
-    if _DISTRIBUTED.value or _COORDINATOR.value:
-        jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
-                                   num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
     # tf.data must not grab accelerators that JAX owns.
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
     from dense_cf.train.loop import train
-    logging.info("process %d/%d, devices: %s", jax.process_index(), jax.process_count(), jax.devices())
-    summary = train(_CONFIG.value, _WORKDIR.value)
+    logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
+                 jax.local_device_count(), jax.device_count(), jax.default_backend())
+    try:
+        summary = train(_CONFIG.value, _WORKDIR.value)
+    except BaseException:
+        if jax.process_count() == 1:
+            raise
+        # A normal exit waits in jax.distributed's shutdown barrier (and orbax's) for peers that
+        # may themselves be blocked in a collective with us: a hang. Exit hard instead, so the
+        # peers see this process die (coordination-service heartbeats) and terminate too.
+        logging.exception("process %d failed; exiting immediately", jax.process_index())
+        logging.flush()
+        sys.stderr.flush()
+        os._exit(1)
     summary.pop("state", None)
     if jax.process_index() == 0:
         print(json.dumps({k: summary[k] for k in ("step", "train", "dev")}, indent=2, default=float))

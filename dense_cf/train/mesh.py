@@ -33,8 +33,22 @@ def make_mesh(data: int = -1, model: int = 1, devices: Sequence[jax.Device] | No
             raise ValueError(f"a multi-host mesh must use every device: data={data} x "
                              f"model={model} != {len(devices)}")
         devices = devices[:data * model]  # e.g. 4 of 8 local accelerators
-    return jax.make_mesh((data, model), MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto),
+    mesh = jax.make_mesh((data, model), MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto),
                          devices=devices)
+    if jax.process_count() > 1:
+        check_hosts_own_data_shards(mesh)
+    return mesh
+
+
+def check_hosts_own_data_shards(mesh: Mesh) -> None:
+    """Each ``data`` index must live on ONE host: the input pipeline gives every host its own
+    ``global_batch / hosts`` rows, so a ``model`` group spanning hosts would need rows twice."""
+    for i, row in enumerate(np.asarray(mesh.devices).reshape(mesh.shape["data"], -1)):
+        hosts = sorted({d.process_index for d in row})
+        if len(hosts) > 1:
+            raise ValueError(
+                f"mesh.model={mesh.shape['model']} spans hosts {hosts} (data index {i}); use a "
+                f"model axis that fits in one host's {jax.local_device_count()} devices")
 
 
 def tree_shardings(boxed_tree: Any, mesh: Mesh, rules) -> Any:
