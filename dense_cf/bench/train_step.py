@@ -4,6 +4,7 @@ Times the jitted, sharded train step used by the loop on the demo shapes with Mi
 prints questions/s, passages/s, step time, compile time, peak RSS, the step's FLOPs (from XLA's
 cost analysis, cross-checked with the 6·N·tokens estimate) and the achieved FLOP/s as a
 fraction of this machine's measured matmul peak (``dense_cf.bench.peak``).
+``--grad_cache_chunks`` / ``--remat`` / ``--dtype`` time the memory-saving variants.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ _CF = flags.DEFINE_bool("counterfactual", True, "PiCL batch (one counterfactual 
 _STEPS = flags.DEFINE_integer("steps", 8, "Timed steps.")
 _DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype (bfloat16 is slow on this CPU).")
 _REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.")
+_REMAT_POLICY = flags.DEFINE_enum("remat_policy", "nothing_saveable",
+                                  ["nothing_saveable", "dots_with_no_batch_dims_saveable",
+                                   "dots_saveable"], "jax checkpoint policy of remat'ed layers.")
+_CHUNKS = flags.DEFINE_integer("grad_cache_chunks", 1, "GradCache chunks (1 = off).")
 _MESH_MODEL = flags.DEFINE_integer("mesh_model", 1, "Size of the 'model' mesh axis.")
 _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.")
 
@@ -59,7 +64,10 @@ def main(argv) -> None:
     b, h = _BATCH.value, _HARD.value
 
     mesh = mesh_lib.make_mesh(-1, _MESH_MODEL.value)
+    cfg.train.grad_cache_chunks = _CHUNKS.value
     model, hf_params, _ = loop.build_model(cfg)
+    if _REMAT.value:
+        model = model.clone(config=model.config.replace(remat_policy=_REMAT_POLICY.value))
     rules = axis_rules_for(model.config, mesh.shape["model"])
     tx, sched = make_optimizer(cfg.optim, total_steps=1000)
     r = np.random.default_rng(0)
@@ -80,7 +88,8 @@ def main(argv) -> None:
         state = loop.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
         state_sh = jax.tree.map(lambda x: x.sharding, state)
         step = jax.jit(make_train_step(model, tx, loss_kwargs=loss_kwargs_from_config(cfg),
-                                       mesh=mesh, schedule=sched),
+                                       mesh=mesh, schedule=sched,
+                                       grad_cache_chunks=cfg.train.grad_cache_chunks),
                        in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
                        out_shardings=(state_sh, None), donate_argnums=(0,))
         gbatch = mesh_lib.global_batch(batch, mesh)
@@ -91,6 +100,8 @@ def main(argv) -> None:
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
         xla_flops = float(cost.get("flops", 0.0)) if cost else 0.0
+        if cfg.train.grad_cache_chunks > 1:
+            xla_flops = None  # XLA counts a while-loop body once: use the estimate instead
         state, m = step(state, gbatch, rng)  # warm-up
         jax.block_until_ready(m)
         times = []
@@ -106,9 +117,12 @@ def main(argv) -> None:
     towers = 1 if model.shared else 2
     non_emb = n_params / towers - emb
     tokens = b * _LQ.value + passages * _LP.value
-    # 6·N·T for the dense layers (fwd + bwd) plus attention scores/context: 12·L·T·Lseq·H.
-    attn = 12 * tower.num_layers * tower.hidden_size * (b * _LQ.value ** 2 + passages * _LP.value ** 2)
-    est_flops = 6 * non_emb * tokens + attn
+    # 6·N·T for the dense layers (fwd + bwd) plus attention scores/context: 12·L·T·Lseq·H;
+    # GradCache adds one forward pass (2·N·T + 4·L·T·Lseq·H).
+    passes = 4 if cfg.train.grad_cache_chunks > 1 else 3
+    attn = 4 * passes * tower.num_layers * tower.hidden_size * (
+        b * _LQ.value ** 2 + passages * _LP.value ** 2)
+    est_flops = 2 * passes * non_emb * tokens + attn
     flops = xla_flops or est_flops
     step_s = statistics.median(times)
     peak = measure_matmul_peak(dtype=jnp.float32 if _DTYPE.value == "float32" else jnp.bfloat16)
@@ -116,6 +130,8 @@ def main(argv) -> None:
         "model": _MODEL.value, "devices": jax.device_count(), "mesh": dict(mesh.shape),
         "global_batch": b, "passages_per_step": passages, "max_q_len": _LQ.value,
         "max_p_len": _LP.value, "dtype": _DTYPE.value, "remat": _REMAT.value,
+        "remat_policy": _REMAT_POLICY.value if _REMAT.value else None,
+        "grad_cache_chunks": cfg.train.grad_cache_chunks,
         "compile_s": round(compile_s, 2), "step_time_s_median": round(step_s, 4),
         "step_time_s_min": round(min(times), 4),
         "questions_per_s": round(b / step_s, 2), "passages_per_s": round(passages / step_s, 2),

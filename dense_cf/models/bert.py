@@ -58,6 +58,13 @@ DEFAULT_LOGICAL_AXIS_RULES: LogicalRules = (
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
+# ``jax.checkpoint_policies`` usable as ``remat_policy`` (what a remat'ed layer keeps for the
+# backward pass): "nothing_saveable" keeps only layer inputs (least memory, one extra forward);
+# "dots_with_no_batch_dims_saveable" keeps the weight matmuls' outputs and recomputes the
+# attention einsums, softmax, GELU and dropout (less recompute, more memory); "dots_saveable"
+# keeps every matmul output including attention scores.
+REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable")
+
 
 def _dtype_name(d: Any) -> str:
     """Normalises jnp.float32 / np.dtype / "float32" to a hashable string."""
@@ -75,7 +82,10 @@ class BertConfig:
     """BERT hyper-parameters. ``dtype``/``param_dtype`` are stored as strings (hashable, JSON-able).
 
     ``dtype`` is the compute dtype (activations, matmuls); softmax and LayerNorm always run in
-    float32. ``remat`` re-computes each layer in the backward pass (see :class:`BertEncoder`).
+    float32. ``param_dtype`` is the storage dtype of the (master) weights, float32 by default even
+    with bfloat16 compute: kernels are cast to ``dtype`` inside each matmul, so gradients and the
+    optimizer state stay float32. ``remat`` re-computes each layer in the backward pass with the
+    jax checkpoint policy ``remat_policy`` (see :class:`BertEncoder`).
     """
 
     vocab_size: int
@@ -93,10 +103,13 @@ class BertConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
     remat: bool = False
+    remat_policy: str = "nothing_saveable"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         object.__setattr__(self, "param_dtype", _dtype_name(self.param_dtype))
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"unsupported remat_policy {self.remat_policy!r}; one of {REMAT_POLICIES}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}"
@@ -397,11 +410,11 @@ MASK_NEG = -1e9
 class BertEncoder(nn.Module):
     """BERT encoder returning ``last_hidden_state`` [B, L, H] in ``config.dtype``.
 
-    With ``config.remat`` each layer is wrapped in ``nn.remat`` with the
-    ``nothing_saveable`` policy: only layer inputs are kept and everything inside a layer is
-    recomputed in the backward pass. This gives the largest activation saving (memory is
-    what limits the batch size, and in-batch negatives want large batches, SPEC §9) for
-    ~1/3 more compute.
+    With ``config.remat`` each layer is wrapped in ``nn.remat`` with ``config.remat_policy``.
+    The default, ``nothing_saveable``, keeps only layer inputs and recomputes everything inside a
+    layer in the backward pass: the largest activation saving (memory is what limits the batch
+    size, and in-batch negatives want large batches, SPEC §9) for ~1/3 more compute. Remat
+    composes with GradCache (``train/gradcache.py``): remat shrinks one chunk's activations.
     """
 
     config: BertConfig
@@ -418,7 +431,8 @@ class BertEncoder(nn.Module):
         layer_cls = BertLayer
         if cfg.remat:
             # static_argnums counts `self` as 0: deterministic is argument 3.
-            layer_cls = nn.remat(BertLayer, static_argnums=(3,), policy=jax.checkpoint_policies.nothing_saveable)
+            policy = getattr(jax.checkpoint_policies, cfg.remat_policy)
+            layer_cls = nn.remat(BertLayer, static_argnums=(3,), policy=policy)
         for i in range(cfg.num_layers):
             x = layer_cls(cfg, name=f"layer_{i}")(x, mask_bias, deterministic)
         return x

@@ -4,6 +4,9 @@ In-batch negatives span the GLOBAL batch (SPEC §1): passage embeddings, compute
 examples live (sharded over ``data``), are constrained to be replicated before scoring. That
 constraint is the cross-device all-gather; its transpose (a reduce-scatter) carries the
 gradients back to the devices that encoded each passage.
+
+``grad_cache_chunks > 1`` computes the same step with gradient caching (``gradcache.py``): the
+loss still sees the whole gathered global batch, encoder activations live one chunk at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from dense_cf.losses import contrastive_loss
+from dense_cf.train import gradcache
 from dense_cf.train.state import TrainState
 
 
@@ -58,28 +62,56 @@ def _gather(x, mesh: Mesh | None):
 EmbedFn = Callable[..., tuple]
 
 
-def batch_loss(model, params, batch, *, loss_kwargs: dict[str, Any], mesh: Mesh | None,
-               deterministic: bool, rngs=None, embed_fn: EmbedFn = embed_batch):
-    q, pos, hard, cf = embed_fn(model, params, batch, deterministic=deterministic, rngs=rngs)
-    q, pos, hard, cf = (_gather(x, mesh) for x in (q, pos, hard, cf))
+def embeddings_loss(embs: tuple, batch, *, loss_kwargs: dict[str, Any], mesh: Mesh | None):
+    """The contrastive loss (SPEC §3) of per-example embeddings ``(q, pos, hard, cf|None)``:
+    gathers them over the mesh (global in-batch negatives, SPEC §1), then scores."""
+    q, pos, hard, cf = (_gather(x, mesh) for x in embs)
     hard_valid = _gather(batch["hard_valid"], mesh)
     cf_valid = _gather(batch["cf_valid"], mesh) if cf is not None else None
     return contrastive_loss(q, pos, hard, hard_valid, cf, cf_valid, **loss_kwargs)
 
 
+def batch_loss(model, params, batch, *, loss_kwargs: dict[str, Any], mesh: Mesh | None,
+               deterministic: bool, rngs=None, embed_fn: EmbedFn = embed_batch,
+               grad_cache_chunks: int = 1):
+    """``(loss, metrics)`` of a batch; ``grad_cache_chunks > 1`` encodes it chunk by chunk
+    (forward memory of one chunk; differentiating it stores every chunk's residuals)."""
+    if grad_cache_chunks > 1:
+        embs = gradcache.chunked_embed(embed_fn, model, params, batch,
+                                       num_chunks=grad_cache_chunks, mesh=mesh,
+                                       deterministic=deterministic, rngs=rngs)
+    else:
+        embs = embed_fn(model, params, batch, deterministic=deterministic, rngs=rngs)
+    return embeddings_loss(embs, batch, loss_kwargs=loss_kwargs, mesh=mesh)
+
+
 def make_train_step(model, tx: optax.GradientTransformation, *, loss_kwargs: dict[str, Any],
                     mesh: Mesh | None, schedule: optax.Schedule | None = None,
-                    dropout: bool = True, embed_fn: EmbedFn = embed_batch) -> Callable:
-    """``(state, batch, rng) -> (state, metrics)``; pure, to be jitted by the caller."""
+                    dropout: bool = True, embed_fn: EmbedFn = embed_batch,
+                    grad_cache_chunks: int = 1) -> Callable:
+    """``(state, batch, rng) -> (state, metrics)``; pure, to be jitted by the caller.
+
+    ``grad_cache_chunks > 1`` (``train.grad_cache_chunks``) takes the gradient with GradCache
+    (``gradcache.py``): the same loss over the gathered global batch, encoder activations of one
+    chunk (global batch / chunks examples, a slice of every device's) at a time.
+    """
+    if grad_cache_chunks < 1:
+        raise ValueError(f"train.grad_cache_chunks must be >= 1, got {grad_cache_chunks}")
 
     def train_step(state: TrainState, batch, rng):
         rngs = {"dropout": jax.random.fold_in(rng, state.step)} if dropout else None
 
-        def loss_fn(params):
-            return batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
-                              deterministic=not dropout, rngs=rngs, embed_fn=embed_fn)
+        if grad_cache_chunks > 1:
+            (loss, metrics), grads = gradcache.grad_cache_value_and_grad(
+                lambda embs: embeddings_loss(embs, batch, loss_kwargs=loss_kwargs, mesh=mesh),
+                embed_fn, model, state.params, batch, num_chunks=grad_cache_chunks, mesh=mesh,
+                deterministic=not dropout, rngs=rngs)
+        else:
+            def loss_fn(params):
+                return batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
+                                  deterministic=not dropout, rngs=rngs, embed_fn=embed_fn)
 
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+            (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = dict(metrics, grad_norm=optax.global_norm(grads))
@@ -91,12 +123,14 @@ def make_train_step(model, tx: optax.GradientTransformation, *, loss_kwargs: dic
 
 
 def make_eval_step(model, *, loss_kwargs: dict[str, Any], mesh: Mesh | None,
-                   embed_fn: EmbedFn = embed_batch) -> Callable:
-    """``(params, batch) -> metrics`` without dropout (dev-set validation)."""
+                   embed_fn: EmbedFn = embed_batch, grad_cache_chunks: int = 1) -> Callable:
+    """``(params, batch) -> metrics`` without dropout (dev-set validation); with
+    ``grad_cache_chunks > 1`` the batch is encoded chunk by chunk like the train step's pass 1."""
 
     def eval_step(params, batch):
         _, metrics = batch_loss(model, params, batch, loss_kwargs=loss_kwargs, mesh=mesh,
-                                deterministic=True, embed_fn=embed_fn)
+                                deterministic=True, embed_fn=embed_fn,
+                                grad_cache_chunks=grad_cache_chunks)
         return metrics
 
     return eval_step
