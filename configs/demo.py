@@ -36,6 +36,9 @@ def get_config(method: str = "picl"):
         c.loss.lam, c.loss.tau1, c.loss.tau2 = 0.2, 1.0, 1.0
     elif method == "eadpr":
         c.loss.lam, c.loss.tau1, c.loss.tau2 = 1.0, 1.0, 1.0
+    elif method == "dcsr":  # sentence vectors + HasAns ranking (SPEC §4, docs/dcsr.md)
+        c.data.gold_file = ""             # AAR/robustness are passage-level: not for DCSR
+        c.eval.robustness_counts = ()
     elif method != "dpr":
-        raise ValueError(f"unknown demo method {method!r}; use dpr, picl or eadpr")
+        raise ValueError(f"unknown demo method {method!r}; use dpr, picl, eadpr or dcsr")
     return c

@@ -1,15 +1,37 @@
 """EADPR on NQ: λ = 1.0, τ1 = τ2 = 1.0 (SPEC §3; EADPR eq. 3-8).
 
-Counterfactuals from gold sentences (default) or from QA-model pseudo-evidence:
-``--config.data.counterfactual=evidence --config.data.evidence_file=PATH``.
+Counterfactual source, chosen by the config argument:
+
+* ``--config=configs/eadpr_nq.py`` (or ``:gold``): p* drops the sentences with an answer
+  match (``sentence`` strategy, SPEC §2);
+* ``--config=configs/eadpr_nq.py:pseudo``: p* drops the QA-model pseudo-evidence sentence
+  (``evidence`` strategy, EADPR §3.1). Make the annotations first (docs/evidence.md)::
+
+      python -m dense_cf.data.evidence --input data/dpr/biencoder-nq-train.json.gz \\
+          --output data/dpr/biencoder-nq-train.evidence.jsonl --scorer t5:allenai/unifiedqa-t5-base
+
+  ``data.evidence_file`` defaults to ``<data_dir>/biencoder-nq-train.evidence.jsonl`` (it
+  follows ``--config.data.data_dir``); override it with ``--config.data.evidence_file=PATH``.
+  The file annotates the train split only: the dev split gets no counterfactuals from it (its
+  records name the train file), so dev L_chn/L_cpp are 0 in the pseudo setting.
 """
 
 from dense_cf.config import base_config
 
+EVIDENCE_FILE = "biencoder-nq-train.evidence.jsonl"
 
-def get_config():
+
+def get_config(arg: str | None = None):
+    mode = arg or "gold"
+    if mode not in ("gold", "pseudo"):
+        raise ValueError(f"configs/eadpr_nq.py takes 'gold' or 'pseudo', got {arg!r}")
     c = base_config()
     c.method = "eadpr"
     c.loss.lam, c.loss.tau1, c.loss.tau2 = 1.0, 1.0, 1.0
-    c.data.counterfactual = "sentence"
+    if mode == "gold":
+        c.data.counterfactual = "sentence"
+    else:
+        c.data.counterfactual = "evidence"
+        # A reference, so that --config.data.data_dir=... moves the default file with it.
+        c.data.evidence_file = c.data.get_ref("data_dir") + "/" + EVIDENCE_FILE
     return c

@@ -20,6 +20,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.pooling = "cls"                     # DPR's [CLS] without pooler
     c.model.dtype = "float32"                   # compute dtype; "bfloat16" on accelerators
     c.model.remat = False
+    c.model.remat_policy = "nothing_saveable"  # or dots_with_no_batch_dims_saveable | dots_saveable
     c.model.dropout = 0.1
     c.model.tiny_hidden = 32                    # only for name_or_path="tiny" (random init)
     c.model.tiny_layers = 2
@@ -41,19 +42,31 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.evidence_file = ""
     c.data.answer_mode = "string"               # "regex" for CuratedTREC
     c.data.max_train_examples = 0               # 0 = all
+    c.data.train_fraction = 1.0                 # uniform seeded subset of train (SPEC §7 data-efficiency)
+    c.data.train_fraction_seed = 0              # = `python -m dense_cf.data.stats --seed`
     c.data.max_dev_examples = 0
     # Evaluation files (SPEC §8): corpus TSV, test qa CSV, gold passages info (AAR triplets).
     c.data.corpus_file = "psgs_w100.tsv.gz"
     c.data.test_file = "nq-test.qa.csv"
     c.data.gold_file = "nq-test_gold_info.json.gz"
     c.data.synthetic = ml_collections.ConfigDict(
-        {"generate": False, "num_passages": 2000, "seed": 0, "test_questions": 0})  # 0: default share
+        {"generate": False, "num_passages": 2000, "seed": 0, "test_questions": 0,  # 0: default share
+         "questions_per_passage": 1})  # k > 1: questions on k sentences of a positive (DCSR)
 
     c.loss = ml_collections.ConfigDict()
     c.loss.use_dpr = True
     c.loss.lam = 0.0
     c.loss.tau1 = 0.0
     c.loss.tau2 = 0.0
+
+    # DCSR (SPEC §4; used when method == "dcsr"; docs/dcsr.md).
+    c.dcsr = ml_collections.ConfigDict()
+    c.dcsr.negatives = "in_passage"             # Table 4: in_passage | bm25 | bm25x2 | in_batch
+    c.dcsr.question_prefix = True               # "[CLS] <sent> q [SEP]" (the authors' code)
+    c.dcsr.title = True                         # "[CLS] title [SEP] <sent> s1 ..."; False: no title
+    c.dcsr.sent_init = "cls"                    # <sent> embedding row: cls | mean | sep | normal
+    c.dcsr.max_sents = 32                       # sentence vectors per passage at export (rest counted)
+    c.dcsr.retrieve_sentences = 0               # 0: ceil(eval.k * mean sentences/passage) (paper)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 2e-5
@@ -70,6 +83,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.num_steps = 0                       # overrides num_epochs when > 0
     c.train.stop_at_step = 0                    # stop early (resumable) without changing the schedule
     c.train.dropout = True
+    c.train.grad_cache_chunks = 1               # >1: GradCache, encode global_batch/chunks at a time
     c.train.log_every = 50
     c.train.checkpoint_every = 1000
     c.train.keep_checkpoints = 3

@@ -227,3 +227,133 @@ def test_feistel_is_a_bijection_and_plan_is_exact():
     for t in range(len(synthetic.TYPE_NAMES)):
         keys = plan["keys"][plan["types"] == t]
         assert len(np.unique(keys)) == len(keys)
+
+
+# ------------------------------------------------------------------ many questions per passage (DCSR)
+@pytest.fixture(scope="module")
+def gen_multi(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth_qpp")
+    res = synthetic.generate(out, N, seed=0, workers=1, questions_per_passage=3,
+                             num_hard_negatives=1)
+    train = list(formats.iter_biencoder(out / synthetic.FILES["train"], skip_bad=False))
+    dev = list(formats.iter_biencoder(out / synthetic.FILES["dev"], skip_bad=False))
+    test = list(formats.read_gold_info(out / synthetic.FILES["test_gold"], skip_bad=False))
+    meta = json.loads((out / synthetic.FILES["meta"]).read_text())
+    return {"dir": out, "res": res, "train": train, "dev": dev, "test": test, "meta": meta}
+
+
+def test_questions_per_passage_validated_on_different_sentences(gen_multi):
+    by_pos = defaultdict(list)
+    for e in gen_multi["train"] + gen_multi["dev"]:
+        p = e.positive_ctxs[0]
+        assert has_answer(e.answers, p.text)
+        (k,) = _answer_sentences(p.text, e.answers)  # exactly one sentence holds the answer
+        by_pos[p.passage_id].append((k, e.answers[0]))
+    assert max(len(v) for v in by_pos.values()) == 3
+    for qs in by_pos.values():
+        sents = [k for k, _ in qs]
+        assert len(set(sents)) == len(sents)  # one question per fact sentence
+    # Siblings still lack the answer (the default validation applies to every question).
+    corpus = list(formats.read_corpus_tsv(gen_multi["dir"] / synthetic.FILES["corpus"]))
+    by_title = defaultdict(list)
+    for pid, text, title in corpus:
+        by_title[title].append((pid, text))
+    for e in gen_multi["train"][:60]:
+        pos = e.positive_ctxs[0]
+        assert not any(has_answer(e.answers, t) for pid, t in by_title[pos.title]
+                       if pid != pos.passage_id)
+
+
+def test_questions_per_passage_shares_positives_and_keeps_sizes(gen_multi, gen):
+    def shared_share(rows):
+        c = Counter(e.positive_ctxs[0].passage_id for e in rows)
+        return sum(n for n in c.values() if n >= 2) / len(rows)
+
+    m = gen_multi["meta"]
+    assert m["params"]["questions_per_passage"] == 3
+    assert "questions_per_passage" not in gen["meta"]["params"]  # default meta unchanged
+    assert m["counts"]["questions"] == {"train": N // 2, "dev": N // 20, "test": N // 20}
+    assert m["counts"]["dropped_total"] + sum(m["counts"]["questions"].values()) == \
+        m["counts"]["candidates_validated"]
+    qpp = m["counts"]["questions_per_positive"]["train"]
+    assert sum(int(k) * v for k, v in qpp.items()) == len(gen_multi["train"])
+    assert shared_share(gen_multi["train"]) > 0.8 > shared_share(gen["train"])
+    # A passage's questions stay in one split, apart from the groups cut at split boundaries.
+    split_of = defaultdict(set)
+    for s, rows in (("train", gen_multi["train"]), ("dev", gen_multi["dev"])):
+        for e in rows:
+            split_of[e.positive_ctxs[0].passage_id].add(s)
+    assert sum(len(v) > 1 for v in split_of.values()) <= 2
+    types = Counter(question_type(e.question) for e in gen_multi["train"])
+    assert set(types) == set(synthetic.QTYPES) and min(types.values()) >= 0.08 * len(gen_multi["train"])
+
+
+def test_questions_per_passage_deterministic(gen_multi, tmp_path):
+    synthetic.generate(tmp_path / "again", N, seed=0, workers=1, questions_per_passage=3,
+                       num_hard_negatives=1)
+    assert _files_bytes(tmp_path / "again") == _files_bytes(gen_multi["dir"])
+    with pytest.raises(ValueError, match="questions_per_passage"):
+        synthetic.generate(tmp_path / "bad", N, questions_per_passage=0)
+
+
+# ------------------------------------------------------------------ domains
+def _template_regexes(types):
+    out = []
+    for t in types:
+        for fact in synthetic.FACTS_BY_TYPE[synthetic.TYPE_NAMES.index(t)]:
+            for _, tmpl, _ in fact.questions:
+                out.append(re.compile(re.sub(r"\\\{\w+\\\}", ".+", re.escape(tmpl))))
+    return out
+
+
+def test_domain_groups_share_no_templates():
+    groups = synthetic.template_groups()
+    assert sorted(t for g in groups for t in g) == sorted(synthetic.TYPE_NAMES)
+    owners = defaultdict(set)
+    for gi, g in enumerate(groups):
+        for t in g:
+            for fact in synthetic.FACTS_BY_TYPE[synthetic.TYPE_NAMES.index(t)]:
+                for s in list(fact.statements) + [q[1] for q in fact.questions]:
+                    owners[s].add(gi)
+    assert all(len(v) == 1 for v in owners.values())
+    assert synthetic.domain_types(3) == groups
+    two = synthetic.domain_types(2)
+    assert len(two) == 2 and sorted(t for g in two for t in g) == sorted(synthetic.TYPE_NAMES)
+    assert synthetic.domain_types(1) == [synthetic.TYPE_NAMES]
+    with pytest.raises(ValueError, match="num_domains"):
+        synthetic.domain_types(len(groups) + 1)
+    with pytest.raises(ValueError, match="entity_types"):
+        synthetic.generate("/nonexistent-unused", 30, entity_types=("dragons",))
+
+
+def test_generate_domains_distinct_and_valid(tmp_path, capsys):
+    n = 150
+    synthetic.main(["--out", str(tmp_path), "--num_passages", str(n), "--domains", "3",
+                    "--workers", "1", "--num_hard_negatives", "1"])
+    printed = json.loads(capsys.readouterr().out)
+    groups = synthetic.domain_types(3)
+    assert sorted(printed) == sorted(synthetic.domain_name(g) for g in groups)
+    titles = {}
+    for g in groups:
+        d = tmp_path / synthetic.domain_name(g)
+        meta = json.loads((d / synthetic.FILES["meta"]).read_text())
+        assert meta["params"]["entity_types"] == list(g)
+        assert {t for t, c in meta["counts"]["entity_types"].items() if c} == set(g)
+        assert meta["counts"]["passages"] == n
+        train = list(formats.iter_biencoder(d / synthetic.FILES["train"], skip_bad=False))
+        test = list(formats.read_qa_csv(d / synthetic.FILES["test_qa"], skip_bad=False))
+        # Every question instantiates one of the domain's own templates (the templates of
+        # different domains are disjoint: test_domain_groups_share_no_templates).
+        mine = _template_regexes(g)
+        for q in [e.question for e in train] + [q for q, _ in test]:
+            assert any(r.fullmatch(q) for r in mine), q
+        for e in train[:40]:
+            pos = e.positive_ctxs[0]
+            assert len(_answer_sentences(pos.text, e.answers)) == 1
+        titles[g] = {t for _, _, t in formats.read_corpus_tsv(d / synthetic.FILES["corpus"])}
+    sets = list(titles.values())
+    assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1:])
+    # One domain alone equals generate(entity_types=...) with the same seed.
+    synthetic.generate(tmp_path / "single", n, 0, workers=1, num_hard_negatives=1,
+                       entity_types=groups[1])
+    assert _files_bytes(tmp_path / "single") == _files_bytes(tmp_path / synthetic.domain_name(groups[1]))

@@ -26,6 +26,7 @@ import tensorflow as tf
 from absl import logging
 
 from dense_cf.data import counterfactual as cf_lib
+from dense_cf.data.evidence import EvidenceMatcher
 from dense_cf.data.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.data.sentences import split_sentences
 
@@ -187,24 +188,57 @@ def _fingerprint(path: str, tokenizer, **kw) -> str:
 
 def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_len: int,
                          max_p_len: int, max_hard: int, answer_mode: str = "string",
-                         evidence_file: str | None = None, max_examples: int = 0) -> Preprocessed:
-    """Reads + tokenises a DPR biencoder file, reusing a cache keyed by file and tokenizer."""
+                         evidence_file: str | None = None, max_examples: int = 0,
+                         fraction: float = 1.0, fraction_seed: int = 0) -> Preprocessed:
+    """Reads + tokenises a DPR biencoder file, reusing a cache keyed by file and tokenizer.
+
+    ``fraction`` < 1 keeps the uniform random subset ``dense_cf.data.stats.subset_mask(N,
+    fraction, fraction_seed)`` of the N valid records (after ``max_examples``), in file order:
+    the same nested subsets that ``python -m dense_cf.data.stats`` reports on (SPEC §7).
+    """
     if not os.path.exists(path):
         raise FileNotFoundError(f"biencoder file not found: {path}")
-    evidence = _read_evidence(evidence_file) if evidence_file else None
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"train fraction must be in (0, 1], got {fraction} (for {path})")
+    # Pseudo-evidence (EADPR §3.1): records for other files are dropped here, questions are
+    # checked while streaming (dense_cf.data.evidence). Keys are file example indices.
+    matcher = EvidenceMatcher(evidence_file, path) if evidence_file else None
+    evidence = matcher.sentences if matcher else None
     key = _fingerprint(path, tokenizer, max_q_len=max_q_len, max_p_len=max_p_len, max_hard=max_hard,
-                       answer_mode=answer_mode, evidence=evidence_file, max_examples=max_examples)
+                       answer_mode=answer_mode, max_examples=max_examples,
+                       evidence=matcher.fingerprint if matcher else None,
+                       # only when subsetting: full-file cache keys stay as they were
+                       **({"fraction": fraction, "fraction_seed": fraction_seed}
+                          if fraction < 1.0 else {}))
     cache = os.path.join(cache_dir, f"{os.path.basename(path)}.{key}.npz") if cache_dir else None
     if cache and os.path.exists(cache):
         logging.info("loading tokenised cache %s", cache)
         return Preprocessed.load(cache)
     report = SkipReport()
     it = iter_biencoder(path, skip_bad=True, report=report)
+    if matcher:
+        it = matcher.wrap(it)
     if max_examples:
         it = (ex for i, ex in zip(range(max_examples), it))
+    subset = None
+    if fraction < 1.0:  # two passes: the subset is a permutation of the N valid records
+        from dense_cf.data.stats import subset_mask
+        n_valid = sum(1 for _ in zip(range(max_examples or 2**62),
+                                     iter_biencoder(path, skip_bad=True)))
+        subset = subset_mask(n_valid, fraction, fraction_seed)
+        it = (ex for ex, keep in zip(it, subset) if keep)
+        if evidence:  # evidence is keyed by file example index: renumber into the subset
+            new_index = np.cumsum(subset) - 1
+            evidence = {int(new_index[i]): s for i, s in evidence.items()
+                        if 0 <= i < n_valid and subset[i]}
     data = preprocess(it, tokenizer, max_q_len=max_q_len, max_p_len=max_p_len, max_hard=max_hard,
                       answer_mode=answer_mode, evidence=evidence)
     data.stats["skipped"] = report.total
+    if matcher:
+        data.stats.update(matcher.stats())
+    if subset is not None:
+        data.stats["train_fraction"] = {"fraction": fraction, "seed": fraction_seed,
+                                        "of_examples": int(len(subset))}
     data.stats["skip_summary"] = report.summary()
     if report.total:
         report.log()
@@ -213,21 +247,6 @@ def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_l
         os.makedirs(cache_dir, exist_ok=True)
         data.save(cache)
     return data
-
-
-def _read_evidence(path: str) -> dict[int, int]:
-    """JSONL of {"index": example index, "sentence": sentence id to remove} (EADPR §3.1)."""
-    out = {}
-    with open(path) as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                out[int(rec["index"])] = int(rec["sentence"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}: line {line_no}: bad evidence record ({e})") from e
-    return out
 
 
 @dataclasses.dataclass(frozen=True)

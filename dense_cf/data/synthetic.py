@@ -23,6 +23,15 @@ paraphrases one fact sentence; its positive is the passage holding that sentence
 sibling passages (same entity, same context, no evidence) are natural distractors and BM25
 hard negatives.
 
+Settings (defaults reproduce the files above byte for byte):
+
+* ``questions_per_passage=k`` (``--questions_per_passage``): questions on up to k different fact
+  sentences of each selected positive, so one passage is the positive of several questions
+  (SQuAD-like contrastive conflicts, DCSR SPEC §4); see :func:`_select_grouped`.
+* ``entity_types=(...)`` (``--entity_types``) restricts the world to some entity types;
+  :func:`generate_domains` (``--domains N``) writes N domains with disjoint entity types,
+  fact sentences and question templates into ``OUT/<domain>/`` (encoder attribution, SPEC §7).
+
 Validation (every emitted question, with the project's own ``answers``/``sentences`` code):
 ``has_answer`` true on the positive, all ``find_answer_spans`` matches inside exactly ONE
 ``split_sentences`` sentence, no sibling passage ``has_answer``, ``question_type`` equal to
@@ -870,6 +879,7 @@ class _Candidate:
     answer: str
     passage: int  # chunk-local passage index
     entity_passages: tuple[int, ...]  # chunk-local indices of all passages of the entity
+    fact: int = -1  # index of the fact (= its one sentence) within the entity
 
 
 def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: int
@@ -930,13 +940,14 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
     texts = [" ".join(s) for s in passages_sents]
     idx = tuple(base + p for p in range(n_pass))
     cands = []
-    for p, fact, ctx in pending:
+    for fact_i, (p, fact, ctx) in enumerate(pending):
         by_type: dict[str, list[tuple[str, str]]] = {}
         for qtype, tmpl, slot in fact.questions:
             by_type.setdefault(qtype, []).append((tmpl, slot))
         for qtype, opts in by_type.items():  # one question per (fact, type): no near-duplicates
             tmpl, slot = rng.choice(opts)
-            cands.append(_Candidate(qtype, _cap(tmpl.format(**ctx)), ctx[slot], base + p, idx))
+            cands.append(_Candidate(qtype, _cap(tmpl.format(**ctx)), ctx[slot], base + p, idx,
+                                    fact_i))
     return title, texts, cands
 
 
@@ -1034,6 +1045,11 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     dropped: Counter[str] = Counter()
     seen: set[str] = set()
     chosen: list[_Candidate] = []
+    qpp = int(task.get("questions_per_passage", 1))
+    if qpp > 1:
+        groups = _select_grouped(rng, cands, need, qpp, validator, dropped, seen)
+        chosen = [c for g in groups for c in g]
+        buckets = {}  # the legacy loop below is skipped
     order = list(QTYPES)
     rng.shuffle(order)
     # Round-robin over question types keeps the six types balanced (SPEC §5 break-downs).
@@ -1053,7 +1069,10 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
                 continue
             seen.add(c.question)
             chosen.append(c)
-    rng.shuffle(chosen)
+    if qpp == 1:
+        rng.shuffle(chosen)
+    # else: groups are already in random order and stay contiguous, so a passage's questions
+    # share a split (only the groups at the test/dev/train boundaries are cut).
     # Shortfalls (not expected) hit train first so dev/test keep their sizes.
     labels: list[str] = []
     for s in ("test", "dev", "train"):
@@ -1065,10 +1084,74 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
             "validated": sum(dropped.values()) + len(chosen)}
 
 
+def _select_grouped(rng: random.Random, cands: list[_Candidate], need: int, k: int,
+                    validator: _Validator, dropped: Counter[str], seen: set[str]
+                    ) -> list[list[_Candidate]]:
+    """Many questions per passage (``questions_per_passage = k > 1``): SQuAD-like positives.
+
+    Passages are visited in random order; each gets questions on up to ``k`` DIFFERENT fact
+    sentences (one question per fact; among a fact's templates the wh-type used least so far
+    wins, which keeps the six types roughly balanced). Every question passes the same
+    validation as the default mode (answer in exactly one sentence, siblings lack it), so the
+    questions of one passage are answered by different sentences of it -- the "contrastive
+    conflicts" setting of DCSR (SPEC §4). Returns the groups (one per passage) in visit order.
+    """
+    by_passage: dict[int, dict[int, list[_Candidate]]] = {}
+    for c in cands:
+        by_passage.setdefault(c.passage, {}).setdefault(c.fact, []).append(c)
+    order = sorted(by_passage)
+    rng.shuffle(order)
+    used: Counter[str] = Counter()
+    groups: list[list[_Candidate]] = []
+    total = 0
+    for p in order:
+        if total >= need:
+            break
+        facts = [by_passage[p][f] for f in sorted(by_passage[p])]
+        rng.shuffle(facts)
+        group: list[_Candidate] = []
+        for opts in facts:
+            if len(group) >= k or total + len(group) >= need:
+                break
+            opts = list(opts)
+            rng.shuffle(opts)
+            opts.sort(key=lambda c: used[c.qtype])  # stable: random among equally used types
+            for c in opts:
+                if c.question in seen:
+                    dropped["duplicate_question"] += 1
+                    continue
+                reason = validator.check(c)
+                if reason:
+                    dropped[reason] += 1
+                    continue
+                seen.add(c.question)
+                used[c.qtype] += 1
+                group.append(c)
+                break
+        if group:
+            groups.append(group)
+            total += len(group)
+    return groups
+
+
 # ---------------------------------------------------------------------------------------------
 # Plan, BM25 mining, writing.
 # ---------------------------------------------------------------------------------------------
-def _plan(num_passages: int, seed: int) -> dict[str, np.ndarray]:
+def _type_probs(entity_types: Sequence[str] | None) -> tuple[float, ...]:
+    """TYPE_PROBS restricted to ``entity_types`` (renormalised); None = all types."""
+    if entity_types is None:
+        return TYPE_PROBS
+    unknown = sorted(set(entity_types) - set(TYPE_NAMES))
+    if unknown or not entity_types:
+        raise ValueError(f"entity_types must be a non-empty subset of {TYPE_NAMES}, got "
+                         f"{list(entity_types)}")
+    keep = [TYPE_PROBS[t] if TYPE_NAMES[t] in entity_types else 0.0 for t in range(len(TYPE_NAMES))]
+    total = sum(keep)
+    return tuple(x / total for x in keep)
+
+
+def _plan(num_passages: int, seed: int, entity_types: Sequence[str] | None = None
+          ) -> dict[str, np.ndarray]:
     """Entity types, unique keys and passage counts (3-5, exact total ``num_passages``)."""
     if num_passages < 3:
         raise ValueError("num_passages must be at least 3")
@@ -1082,7 +1165,7 @@ def _plan(num_passages: int, seed: int) -> dict[str, np.ndarray]:
         counts[-2] += counts[-1]
         counts = counts[:-1]
         n_ent -= 1
-    types = rng.choice(len(TYPE_NAMES), size=n_ent, p=TYPE_PROBS)
+    types = rng.choice(len(TYPE_NAMES), size=n_ent, p=_type_probs(entity_types))
     keys = np.zeros(n_ent, dtype=np.int64)
     for t in range(len(TYPE_NAMES)):
         sel = np.flatnonzero(types == t)
@@ -1169,8 +1252,19 @@ def _question_tokens(q: str) -> str:
 def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
              train_per_passage: float = 0.5, dev_frac: float = 0.1, test_questions: int | None = None,
              num_hard_negatives: int = 3, num_negatives: int = 2, bm25_top_k: int = 20,
-             max_mined: int | None = None, workers: int | None = None) -> dict[str, Any]:
+             max_mined: int | None = None, workers: int | None = None,
+             entity_types: Sequence[str] | None = None,
+             questions_per_passage: int = 1) -> dict[str, Any]:
     """Write the benchmark into ``out_dir``; return {"paths", "counts", "timing"}.
+
+    ``entity_types`` (subset of TYPE_NAMES; None = all) restricts the world to those entity
+    types -- and so to their fact sentences and question templates: one *domain* of
+    :func:`generate_domains`. ``questions_per_passage`` k > 1 asks questions on up to k
+    different fact sentences of each selected positive passage (see :func:`_select_grouped`),
+    so one passage is the positive of several questions; k = 1 (default) is the original
+    selection: type-balanced draws from all candidates, where a passage is the positive of a
+    second question only by chance. Non-default values are recorded in meta.json params;
+    default arguments give byte-identical files to earlier versions.
 
     Sizes: train = round(train_per_passage * num_passages) questions, dev = round(dev_frac * train),
     test = ``test_questions`` (default round(0.1 * train)). ``max_mined`` caps the number of
@@ -1179,6 +1273,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     """
     if seed < 0:
         raise ValueError("seed must be non-negative")
+    if questions_per_passage < 1:
+        raise ValueError(f"questions_per_passage must be >= 1, got {questions_per_passage}")
     if min(train_per_passage, dev_frac, num_hard_negatives, num_negatives) < 0 or \
             (test_questions is not None and test_questions < 0):
         raise ValueError("sizes must be non-negative")
@@ -1190,7 +1286,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     n_test = int(round(0.1 * n_train)) if test_questions is None else int(test_questions)
     totals = {"train": n_train, "dev": n_dev, "test": n_test}
 
-    plan = _plan(num_passages, seed)
+    plan = _plan(num_passages, seed, entity_types)
     cum_counts = np.concatenate([[0], np.cumsum(plan["counts"])])
     n_ent = len(plan["counts"])
     tasks = []
@@ -1200,7 +1296,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         tasks.append({"seed": seed, "chunk": c,
                       "types": plan["types"][lo:hi], "keys": plan["keys"][lo:hi],
                       "counts": plan["counts"][lo:hi], "pass_offset": p0, "ent_offset": lo,
-                      "quota": [_split_quota(totals[s], p0, p1, num_passages) for s in SPLITS]})
+                      "quota": [_split_quota(totals[s], p0, p1, num_passages) for s in SPLITS],
+                      "questions_per_passage": questions_per_passage})
 
     titles: list[str] = []
     texts: list[str] = []
@@ -1293,13 +1390,22 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         "negatives_per_question": num_negatives, **hard_stats,
         "mean_passage_words": round(float(np.mean([_words(t) for t in texts])), 2),
     }
+    if questions_per_passage != 1:
+        counts["questions_per_positive"] = {
+            s: dict(sorted(Counter(Counter(q.passage for q in qs[s]).values()).items()))
+            for s in SPLITS}
     meta = {
         "generator": "dense_cf.data.synthetic", "version": GENERATOR_VERSION, "seed": seed,
         "params": {"num_passages": num_passages, "train_per_passage": train_per_passage,
                    "dev_frac": dev_frac, "test_questions": n_test,
                    "num_hard_negatives": num_hard_negatives,
                    "num_negatives": num_negatives, "bm25_top_k": bm25_top_k, "max_mined": max_mined,
-                   "name_share": NAME_SHARE, "chunk_entities": CHUNK_ENTITIES},
+                   "name_share": NAME_SHARE, "chunk_entities": CHUNK_ENTITIES,
+                   # only when set: default meta.json stays byte-identical to older versions
+                   **({"entity_types": sorted(entity_types, key=TYPE_NAMES.index)}
+                      if entity_types is not None else {}),
+                   **({"questions_per_passage": questions_per_passage}
+                      if questions_per_passage != 1 else {})},
         "bm25s": bm25_info,
         "counts": counts, "files": {k: v for k, v in FILES.items() if k != "meta"},
     }
@@ -1309,6 +1415,74 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
               "write_s": round(t_end - t_bm25, 2), "total_s": round(t_end - t_start, 2)}
     log.info("synthetic benchmark written to %s: %s; timing %s", out, counts["questions"], timing)
     return {"paths": paths, "counts": counts, "timing": timing}
+
+
+def template_groups() -> list[tuple[str, ...]]:
+    """Entity types grouped so that no fact statement or question template crosses groups.
+
+    A few generic templates are shared between types ("When was {R} founded?" by
+    organisations and places, "When did {R} receive the {v}?" by people and organisations),
+    so the finest domain split with disjoint templates is the connected components of the
+    "shares a template" relation: (person, organisation, place), (event,), (work,).
+    """
+    owner: dict[str, set[int]] = {}
+    for t, facts in enumerate(FACTS_BY_TYPE):
+        for f in facts:
+            for tmpl in list(f.statements) + [q[1] for q in f.questions]:
+                owner.setdefault(tmpl, set()).add(t)
+    parent = list(range(len(TYPE_NAMES)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for ts in owner.values():
+        ts = sorted(ts)
+        for t in ts[1:]:
+            parent[find(t)] = find(ts[0])
+    comps: dict[int, list[int]] = {}
+    for t in range(len(TYPE_NAMES)):
+        comps.setdefault(find(t), []).append(t)
+    return [tuple(TYPE_NAMES[t] for t in c) for c in sorted(comps.values())]
+
+
+def domain_types(num_domains: int) -> list[tuple[str, ...]]:
+    """``num_domains`` disjoint entity-type groups with disjoint templates (see template_groups).
+
+    Fewer domains than template groups merge the smallest groups (by TYPE_PROBS mass).
+    """
+    groups = template_groups()
+    if not 1 <= num_domains <= len(groups):
+        raise ValueError(f"num_domains must be in [1, {len(groups)}]: the synthetic world has "
+                         f"{len(groups)} template-disjoint entity-type groups {groups}")
+    groups = [list(g) for g in groups]
+    mass = lambda g: sum(TYPE_PROBS[TYPE_NAMES.index(t)] for t in g)  # noqa: E731
+    while len(groups) > num_domains:
+        groups.sort(key=mass)
+        groups = [groups[0] + groups[1]] + groups[2:]
+        groups.sort(key=lambda g: TYPE_NAMES.index(g[0]))
+    return [tuple(sorted(g, key=TYPE_NAMES.index)) for g in groups]
+
+
+def domain_name(types: Sequence[str]) -> str:
+    return "+".join(types)
+
+
+def generate_domains(out_dir: str | os.PathLike, num_domains: int, num_passages: int,
+                     seed: int = 0, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """One benchmark per domain in ``out_dir/<domain name>/`` (DPR layout, own corpus).
+
+    Domains are disjoint entity-type groups (:func:`domain_types`): different entities,
+    passage styles, facts and question templates, so each trains a separate model and the
+    cross-pairing of their encoders (SPEC §7) measures out-of-domain transfer. Each domain has
+    ``num_passages`` passages and uses the same ``seed``; kwargs go to :func:`generate`.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for types in domain_types(num_domains):
+        name = domain_name(types)
+        out[name] = generate(Path(out_dir) / name, num_passages, seed, entity_types=types, **kwargs)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -1324,13 +1498,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--bm25_top_k", type=int, default=20)
     p.add_argument("--max_mined", type=int, default=None, help="max BM25-mined questions per split")
     p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--questions_per_passage", type=int, default=1,
+                   help="k > 1: questions on up to k different sentences of each positive")
+    p.add_argument("--entity_types", default="",
+                   help=f"comma-separated subset of {','.join(TYPE_NAMES)} (default: all)")
+    p.add_argument("--domains", type=int, default=0,
+                   help="N > 0: write N template-disjoint domains into OUT/<domain>/")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    res = generate(a.out, a.num_passages, a.seed, train_per_passage=a.train_per_passage,
-                   dev_frac=a.dev_frac, test_questions=a.test_questions,
-                   num_hard_negatives=a.num_hard_negatives,
-                   num_negatives=a.num_negatives, bm25_top_k=a.bm25_top_k, max_mined=a.max_mined,
-                   workers=a.workers)
+    kw = dict(train_per_passage=a.train_per_passage, dev_frac=a.dev_frac,
+              test_questions=a.test_questions, num_hard_negatives=a.num_hard_negatives,
+              num_negatives=a.num_negatives, bm25_top_k=a.bm25_top_k, max_mined=a.max_mined,
+              workers=a.workers, questions_per_passage=a.questions_per_passage)
+    if a.domains:
+        if a.entity_types:
+            p.error("--domains and --entity_types are exclusive")
+        res_d = generate_domains(a.out, a.domains, a.num_passages, a.seed, **kw)
+        print(json.dumps({d: {"counts": r["counts"], "timing": r["timing"]}
+                          for d, r in res_d.items()}, indent=2))
+        return
+    types = tuple(t.strip() for t in a.entity_types.split(",") if t.strip()) or None
+    res = generate(a.out, a.num_passages, a.seed, entity_types=types, **kw)
     print(json.dumps({"counts": res["counts"], "timing": res["timing"]}, indent=2))
 
 

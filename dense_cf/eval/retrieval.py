@@ -7,6 +7,12 @@ ctxs with id/title/text/score/has_answer), ``run.trec`` + ``qrels.trec`` (pyseri
 ``report.json`` (top-k, MRR, per-question first-hit ranks) and ``report.md``. Embeddings go to
 ``DIR/export/step_<N>/`` and the index to ``DIR/index/step_<N>_<kind>/``; both are reused (and
 an interrupted export resumes) when the command is run again.
+
+DCSR runs (``method == "dcsr"``, SPEC §4) go through the same command and reports: the export
+holds one vector per contextual sentence, the top ``ceil(k · k̄)`` sentences are retrieved
+(k̄ = mean sentences per passage), softmaxed per question and aggregated into passage scores
+HasAns(P) = 1 − Π(1 − p_i) (:mod:`dense_cf.eval.sentence_ranking`); the top k passages are then
+scored exactly as DPR's (``score`` in the result files is HasAns).
 """
 
 from __future__ import annotations
@@ -47,7 +53,10 @@ def data_path(config, key: str, override: str | None = None) -> str:
         raise ValueError(f"no file given for {key}: pass it on the command line or set config.data.{key}")
     path = name if os.path.isabs(name) or os.path.exists(name) else os.path.join(config.data.data_dir, name)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{key} not found: {path} (SPEC §8 lists DPR's public files)")
+        raise FileNotFoundError(
+            f"{key} not found: {path} (SPEC §8 lists DPR's public files; get them with "
+            f"python -m dense_cf.data.prepare --datasets nq --splits test,gold,corpus "
+            f"--data_dir {config.data.data_dir}, see docs/datasets.md)")
     return path
 
 
@@ -105,6 +114,53 @@ def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: in
     return index, timing
 
 
+def ensure_sentence_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: int,
+                          dtype: str, shard_size: int, encoder=None):
+    """DCSR: exports every contextual sentence (resumable) and builds or loads their index.
+
+    Returns ``(index, timing, sentence→passage rows, mean sentences per passage)``.
+    """
+    from dense_cf import export
+    from dense_cf.index.faiss_index import (DenseIndex, IndexSpec, build_index_from_dir,
+                                            is_saved_index)
+
+    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
+    index_dir = os.path.join(workdir, "index", f"step_{run.step}_{kind}")
+    t0 = time.perf_counter()
+    manifest = export.export_sentences(run, corpus.rows(), export_dir, shard_size=shard_size,
+                                       batch_size=batch_size, dtype=dtype, encoder=encoder)
+    export_s = time.perf_counter() - t0
+    if manifest["passages"] != len(corpus):
+        raise RuntimeError(f"export in {export_dir} has {manifest['passages']} passages, "
+                           f"corpus {len(corpus)}")
+    sentence_passage = export.load_sentence_passages(export_dir)
+    t0 = time.perf_counter()
+    reused = is_saved_index(index_dir)
+    if reused:
+        index = DenseIndex.load(index_dir)
+    else:
+        index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
+        index.save(index_dir)
+    if index.ntotal != len(sentence_passage):
+        raise RuntimeError(f"index {index_dir} has {index.ntotal} vectors, export "
+                           f"{len(sentence_passage)} sentences: delete the stale index")
+    timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
+              "encoded_this_run": manifest["encoded_this_run"],
+              "index_s": time.perf_counter() - t0, "index_reused": reused}
+    return index, timing, sentence_passage, float(manifest["mean_sentences_per_passage"])
+
+
+def retrieve_by_sentences(index, q_emb: np.ndarray, corpus: Corpus, k: int,
+                          sentence_passage: np.ndarray, n_sentences: int
+                          ) -> list[list[tuple[str, str, str, float]]]:
+    """DCSR: top-k (id, title, text, HasAns) per question from the top ``n_sentences``."""
+    from dense_cf.eval.sentence_ranking import rank_passages
+    scores, rows = index.search(np.asarray(q_emb, np.float32), n_sentences)
+    p_rows, vals = rank_passages(scores, rows, sentence_passage, k)
+    return [[(corpus.ids[r], corpus.titles[r], corpus.texts[r], float(v)) for r, v in zip(pr, pv)]
+            for pr, pv in zip(p_rows, vals)]
+
+
 def retrieve(index, q_emb: np.ndarray, corpus: Corpus, k: int) -> list[list[tuple[str, str, str, float]]]:
     """Top-k (id, title, text, score) per question."""
     scores, rows = index.search(np.asarray(q_emb, np.float32), k)
@@ -130,12 +186,26 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     corpus = load_corpus(data_path(cfg, "corpus_file", corpus_path))
     questions, answers = load_qa(data_path(cfg, "test_file", qa_path))
     encoder = export.Encoder(run, cfg.eval.batch_size)
-    index, timing = ensure_index(run, corpus, workdir, kind=kind, batch_size=cfg.eval.batch_size,
-                                 dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
-                                 encoder=encoder)
-    t0 = time.perf_counter()
-    q_emb = export.encode_questions(run, questions, encoder=encoder)
-    retrieved = retrieve(index, q_emb, corpus, k)
+    extra: dict[str, Any] = {}
+    if export.is_sentence_run(run):
+        from dense_cf.eval.sentence_ranking import num_sentences_to_retrieve
+        index, timing, sent_pid, kbar = ensure_sentence_index(
+            run, corpus, workdir, kind=kind, batch_size=cfg.eval.batch_size,
+            dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size, encoder=encoder)
+        n_sent = min(num_sentences_to_retrieve(k, kbar, int(cfg.dcsr.retrieve_sentences)),
+                     len(sent_pid))
+        extra = {"unit": "sentence", "sentences": int(len(sent_pid)),
+                 "mean_sentences_per_passage": kbar, "sentences_retrieved": n_sent}
+        t0 = time.perf_counter()
+        q_emb = export.encode_questions(run, questions, encoder=encoder)
+        retrieved = retrieve_by_sentences(index, q_emb, corpus, k, sent_pid, n_sent)
+    else:
+        index, timing = ensure_index(run, corpus, workdir, kind=kind, batch_size=cfg.eval.batch_size,
+                                     dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
+                                     encoder=encoder)
+        t0 = time.perf_counter()
+        q_emb = export.encode_questions(run, questions, encoder=encoder)
+        retrieved = retrieve(index, q_emb, corpus, k)
     timing["search_s"] = time.perf_counter() - t0
     rep = metrics_lib.evaluate_retrieval(questions, answers, retrieved, mode=cfg.data.answer_mode,
                                          ks=ks)
@@ -149,7 +219,8 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     results_lib.write_trec_qrels(os.path.join(out_dir, "qrels.trec"), qids, rep["hits"], retrieved)
     summary = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
                "index": kind, "k": k, "corpus_size": len(corpus), "n_questions": rep["n_questions"],
-               "top_k": rep["top_k"], "mrr": rep["mrr"], "mode": rep["mode"], "timing": timing}
+               "top_k": rep["top_k"], "mrr": rep["mrr"], "mode": rep["mode"], "timing": timing,
+               **extra}
     report_lib.write_json(os.path.join(out_dir, "report.json"),
                           dict(summary, first_hit_rank=rep["first_hit_rank"]))
     row = {"method": cfg.method, "step": run.step, **{f"top-{kk}": rep["top_k"][kk] for kk in ks},
@@ -158,7 +229,10 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     report_lib.write_markdown(os.path.join(out_dir, "report.md"), f"Retrieval: {workdir}",
                               [("Top-k accuracy (%) and MRR (×100)", table),
                                ("Setup", f"index={kind}, k={k}, corpus={len(corpus)} passages, "
-                                         f"questions={rep['n_questions']}")])
+                                         f"questions={rep['n_questions']}"
+                                         + (f"; DCSR: {extra['sentences']} sentences indexed, "
+                                            f"top {extra['sentences_retrieved']} retrieved, "
+                                            f"passages ranked by HasAns" if extra else ""))])
     logging.info("retrieval %s step %d: %s MRR=%.4f", cfg.method, run.step,
                  {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
     return summary

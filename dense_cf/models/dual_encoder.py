@@ -3,6 +3,11 @@
 DPR/PiCL/EADPR use separate towers and pooler-free [CLS] pooling (SPEC §9); ``shared`` and
 ``pooling="mean"`` are options. Params are ``{"question": bert, "passage": bert}`` or
 ``{"shared": bert}``.
+
+DCSR (SPEC §4) reads one vector per sentence from the passage tower's outputs at the ``<sent>``
+markers (:meth:`DualEncoder.encode_passage_tokens` + :func:`gather_positions`); its vocabulary
+has the marker appended (:func:`model_from_config` grows ``vocab_size`` by the method's added
+tokens, :func:`load_pretrained` initialises their rows).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import flax.linen as nn
 import numpy as np
 
 from dense_cf.models.bert import BertConfig, BertEncoder
+from dense_cf.models.tokenizer import added_tokens
 
 POOLINGS = ("cls", "mean")
 
@@ -30,6 +36,15 @@ def pool(hidden: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
         # max(.,1) keeps an all-padding row (batch filler) at 0 instead of NaN.
         return (hidden * m).sum(axis=1) / jnp.maximum(m.sum(axis=1), 1.0)
     raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
+def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
+    """``hidden`` [B, L, H] at ``positions`` [B, S] (int, in [0, L)) -> float32 [B, S, H].
+
+    A per-row gather (``take_along_axis``), so it stays local to the device holding the row.
+    """
+    pos = jnp.clip(positions.astype(jnp.int32), 0, hidden.shape[1] - 1)
+    return jnp.take_along_axis(hidden.astype(jnp.float32), pos[..., None], axis=1)
 
 
 class DualEncoder(nn.Module):
@@ -57,6 +72,15 @@ class DualEncoder(nn.Module):
 
     def encode_passage(self, ids, mask, deterministic: bool = True) -> jax.Array:
         return self._encode(self.tower if self.shared else self.passage, ids, mask, deterministic)
+
+    def encode_passage_tokens(self, ids, mask, deterministic: bool = True) -> jax.Array:
+        """The passage tower's last hidden states, float32 [B, L, H] (DCSR sentence vectors)."""
+        tower = self.tower if self.shared else self.passage
+        return tower(ids, mask, deterministic=deterministic).astype(jnp.float32)
+
+    def encode_passage_at(self, ids, mask, positions, deterministic: bool = True) -> jax.Array:
+        """Passage-tower outputs at ``positions`` [B, S]: float32 [B, S, H] (SPEC §4)."""
+        return gather_positions(self.encode_passage_tokens(ids, mask, deterministic), positions)
 
     def __call__(self, q_ids, q_mask, p_ids, p_mask, deterministic: bool = True):
         return (
@@ -98,19 +122,21 @@ def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool
 
 def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
     """Builds the model from an ml_collections-style ``cfg.model`` (name_or_path: "tiny" |
-    "minilm" | local dir | hub name; shared; pooling; dtype; remat; dropout; tiny_*).
+    "minilm" | local dir | hub name; shared; pooling; dtype; remat; remat_policy; dropout; tiny_*).
 
     Returns ``(model, model_dir)``; ``model_dir`` is None for "tiny" (random init), else pass
     it to ``load_hf_bert_params(model_dir, model.config)`` and :func:`pretrained_params`.
     """
     m = cfg.model
-    over: dict[str, Any] = dict(dtype=getattr(m, "dtype", "float32"), remat=bool(getattr(m, "remat", False)))
+    n_added = len(added_tokens(getattr(cfg, "method", "dpr") or "dpr"))
+    over: dict[str, Any] = dict(dtype=getattr(m, "dtype", "float32"), remat=bool(getattr(m, "remat", False)),
+                                remat_policy=getattr(m, "remat_policy", "nothing_saveable"))
     dropout = getattr(m, "dropout", None)
     if dropout is not None:
         over.update(dropout_rate=float(dropout), attention_dropout_rate=float(dropout))
     if m.name_or_path == "tiny":
         bert = BertConfig.tiny(
-            vocab_size=getattr(m, "tiny_vocab", 30522),
+            vocab_size=getattr(m, "tiny_vocab", 30522) + n_added,
             hidden=getattr(m, "tiny_hidden", 32),
             layers=getattr(m, "tiny_layers", 2),
             heads=getattr(m, "tiny_heads", 2),
@@ -123,5 +149,32 @@ def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
 
         model_dir = resolve_model_dir(m.name_or_path)
         bert = BertConfig.from_hf_json(model_dir, **over)
+        if n_added:  # e.g. DCSR's <sent> (SPEC §4): rows appended after the pretrained ones
+            bert = bert.replace(vocab_size=bert.vocab_size + n_added)
     model = DualEncoder(bert, shared=bool(getattr(m, "shared", False)), pooling=getattr(m, "pooling", "cls"))
     return model, model_dir
+
+
+def load_pretrained(cfg: Any, model: DualEncoder, model_dir: str, tok_dir: str) -> dict[str, Any]:
+    """HF BERT params for ``model``; a method that adds tokens (DCSR's ``<sent>``) gets the
+    pretrained vocabulary extended: the checkpoint is read at its own vocabulary size and the
+    new rows (ids from the run's tokenizer) are initialised per ``cfg.dcsr.sent_init``
+    (see :func:`dense_cf.models.hf.extend_word_embeddings`)."""
+    from dense_cf.models import hf
+    from dense_cf.models.tokenizer import add_tokens, load_tokenizer
+
+    extra = added_tokens(getattr(cfg, "method", "dpr") or "dpr")
+    if not extra:
+        return hf.load_hf_bert_params(model_dir, model.config)
+    base = BertConfig.from_hf_json(model_dir)
+    params = hf.load_hf_bert_params(model_dir, model.config.replace(vocab_size=base.vocab_size))
+    tok = load_tokenizer(tok_dir)
+    source = {"[CLS]": tok.token_to_id("[CLS]"), "[SEP]": tok.token_to_id("[SEP]")}
+    new_ids = add_tokens(tok, extra)
+    if max(new_ids) >= model.config.vocab_size:
+        raise ValueError(f"added token ids {new_ids} do not fit the model vocabulary "
+                         f"{model.config.vocab_size}: tokenizer {tok_dir} is larger than the "
+                         f"checkpoint's vocabulary {base.vocab_size}")
+    init = cfg.dcsr.sent_init if "dcsr" in cfg else "mean"
+    return hf.extend_word_embeddings(params, model.config.vocab_size, new_ids, init=init,
+                                     source_ids=source, seed=int(getattr(cfg, "seed", 0)))

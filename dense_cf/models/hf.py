@@ -283,3 +283,51 @@ def save_hf_bert(
             if os.path.isfile(src):
                 shutil.copyfile(src, os.path.join(out_dir, name))
     return out_dir
+
+
+NEW_TOKEN_INITS = ("mean", "cls", "sep", "normal")
+
+
+def extend_word_embeddings(params: Mapping[str, Any], vocab_size: int, new_ids: list[int], *,
+                           init: str = "mean", source_ids: Mapping[str, int] | None = None,
+                           seed: int = 0, std: float = 0.02) -> dict[str, Any]:
+    """Grows ``embeddings/word_embeddings/embedding`` of one BERT params tree to ``vocab_size``
+    rows and initialises the rows ``new_ids`` (SPEC §4: DCSR's ``<sent>`` token).
+
+    ``init``: ``"mean"`` (mean of the pretrained rows; HF ``resize_token_embeddings``' current
+    default: the new input vector has the norm/statistics of real tokens, so the first layers
+    see an in-distribution input), ``"cls"``/``"sep"`` (copy of that token's row; ids from
+    ``source_ids``) or ``"normal"`` (N(0, std²), BERT's initializer). Rows that already exist
+    and are not in ``new_ids`` are kept. Returns a new tree (numpy leaves for the embedding).
+    """
+    if init not in NEW_TOKEN_INITS:
+        raise ValueError(f"init must be one of {NEW_TOKEN_INITS}, got {init!r}")
+    tree = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in params.items()}
+    emb_parent = dict(tree["embeddings"])
+    word = dict(emb_parent["word_embeddings"])
+    old = np.asarray(word["embedding"], dtype=np.float32)
+    n_old, h = old.shape
+    if vocab_size < n_old:
+        raise CheckpointError(f"cannot shrink the vocabulary from {n_old} to {vocab_size} rows")
+    bad = [i for i in new_ids if not 0 <= i < vocab_size]
+    if bad:
+        raise ValueError(f"new token ids {bad} outside the vocabulary of {vocab_size}")
+    pretrained = old[:min(n_old, min(new_ids))] if new_ids else old
+    if init == "mean":
+        vec = np.broadcast_to(pretrained.mean(axis=0), (len(new_ids), h))
+    elif init in ("cls", "sep"):
+        key = "[CLS]" if init == "cls" else "[SEP]"
+        if not source_ids or source_ids.get(key) is None:
+            raise ValueError(f"init={init!r} needs the id of {key} in source_ids")
+        vec = np.broadcast_to(old[source_ids[key]], (len(new_ids), h))
+    else:
+        vec = np.random.default_rng(seed).normal(0.0, std, (len(new_ids), h))
+    new = np.zeros((vocab_size, h), np.float32)
+    new[:n_old] = old
+    if vocab_size > n_old:  # rows that are neither pretrained nor new tokens: mean as well
+        new[n_old:] = pretrained.mean(axis=0)
+    new[np.asarray(new_ids, dtype=np.int64)] = vec
+    word["embedding"] = new
+    emb_parent["word_embeddings"] = word
+    tree["embeddings"] = emb_parent
+    return tree

@@ -15,6 +15,12 @@ from tokenizers.models import WordPiece
 
 SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"}
 
+# DCSR's sentence marker (SPEC §4): a new special token appended to the vocabulary.
+SENT_TOKEN = "<sent>"
+# Tokens each method adds to the pretrained vocabulary, in id order.
+ADDED_TOKENS: dict[str, tuple[str, ...]] = {"dcsr": (SENT_TOKEN,)}
+RUN_TOKENIZER_DIR = "tokenizer"   # <workdir>/tokenizer/tokenizer.json: the run's extended vocab
+
 
 def _do_lower_case(model_dir: str) -> bool:
     path = os.path.join(model_dir, "tokenizer_config.json")
@@ -68,3 +74,54 @@ def special_ids(tok: Tokenizer) -> dict[str, int | None]:
         if out[name] is None and name != "mask":
             raise KeyError(f"tokenizer has no {token} token")
     return out
+
+
+def added_tokens(method: str) -> tuple[str, ...]:
+    """Special tokens ``method`` adds to the pretrained vocabulary (DCSR: ``<sent>``)."""
+    return ADDED_TOKENS.get(method, ())
+
+
+def add_tokens(tok: Tokenizer, tokens: tuple[str, ...] | list[str]) -> list[int]:
+    """Adds ``tokens`` as special tokens (never split, never normalised); returns their ids.
+
+    New tokens get the next free ids after the base vocabulary (``get_vocab_size`` before the
+    call), in order; a token already present keeps its id.
+    """
+    tok.add_special_tokens(list(tokens))
+    ids = [tok.token_to_id(t) for t in tokens]
+    if any(i is None for i in ids):
+        raise RuntimeError(f"could not add tokens {tokens} to the tokenizer")
+    return ids
+
+
+def tokenizer_for_run(config, tok_dir: str, workdir: str | None = None, *,
+                      save: bool = False) -> Tokenizer:
+    """The tokenizer of a run: the base vocabulary plus ``added_tokens(config.method)``.
+
+    With ``workdir``, a tokenizer saved there (``<workdir>/tokenizer/tokenizer.json``) is the
+    source of truth, so a run keeps its extended vocabulary even if the base files change;
+    ``save=True`` writes it (only when tokens were added: DPR runs use the base files). The
+    rebuilt added-token ids are checked against the saved ones.
+    """
+    extra = added_tokens(config.method)
+    tok = load_tokenizer(tok_dir)
+    ids = add_tokens(tok, extra) if extra else []
+    if not workdir or not extra:
+        return tok
+    path = os.path.join(workdir, RUN_TOKENIZER_DIR, "tokenizer.json")
+    if os.path.isfile(path):
+        saved = Tokenizer.from_file(path)
+        saved.no_padding()
+        saved.no_truncation()
+        got = [saved.token_to_id(t) for t in extra]
+        if got != ids or saved.get_vocab_size() != tok.get_vocab_size():
+            raise ValueError(f"{path}: added tokens {dict(zip(extra, got))} (vocab "
+                             f"{saved.get_vocab_size()}) differ from the rebuilt ones "
+                             f"{dict(zip(extra, ids))} (vocab {tok.get_vocab_size()}) of {tok_dir}")
+        return saved
+    if save:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tok.save(path)
+        with open(os.path.join(os.path.dirname(path), "added_tokens.json"), "w") as f:
+            json.dump(dict(zip(extra, ids)), f, indent=2)
+    return tok

@@ -22,13 +22,13 @@ from dense_cf.data import pipeline
 from dense_cf.losses import loss_kwargs_from_config
 from dense_cf.models import dual_encoder as de
 from dense_cf.models.bert import axis_rules_for
-from dense_cf.models.hf import load_hf_bert_params, resolve_model_dir
-from dense_cf.models.tokenizer import load_tokenizer
+from dense_cf.models.hf import resolve_model_dir
+from dense_cf.models.tokenizer import tokenizer_for_run
 from dense_cf.train import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.metrics import MetricWriter, quiet_library_logs
 from dense_cf.train.state import TrainState, make_optimizer
-from dense_cf.train.step import make_eval_step, make_train_step
+from dense_cf.train.step import embed_batch, make_eval_step, make_train_step
 
 CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "rank_acc", "examples_per_s", "step_time_s")
 
@@ -47,8 +47,11 @@ def resolve_data_file(config, key: str) -> str | None:
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"data file for config.data.{key} is missing: {path}\n"
-            f"  DPR's files (SPEC §8) are at https://dl.fbaipublicfiles.com/dpr/data/retriever/"
-            f"{os.path.basename(path)}.gz (download, then set --config.data.data_dir); or run on the "
+            f"  get DPR's files (SPEC §8, https://dl.fbaipublicfiles.com/dpr/; resumable, "
+            f"checksummed, --manual_dir for offline hosts):\n"
+            f"    python -m dense_cf.data.prepare --datasets nq --splits train,dev,test,gold,corpus "
+            f"--data_dir {config.data.data_dir}\n"
+            f"  (see docs/datasets.md); or run on the "
             f"synthetic benchmark: python -m dense_cf.data.synthetic --out=DIR and "
             f"--config=configs/demo.py --config.data.data_dir=DIR")
     return path
@@ -60,23 +63,50 @@ def maybe_generate_synthetic(config) -> None:
     if not syn or not syn.get("generate"):
         return
     train = os.path.join(config.data.data_dir, config.data.train_file)
-    if os.path.exists(train):
+    if host0_value(os.path.exists(train)):  # every host must take the same branch (barrier below)
         return
     from dense_cf.data import synthetic
     if jax.process_index() == 0:
         logging.info("generating the synthetic benchmark in %s", config.data.data_dir)
         synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed,
-                           test_questions=syn.get("test_questions") or None)
+                           test_questions=syn.get("test_questions") or None,
+                           questions_per_passage=int(syn.get("questions_per_passage", 1)))
+    # The other hosts must not read half-written files (data_dir is shared storage multi-host).
+    host0_first(lambda: None, "synthetic-data")
+
+
+def host0_value(value: bool) -> bool:
+    """Host 0's ``value`` on every host (branches around collectives must agree)."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(value)))
+
+
+def host0_first(fn, name: str):
+    """``fn()`` on host 0, a barrier, then ``fn()`` on the other hosts; returns its result.
+
+    For idempotent cached files: on shared storage host 0 is the only writer and the others
+    read what it wrote; on host-local disks every host writes its own copy.
+    """
+    if jax.process_count() == 1:
+        return fn()
+    from jax.experimental import multihost_utils
+    out = fn() if jax.process_index() == 0 else None
+    multihost_utils.sync_global_devices(f"dense_cf:{name}")
+    return out if jax.process_index() == 0 else fn()
 
 
 def build_model(config, load_pretrained: bool = True):
     """(model, HF params or None for random init / not loaded, tokenizer directory)."""
     model, model_dir = de.model_from_config(config)
-    hf_params = load_hf_bert_params(model_dir, model.config) if model_dir and load_pretrained else None
     if config.model.tokenizer:
         tok_dir = resolve_model_dir(config.model.tokenizer)
     else:  # a random "tiny" model borrows MiniLM's uncased vocabulary
         tok_dir = model_dir or resolve_model_dir("minilm")
+    # de.load_pretrained = load_hf_bert_params + the rows of added tokens (DCSR's <sent>).
+    hf_params = de.load_pretrained(config, model, model_dir, tok_dir) \
+        if model_dir and load_pretrained else None
     return model, hf_params, tok_dir
 
 
@@ -101,7 +131,9 @@ def load_split(config, tokenizer, key: str, max_examples: int = 0) -> pipeline.P
         path, tokenizer, cache_dir=cache, max_q_len=config.data.max_q_len,
         max_p_len=config.data.max_p_len, max_hard=config.data.max_hard_stored,
         answer_mode=config.data.answer_mode, evidence_file=config.data.evidence_file or None,
-        max_examples=max_examples)
+        max_examples=max_examples,
+        fraction=float(config.data.get("train_fraction", 1.0)) if key == "train_file" else 1.0,
+        fraction_seed=int(config.data.get("train_fraction_seed", 0)))
 
 
 def init_state(config, model, hf_params, tx, mesh, rules, rng) -> TrainState:
@@ -130,11 +162,11 @@ def _mean_metrics(history: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def evaluate(eval_fn, params, data: pipeline.Preprocessed, spec: pipeline.PipelineSpec, mesh,
-             max_batches: int = 0) -> dict[str, float]:
+             max_batches: int = 0, make_dataset=pipeline.make_dataset) -> dict[str, float]:
     """One pass over the dev set in fixed-size batches (the tail smaller than a batch is skipped
     and the count logged, since shapes are fixed)."""
     dev_spec = dataclasses.replace(spec, shuffle=False)
-    ds = pipeline.make_dataset(data, dev_spec, repeat=False, process_index=jax.process_index(),
+    ds = make_dataset(data, dev_spec, repeat=False, process_index=jax.process_index(),
                                process_count=jax.process_count())
     out = []
     for i, batch in enumerate(ds.as_numpy_iterator()):
@@ -185,7 +217,8 @@ def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
         template = init_state(config, model, None, tx, mesh, rules, jax.random.key(0))
         state, _, restored_step = ckpt.restore(abstract_like(template), step)
     ckpt.close()
-    return Run(config=config, model=model, params=state.params, tokenizer=load_tokenizer(tok_dir),
+    return Run(config=config, model=model, params=state.params,
+               tokenizer=tokenizer_for_run(config, tok_dir, workdir),
                step=restored_step, mesh=mesh, rules=rules)
 
 
@@ -194,7 +227,11 @@ def evaluate_after_training(run: Run, workdir: str) -> dict[str, Any]:
     from dense_cf.eval.aar import evaluate_aar
     from dense_cf.eval.retrieval import evaluate_run
     out = {"retrieval": evaluate_run(workdir, run=run)}
-    if run.config.data.get("gold_file"):
+    if run.config.data.get("gold_file") and run.config.method == "dcsr":
+        logging.warning("AAR/robustness skipped: not defined for DCSR's sentence vectors "
+                        "(docs/dcsr.md)")
+        out["aar"] = {"skipped": "DCSR run: passage-level AAR is not supported"}
+    elif run.config.data.get("gold_file"):
         out["aar"] = evaluate_aar(workdir, run=run)
         counts = tuple(int(c) for c in run.config.eval.robustness_counts)
         if counts:
@@ -215,11 +252,18 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.model)
     model, hf_params, tok_dir = build_model(config)
     rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
-    tokenizer = load_tokenizer(tok_dir)
+    tokenizer = tokenizer_for_run(config, tok_dir, workdir, save=jax.process_index() == 0)
 
-    train_data = load_split(config, tokenizer, "train_file", config.data.max_train_examples)
-    dev_data = load_split(config, tokenizer, "dev_file", config.data.max_dev_examples)
+    train_data, dev_data = host0_first(lambda: (  # one writer per tokenised-cache file
+        load_split(config, tokenizer, "train_file", config.data.max_train_examples),
+        load_split(config, tokenizer, "dev_file", config.data.max_dev_examples)), "token-cache")
     spec = pipeline_spec(config, tokenizer)
+    inputs, embed_fn = pipeline, embed_batch
+    if config.method == "dcsr":  # sentence markers, sentence samples, own embed_fn (SPEC §4)
+        from dense_cf.data import dcsr as inputs
+        embed_fn = inputs.embed_sentences
+        train_data, dev_data = (inputs.prepare(config, tokenizer, d) for d in (train_data, dev_data))
+        spec = inputs.spec_from_config(config, tokenizer)
     spe = pipeline.steps_per_epoch(train_data.num_examples, spec.global_batch)
     total_steps = config.train.num_steps or int(config.train.num_epochs * spe)
     logging.info("train: %d examples, %d steps/epoch, %d steps; %s", train_data.num_examples,
@@ -237,7 +281,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
         hf_params = None
-        it = pipeline.BatchIterator(train_data, spec, process_index=jax.process_index(),
+        it = inputs.BatchIterator(train_data, spec, process_index=jax.process_index(),
                                     process_count=jax.process_count())
         if ckpt.latest_step() is not None:
             state, data_state, _ = ckpt.restore(abstract_like(state))
@@ -246,10 +290,12 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         repl = mesh_lib.replicated(mesh)
         step_fn = jax.jit(
             make_train_step(model, tx, loss_kwargs=loss_kwargs, mesh=mesh, schedule=schedule,
-                            dropout=config.train.dropout),
+                            dropout=config.train.dropout, embed_fn=embed_fn,
+                            grad_cache_chunks=config.train.get("grad_cache_chunks", 1)),
             in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), repl),
             out_shardings=(state_sh, repl), donate_argnums=(0,))
-        eval_fn = jax.jit(make_eval_step(model, loss_kwargs=loss_kwargs, mesh=mesh),
+        eval_fn = jax.jit(make_eval_step(model, loss_kwargs=loss_kwargs, mesh=mesh, embed_fn=embed_fn,
+                                         grad_cache_chunks=config.train.get("grad_cache_chunks", 1)),
                           in_shardings=(state_sh.params, mesh_lib.batch_sharding(mesh)),
                           out_shardings=repl)
 
@@ -278,7 +324,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             if dev_data is not None and config.train.eval_every and (
                     step % config.train.eval_every == 0 or step == total_steps):
                 dev_metrics = evaluate(eval_fn, state.params, dev_data, spec, mesh,
-                                       config.train.eval_max_batches)
+                                       config.train.eval_max_batches, inputs.make_dataset)
                 dev_scalars = writer.write(step, dev_metrics, prefix="dev")
                 writer.console(step, total_steps, dev_scalars,
                                ("dev/loss", "dev/rank_acc", "dev/mean_pos_rank"), label="dev")
@@ -292,7 +338,14 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         last, dev_metrics = previous.get("train", {}), dev_metrics or previous.get("dev", {})
     summary = {"step": step, "total_steps": total_steps, "train": last,
                "dev": dev_metrics, "data": {k: v for k, v in train_data.stats.items()}}
-    if config.eval.after_training and step == total_steps:
+    if config.eval.after_training and step == total_steps and jax.process_count() > 1:
+        # Export/index/report writers are not multi-host safe yet (every host would build and
+        # save the index); the checkpoint restores in one process for evaluation instead.
+        msg = (f"skipped on {jax.process_count()} hosts; run `python -m dense_cf.eval.retrieval "
+               f"--workdir {workdir}` (and dense_cf.eval.aar) on one host")
+        logging.warning("eval.after_training %s", msg)
+        summary["eval"] = {"skipped": msg}
+    elif config.eval.after_training and step == total_steps:
         run = Run(config=config, model=model, params=state.params, tokenizer=tokenizer, step=step,
                   mesh=mesh, rules=rules)
         summary["eval"] = evaluate_after_training(run, workdir)

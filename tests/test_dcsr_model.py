@@ -1,0 +1,79 @@
+"""DCSR model side (SPEC §4): ``<sent>`` vocabulary extension of tokenizer and embeddings."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dense_cf.config import base_config
+from dense_cf.models import dual_encoder as de
+from dense_cf.models.hf import CheckpointError, extend_word_embeddings, resolve_model_dir
+from dense_cf.models.tokenizer import SENT_TOKEN, tokenizer_for_run
+
+
+def _tree(v=4, h=3):
+    emb = np.arange(v * h, dtype=np.float32).reshape(v, h)
+    return {"embeddings": {"word_embeddings": {"embedding": emb}, "LayerNorm": {"scale": 1}},
+            "layer_0": {"x": 2}}
+
+
+def test_extend_word_embeddings_inits():
+    t = _tree()
+    old = t["embeddings"]["word_embeddings"]["embedding"]
+    out = extend_word_embeddings(t, 5, [4], init="mean")
+    new = out["embeddings"]["word_embeddings"]["embedding"]
+    assert new.shape == (5, 3)
+    np.testing.assert_array_equal(new[:4], old)            # pretrained rows untouched
+    np.testing.assert_allclose(new[4], old.mean(axis=0))   # [4.5, 5.5, 6.5]
+    assert out["layer_0"] == {"x": 2} and t["embeddings"]["word_embeddings"]["embedding"].shape == (4, 3)
+    new = extend_word_embeddings(t, 5, [4], init="cls", source_ids={"[CLS]": 1, "[SEP]": 2})
+    np.testing.assert_array_equal(new["embeddings"]["word_embeddings"]["embedding"][4], old[1])
+    new = extend_word_embeddings(t, 5, [4], init="normal")["embeddings"]["word_embeddings"]["embedding"]
+    assert 0 < np.abs(new[4]).max() < 0.2
+    with pytest.raises(ValueError, match="needs the id"):
+        extend_word_embeddings(t, 5, [4], init="sep")
+    with pytest.raises(CheckpointError, match="shrink"):
+        extend_word_embeddings(t, 3, [2])
+
+
+def test_minilm_gets_a_sent_row(tmp_path):
+    c = base_config()
+    c.method = "dcsr"
+    c.model.name_or_path = "minilm"
+    c.dcsr.sent_init = "mean"
+    model, model_dir = de.model_from_config(c)
+    assert model.config.vocab_size == 30523
+    params = de.load_pretrained(c, model, model_dir, model_dir)
+    emb = params["embeddings"]["word_embeddings"]["embedding"]
+    assert emb.shape == (30523, 384)
+    np.testing.assert_allclose(emb[30522], emb[:30522].mean(axis=0), rtol=1e-5, atol=1e-6)
+    c.dcsr.sent_init = "cls"  # the default: a copy of [CLS]'s row (id 101)
+    emb = de.load_pretrained(c, model, model_dir, model_dir)["embeddings"]["word_embeddings"]["embedding"]
+    np.testing.assert_array_equal(emb[30522], emb[101])
+    tok = tokenizer_for_run(c, model_dir, str(tmp_path), save=True)
+    assert tok.token_to_id(SENT_TOKEN) == 30522
+    assert tok.encode("a <sent> b", add_special_tokens=False).tokens == ["a", SENT_TOKEN, "b"]
+    saved = json.load(open(tmp_path / "tokenizer" / "added_tokens.json"))
+    assert saved == {SENT_TOKEN: 30522}
+    # DPR runs keep the pretrained vocabulary.
+    c.method = "dpr"
+    assert de.model_from_config(c)[0].config.vocab_size == 30522
+
+
+def test_saved_run_tokenizer_must_match(tmp_path):
+    c = base_config()
+    c.method = "dcsr"
+    d = resolve_model_dir("minilm")
+    tokenizer_for_run(c, d, str(tmp_path), save=True)
+    assert tokenizer_for_run(c, d, str(tmp_path)).token_to_id(SENT_TOKEN) == 30522
+    # A saved tokenizer whose <sent> id differs (its base vocabulary had one more word) is
+    # refused: the checkpoint's embedding rows would be read with the wrong ids.
+    path = tmp_path / "tokenizer" / "tokenizer.json"
+    j = json.load(open(path))
+    j["model"]["vocab"]["zzzextra"] = 30522
+    for t in j["added_tokens"]:
+        if t["content"] == SENT_TOKEN:
+            t["id"] = 30523
+    json.dump(j, open(path, "w"))
+    with pytest.raises(ValueError, match="differ"):
+        tokenizer_for_run(c, d, str(tmp_path))

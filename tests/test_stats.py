@@ -1,0 +1,177 @@
+"""Training-data statistics (dense_cf/data/stats.py, SPEC §7) and data.train_fraction subsets."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dense_cf.data import formats, stats
+
+
+def _ctx(title, text, pid=None):
+    d = {"title": title, "text": text}
+    if pid is not None:
+        d["passage_id"] = pid
+    return d
+
+
+def _ex(q, pos, extra_pos=()):
+    return {"question": q, "answers": ["x"], "positive_ctxs": [pos, *extra_pos],
+            "negative_ctxs": [], "hard_negative_ctxs": []}
+
+
+A = _ctx("A", "alpha text")
+B = _ctx("B", "beta text")
+C = _ctx("C", "gamma text", pid="7")
+# Passage B has 3 questions, A has 2, C has 1 (C once with a different text but the same id).
+EXAMPLES = [
+    _ex("q1", A), _ex("q2", B), _ex("q3", B), _ex("q4", A), _ex("q5", B),
+    _ex("q6", _ctx("C", "gamma text, edited copy", pid="7")),
+]
+
+
+def _examples(rows):
+    return [formats.BiencoderExample(r["question"], r["answers"],
+                                     [formats.Passage(c["title"], c["text"], c.get("passage_id"))
+                                      for c in r["positive_ctxs"]]) for r in rows]
+
+
+def test_passage_identity_id_else_title_and_text():
+    assert stats.passage_key(formats.Passage("t", "x", "7")) == stats.passage_key(
+        formats.Passage("other", "y", "7"))
+    assert stats.passage_key(formats.Passage("t", "x")) == stats.passage_key(formats.Passage("t", "x"))
+    assert stats.passage_key(formats.Passage("t", "x")) != stats.passage_key(formats.Passage("u", "x"))
+    # No ambiguity from concatenation: ("ab", "c") is not ("a", "bc").
+    assert stats.passage_key(formats.Passage("ab", "c")) != stats.passage_key(formats.Passage("a", "bc"))
+
+
+@pytest.mark.parametrize("threshold,overlapping", [(1, 3), (2, 2), (3, 1), (4, 0)])
+def test_coverage_overlap_threshold_and_unique(threshold, overlapping):
+    pos, n = stats.collect(_examples(EXAMPLES))
+    assert n == 3
+    st = stats.coverage_stats(pos, n, threshold=threshold, alpha=1.3)
+    assert st["questions"] == 6 and st["coverage"] == 3
+    assert st["overlapping_passages"] == overlapping
+    assert st["overlap"] == pytest.approx(overlapping / 3)
+    assert st["unique_coverage"] == pytest.approx(3 * (1 - overlapping / 3) ** 1.3)
+    assert st["questions_per_positive"] == {1: 1, 2: 1, 3: 1}
+
+
+def test_first_vs_all_positives():
+    rows = [_ex("q1", A, extra_pos=[B]), _ex("q2", C, extra_pos=[B])]
+    pos_first, n_first = stats.collect(_examples(rows), "first")
+    first = stats.coverage_stats(pos_first, n_first)
+    assert (first["coverage"], first["overlapping_passages"]) == (2, 0)
+    pos_all, n_all = stats.collect(_examples(rows), "all")
+    allp = stats.coverage_stats(pos_all, n_all)
+    assert (allp["coverage"], allp["overlapping_passages"]) == (3, 1)  # B answers both questions
+    # A passage listed twice for one question counts once.
+    assert stats.coverage_stats([[0, 0]], 1)["overlapping_passages"] == 0
+
+
+def test_subsets_are_nested_sized_and_seeded():
+    n = 101
+    masks = [stats.subset_mask(n, f, seed=3) for f in stats.DEFAULT_FRACTIONS]
+    for f, m in zip(stats.DEFAULT_FRACTIONS, masks):
+        assert m.sum() == stats.subset_count(n, f) == max(1, int(np.floor(f * n + 0.5)))
+    for small, big in zip(masks, masks[1:]):
+        assert not (small & ~big).any()  # 10% ⊂ 25% ⊂ ...
+    assert masks[-1].all()
+    assert (stats.subset_mask(n, 0.4, seed=3) == masks[2]).all()  # deterministic
+    assert (stats.subset_mask(n, 0.4, seed=4) != masks[2]).any()
+    assert stats.subset_count(0, 0.5) == 0 and stats.subset_count(5, 0.01) == 1
+    with pytest.raises(ValueError):
+        stats.subset_mask(10, 0.0)
+    with pytest.raises(ValueError):
+        stats.subset_mask(10, 1.5)
+
+
+def test_dataset_stats_subsets_match_direct_computation():
+    rng = np.random.default_rng(0)
+    pos = [[int(p)] for p in rng.integers(0, 40, size=200)]
+    out = stats.dataset_stats(pos, 40, fractions=(0.25, 1.0), seed=5, threshold=2)
+    assert out["full"]["coverage"] == len({p[0] for p in pos})
+    sub = out["subsets"][0]
+    mask = stats.subset_mask(200, 0.25, 5)
+    chosen = [p[0] for p, m in zip(pos, mask) if m]
+    counts = np.bincount(chosen, minlength=40)
+    assert sub["questions"] == 50 and sub["coverage"] == int((counts > 0).sum())
+    assert sub["overlap"] == pytest.approx((counts >= 2).sum() / (counts > 0).sum())
+    assert sub["coverage_norm"] == pytest.approx(sub["coverage"] / out["full"]["coverage"])
+    assert out["subsets"][1]["coverage_norm"] == 1.0
+
+
+def test_file_stats_cli_with_bad_record(tmp_path, capsys):
+    rows = list(EXAMPLES) + [{"question": "bad", "answers": "not a list", "positive_ctxs": [A]}]
+    path = tmp_path / "biencoder-toy.json"
+    path.write_text(json.dumps(rows))
+    out = tmp_path / "report.json"
+    assert stats.main(["--input", str(path), "--threshold", "3", "--fractions", "0.5,1.0",
+                       "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["valid_records"] == 6 and rep["skipped_records"] == 1
+    assert "answers" in rep["skip_summary"]
+    assert rep["full"]["coverage"] == 3 and rep["full"]["overlapping_passages"] == 1
+    assert [s["questions"] for s in rep["subsets"]] == [3, 6]
+    printed = capsys.readouterr().out
+    assert "| 0.50 | 3 |" in printed and "1 bad, skipped" in printed
+
+
+# ------------------------------------------------------------------ data.train_fraction
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    from dense_cf.data import synthetic
+    from dense_cf.models.tokenizer import load_tokenizer
+    from dense_cf.models.hf import resolve_model_dir
+    d = tmp_path_factory.mktemp("synth_stats")
+    synthetic.generate(str(d), num_passages=150, seed=4, workers=1, num_hard_negatives=1)
+    return d, load_tokenizer(resolve_model_dir("minilm"))
+
+
+def test_train_fraction_selects_the_stats_subset(synth, tmp_path):
+    from dense_cf.data import pipeline
+    d, tok = synth
+    path = str(d / "biencoder-synth-train.json")
+    rows = list(formats.iter_biencoder(path))
+    kw = dict(cache_dir=str(tmp_path / "cache"), max_q_len=32, max_p_len=64, max_hard=1)
+    full = pipeline.load_biencoder_split(path, tok, **kw)
+    part = pipeline.load_biencoder_split(path, tok, fraction=0.4, fraction_seed=2, **kw)
+    mask = stats.subset_mask(len(rows), 0.4, seed=2)
+    assert full.num_examples == len(rows) and part.num_examples == mask.sum()
+    assert part.stats["train_fraction"] == {"fraction": 0.4, "seed": 2, "of_examples": len(rows)}
+    want = [r.question for r, m in zip(rows, mask) if m]
+    got = [tok.decode(part.q.row(i).tolist()) for i in range(part.num_examples)]
+    assert got == [tok.decode(tok.encode(q).ids) for q in want]
+    # Cached separately from the full split, and reloaded identically.
+    again = pipeline.load_biencoder_split(path, tok, fraction=0.4, fraction_seed=2, **kw)
+    np.testing.assert_array_equal(again.pos_pid, part.pos_pid)
+    # The stats command reports on exactly this subset.
+    st = stats.file_stats(path, fractions=(0.4,), seed=2)
+    assert st["subsets"][0]["questions"] == part.num_examples
+    with pytest.raises(ValueError, match="fraction"):
+        pipeline.load_biencoder_split(path, tok, fraction=1.5, **kw)
+
+
+def test_config_train_fraction_applies_to_train_only(synth):
+    import importlib.util
+    import os
+
+    from dense_cf.train import loop
+    d, tok = synth
+    spec = importlib.util.spec_from_file_location(
+        "de_cfg", os.path.join(os.path.dirname(__file__), "..", "configs", "data_efficiency.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config("0.25,demo")
+    assert c.method == "dpr" and c.data.train_fraction == 0.25 and c.model.name_or_path == "minilm"
+    assert mod.get_config("0.55").optim.learning_rate == 1e-5
+    c.data.data_dir = str(d)
+    c.data.cache_dir = ""
+    n_train = len(list(formats.iter_biencoder(d / "biencoder-synth-train.json")))
+    n_dev = len(list(formats.iter_biencoder(d / "biencoder-synth-dev.json")))
+    train = loop.load_split(c, tok, "train_file")
+    dev = loop.load_split(c, tok, "dev_file")
+    assert train.num_examples == stats.subset_count(n_train, 0.25)
+    assert dev.num_examples == n_dev
+    with pytest.raises(ValueError, match="fraction must be in"):
+        mod.get_config("0")
