@@ -40,3 +40,53 @@ def apply_overrides(config, overrides):
             node = node[p]
         node[last] = value
     return config
+
+
+def random_batch(n, lq, lp, num_hard, vocab, *, seed=0, valid_p=None):
+    """A random PiCL batch (q / pos / hard / cf ids and masks, 0-4 padding tokens per row).
+
+    Token ids are drawn from ``[5, vocab)``. ``hard_valid`` / ``cf_valid`` are all True, or,
+    with ``valid_p``, True with that probability (drawn after the ids, from the same generator).
+    """
+    import numpy as np
+
+    r = np.random.default_rng(seed)
+
+    def ids(*shape):
+        x = r.integers(5, vocab, size=shape).astype(np.int32)
+        m = np.ones(shape, np.int32)
+        m[..., shape[-1] - r.integers(0, 4):] = 0   # some padding
+        return x * m, m
+
+    b = {}
+    b["q_ids"], b["q_mask"] = ids(n, lq)
+    b["pos_ids"], b["pos_mask"] = ids(n, lp)
+    b["hard_ids"], b["hard_mask"] = ids(n, num_hard, lp)
+    b["cf_ids"], b["cf_mask"] = ids(n, lp)
+    if valid_p is None:
+        b["hard_valid"] = np.ones((n, num_hard), bool)
+        b["cf_valid"] = np.ones(n, bool)
+    else:
+        b["hard_valid"] = r.random((n, num_hard)) < valid_p
+        b["cf_valid"] = r.random(n) < valid_p
+    return b
+
+
+def sharded_params(model, lp, data, model_parallel):
+    """``(mesh, rules, params, shardings)``: ``model`` (a DualEncoder) initialised from key 0 on
+    a ``data x model_parallel`` mesh of the first devices, sharded by its logical axis rules."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from dense_cf.models.bert import axis_rules_for
+    from dense_cf.train import mesh as mesh_lib
+
+    mesh = mesh_lib.make_mesh(data, model_parallel, devices=jax.devices()[: data * model_parallel])
+    rules = axis_rules_for(model.config, model_parallel)
+    ids = jnp.ones((1, lp), jnp.int32)
+    init = lambda r: model.init(r, ids, ids, ids, ids)["params"]  # noqa: E731
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        sh = mesh_lib.tree_shardings(jax.eval_shape(init, jax.random.key(0)), mesh, rules)
+        params = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=sh)(jax.random.key(0))
+    return mesh, rules, params, sh

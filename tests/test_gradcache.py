@@ -9,12 +9,13 @@ import pytest
 from flax import linen as nn
 
 from dense_cf.config import base_config
-from dense_cf.models.bert import BertConfig, axis_rules_for
+from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.train import gradcache
 from dense_cf.train import mesh as mesh_lib
 from dense_cf.train.state import TrainState, make_optimizer
 from dense_cf.train.step import batch_loss, embed_batch, embeddings_loss, make_train_step
+from helpers import random_batch, sharded_params
 
 B, LQ, LP, H, V = 32, 8, 16, 1, 64
 MODEL = DualEncoder(BertConfig.tiny(vocab_size=V, hidden=32, layers=1, heads=2,
@@ -23,34 +24,12 @@ LOSS = dict(lam=0.2, tau1=1.0, tau2=1.0, use_dpr=True)   # every PiCL term on
 
 
 def _batch(seed=0):
-    r = np.random.default_rng(seed)
-
-    def ids(*shape):
-        x = r.integers(5, V, size=shape).astype(np.int32)
-        m = np.ones(shape, np.int32)
-        m[..., shape[-1] - r.integers(0, 4):] = 0
-        return x * m, m
-
-    b = {}
-    b["q_ids"], b["q_mask"] = ids(B, LQ)
-    b["pos_ids"], b["pos_mask"] = ids(B, LP)
-    b["hard_ids"], b["hard_mask"] = ids(B, H, LP)
-    b["cf_ids"], b["cf_mask"] = ids(B, LP)
-    b["hard_valid"] = r.random((B, H)) < 0.8
-    b["cf_valid"] = r.random(B) < 0.8
-    return b
+    return random_batch(B, LQ, LP, H, V, seed=seed, valid_p=0.8)
 
 
 @functools.lru_cache(maxsize=None)
 def _setup(data, model):
-    mesh = mesh_lib.make_mesh(data, model, devices=jax.devices()[: data * model])
-    rules = axis_rules_for(MODEL.config, model)
-    ids = jnp.ones((1, LP), jnp.int32)
-    init = lambda r: MODEL.init(r, ids, ids, ids, ids)["params"]
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        sh = mesh_lib.tree_shardings(jax.eval_shape(init, jax.random.key(0)), mesh, rules)
-        params = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=sh)(jax.random.key(0))
-    return mesh, rules, params, sh
+    return sharded_params(MODEL, LP, data, model)
 
 
 def _grads(data, model, chunks, *, dropout, reference=False):

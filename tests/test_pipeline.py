@@ -141,6 +141,22 @@ def test_batch_iterator_state(data):
     assert len(seq) == 3
 
 
+def test_resume_on_another_host_count(data):
+    """A state saved by 2 hosts resumes on 1 host with the same global batches (elastic resume)."""
+    spec = _spec()
+    hosts = [pipeline.BatchIterator(data, spec, process_index=h, process_count=2) for h in (0, 1)]
+    for it in hosts:
+        for _ in range(3):
+            next(it)
+    state = hosts[0].get_state()
+    assert state["process_count"] == 2
+    single = pipeline.BatchIterator(data, spec)
+    single.set_state(state)
+    a, b, whole = next(hosts[0]), next(hosts[1]), next(single)
+    for k in whole:
+        np.testing.assert_array_equal(whole[k], np.concatenate([a[k], b[k]]))
+
+
 def test_cache_round_trip(tmp_path, tok):
     path = str(tmp_path / "train.json")
     write_biencoder(path, _examples())

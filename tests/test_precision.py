@@ -13,28 +13,14 @@ from dense_cf.train import loop
 from dense_cf.train import mesh as mesh_lib
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import batch_loss, make_train_step
+from helpers import random_batch
 
 N, LQ, LP, H, V = 8, 8, 32, 1, 64
 LOSS = dict(lam=0.2, tau1=1.0, tau2=1.0, use_dpr=True)
 
 
 def _batch(n=N, lp=LP, seed=0):
-    r = np.random.default_rng(seed)
-
-    def ids(*shape):
-        x = r.integers(5, V, size=shape).astype(np.int32)
-        m = np.ones(shape, np.int32)
-        m[..., shape[-1] - r.integers(0, 4):] = 0
-        return x * m, m
-
-    b = {}
-    b["q_ids"], b["q_mask"] = ids(n, LQ)
-    b["pos_ids"], b["pos_mask"] = ids(n, lp)
-    b["hard_ids"], b["hard_mask"] = ids(n, H, lp)
-    b["cf_ids"], b["cf_mask"] = ids(n, lp)
-    b["hard_valid"] = np.ones((n, H), bool)
-    b["cf_valid"] = np.ones(n, bool)
-    return b
+    return random_batch(n, LQ, lp, H, V, seed=seed)
 
 
 def _model(**kw):

@@ -7,29 +7,18 @@ import pytest
 from flax import linen as nn
 
 from dense_cf.config import base_config
-from dense_cf.models.bert import BertConfig, axis_rules_for
+from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.train import mesh as mesh_lib
 from dense_cf.train.state import TrainState, make_optimizer
 from dense_cf.train.step import batch_loss, make_train_step
+from helpers import random_batch, sharded_params
 
 B, LQ, LP, H, V = 8, 8, 16, 1, 64
 
 
 def _batch(seed=0):
-    r = np.random.default_rng(seed)
-
-    def ids(*shape):
-        x = r.integers(5, V, size=shape).astype(np.int32)
-        m = np.ones(shape, np.int32)
-        m[..., shape[-1] - r.integers(0, 4):] = 0   # some padding
-        return x * m, m
-
-    b = {}
-    b["q_ids"], b["q_mask"] = ids(B, LQ)
-    b["pos_ids"], b["pos_mask"] = ids(B, LP)
-    b["hard_ids"], b["hard_mask"] = ids(B, H, LP)
-    b["cf_ids"], b["cf_mask"] = ids(B, LP)
+    b = random_batch(B, LQ, LP, H, V, seed=seed)
     b["hard_valid"] = np.array([[True]] * 6 + [[False]] * 2)
     b["cf_valid"] = np.array([True, False, True, True, True, True, False, True])
     return b
@@ -41,15 +30,7 @@ LOSS = dict(lam=0.2, tau1=1.0, tau2=1.0, use_dpr=True)
 
 
 def _setup(data, model):
-    devices = jax.devices()[: data * model]
-    mesh = mesh_lib.make_mesh(data, model, devices=devices)
-    rules = axis_rules_for(MODEL.config, model)
-    ids = jnp.ones((1, LP), jnp.int32)
-    init = lambda r: MODEL.init(r, ids, ids, ids, ids)["params"]
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        sh = mesh_lib.tree_shardings(jax.eval_shape(init, jax.random.key(0)), mesh, rules)
-        params = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=sh)(jax.random.key(0))
-    return mesh, rules, params, sh
+    return sharded_params(MODEL, LP, data, model)
 
 
 def _loss_and_grads(data, model):

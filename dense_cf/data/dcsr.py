@@ -340,43 +340,20 @@ def _example_fn(data: DcsrData, spec: DcsrSpec):
 
 def make_dataset(data: DcsrData, spec: DcsrSpec, *, start_step: int = 0, process_index: int = 0,
                  process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
-    """Host-local DCSR batches from global step ``start_step`` (same order/resume contract as
-    :func:`dense_cf.data.pipeline.make_dataset`)."""
-    if spec.global_batch % process_count:
-        raise ValueError(f"global_batch {spec.global_batch} not divisible by {process_count} hosts")
-    n = data.num_examples
-    spe = steps_per_epoch(n, spec.global_batch)
-    if spe == 0:
-        raise ValueError(f"{n} examples are fewer than one global batch of {spec.global_batch}")
-    local = spec.global_batch // process_count
-    seed = tf.constant(spec.seed, tf.int64)
-
-    def epoch_indices(epoch):  # identical to the DPR pipeline's order
-        idx = tf.range(n, dtype=tf.int64)
-        if spec.shuffle:
-            idx = tf.random.experimental.stateless_shuffle(idx, seed=tf.stack([seed, epoch]))
-        idx = tf.reshape(idx[:spe * spec.global_batch], [spe, process_count, local])[:, process_index]
-        idx = tf.reshape(idx, [-1])
-        return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(idx), epoch), idx))
-
-    start_epoch, offset = divmod(start_step, spe)
-    epochs = tf.data.Dataset.range(start_epoch, start_epoch + 1 if not repeat else (1 << 62))
-    ds = epochs.flat_map(epoch_indices).skip(offset * local)
-    ds = ds.map(_example_fn(data, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(local, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    """Host-local DCSR batches from global step ``start_step``: the same example order and resume
+    contract as :func:`dense_cf.data.pipeline.make_dataset` (both are
+    :func:`dense_cf.data.pipeline.global_batches`)."""
+    return pipeline.global_batches(data.num_examples, spec.global_batch,
+                                   lambda: _example_fn(data, spec), seed=spec.seed,
+                                   shuffle=spec.shuffle, start_step=start_step,
+                                   process_index=process_index, process_count=process_count,
+                                   repeat=repeat)
 
 
 class BatchIterator(pipeline.BatchIterator):
     """Resumable DCSR batches (state = global step, as the DPR iterator)."""
 
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self._it is None:
-            ds = make_dataset(self.data, self.spec, start_step=self.step,
-                              process_index=self.process_index, process_count=self.process_count)
-            self._it = ds.as_numpy_iterator()
-        batch = next(self._it)
-        self.step += 1
-        return batch
+    _make_dataset = staticmethod(make_dataset)
 
 
 # --------------------------------------------------------------------------- embeddings

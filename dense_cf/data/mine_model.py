@@ -8,13 +8,15 @@
 The run's latest (or ``--step``) checkpoint encodes the corpus (:func:`export.export_passages`,
 resumable, in ``RUN/export/step_N/``) and a FAISS index is built or reused
 (:func:`eval.retrieval.ensure_index`, ``RUN/index/step_N_<kind>/``; a previous retrieval
-evaluation on the same corpus is reused as is). Each question of the input file is encoded with
-the question tower, the top ``k`` passages are retrieved by inner product, the first
-``skip_top`` ranks are dropped (RocketQA-style guard against false negatives; 0 = off), and the
-first ``num_negatives`` passages that are neither a positive (id, or title + text) nor
-answer-bearing (DPR ``has_answer``, SPEC §6) become ``hard_negative_ctxs`` with the model score
-as ``score``. Everything else is :func:`mine_bm25.mine_file`: same filters, same DPR output
-format (SPEC §8), same resumable shards and skip accounting.
+evaluation on the same corpus is reused as is, an export of another corpus there is an error
+naming both: reuse is keyed by the corpus content, see :mod:`dense_cf.export`). Each question
+of the input file is encoded with the question tower, the top ``k`` passages are retrieved by
+inner product, the first ``skip_top`` ranks are dropped (RocketQA-style guard against false
+negatives; 0 = off), and the first ``num_negatives`` passages that are neither a positive
+(id, or title + text) nor answer-bearing (DPR ``has_answer``, SPEC §6) become
+``hard_negative_ctxs`` with the model score as ``score``. Everything else is
+:func:`mine_bm25.mine_file`: same filters, same DPR output format (SPEC §8), same resumable
+shards and skip accounting.
 
 Random access to passage texts uses a :class:`mine_bm25.PassageStore` (``--store_dir``, default
 ``RUN/mine/store``; a ``mine_bm25 --index_dir`` works too, it holds the same store).
@@ -36,54 +38,23 @@ from dense_cf.data import formats
 from dense_cf.data.mine_bm25 import (PassageStore, corpus_fingerprint, define_common_flags,
                                      mine_file, open_store)
 
-__all__ = ["mine_model", "check_export_ids"]
+__all__ = ["mine_model"]
 
 
 class _StoreCorpus:
-    """The ``Corpus`` interface :func:`ensure_index` needs (len, rows), streamed from a store."""
+    """The ``Corpus`` interface :func:`ensure_index` needs (len, rows, path), streamed from a
+    store. ``ensure_index`` keys reuse of ``RUN/export/step_N`` by the rows' content (sha256 of
+    ids, titles and texts), so an export of another corpus is never used for this one."""
 
-    def __init__(self, store: PassageStore) -> None:
+    def __init__(self, store: PassageStore, path: str | None = None) -> None:
         self.store = store
+        self.path = path
 
     def __len__(self) -> int:
         return len(self.store)
 
     def rows(self):
         return self.store.rows()
-
-
-def check_export_ids(export_dir: str, store: PassageStore, samples: int = 1000,
-                     seed: int = 0) -> None:
-    """Raises if the export's passage ids differ from the store's at sampled rows.
-
-    ``ensure_index`` reuses ``RUN/export/step_N`` by row count only; an export of another corpus
-    of the same size would silently map rows to the wrong passages. The first and last row of
-    every shard and ``samples`` random rows are compared (reading ids, not embeddings).
-    """
-    with open(os.path.join(export_dir, "manifest.json")) as f:
-        manifest = json.load(f)
-    n = len(store)
-    rng = np.random.default_rng(seed)
-    check = set(rng.choice(n, size=min(samples, n), replace=False).tolist()) if n else set()
-    row = 0
-    for shard in manifest["shards"]:
-        check.update((row, row + shard["count"] - 1))
-        row += shard["count"]
-    row = 0
-    for shard in manifest["shards"]:
-        path = os.path.join(export_dir, shard["pids"])
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if row in check:
-                    want = store.get(row)[0]
-                    if line.rstrip("\n") != want:
-                        raise ValueError(
-                            f"{path}: row {row} has passage id {line.rstrip()!r}, the corpus "
-                            f"{want!r}: {export_dir} was exported from another corpus; delete "
-                            f"it (and the run's index/) or use the corpus it was made from")
-                row += 1
-    if row != n:
-        raise ValueError(f"{export_dir}: {row} exported ids, corpus {n}")
 
 
 def mine_model(workdir: str, input_path: str, output: str, *, corpus: str | None = None,
@@ -121,10 +92,10 @@ def mine_model(workdir: str, input_path: str, output: str, *, corpus: str | None
     if store_report.total:
         store_report.log()
     encoder = export.Encoder(run, cfg.eval.batch_size)
-    index, timing = ensure_index(run, _StoreCorpus(store), workdir, kind=kind,
-                                 batch_size=cfg.eval.batch_size, dtype=cfg.eval.embedding_dtype,
-                                 shard_size=cfg.eval.shard_size, encoder=encoder)
-    check_export_ids(os.path.join(workdir, "export", f"step_{run.step}"), store)
+    index, timing = ensure_index(run, _StoreCorpus(store, os.path.abspath(corpus)), workdir,
+                                 kind=kind, batch_size=cfg.eval.batch_size,
+                                 dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
+                                 encoder=encoder)
     logging.info("model mining with %s step %d: index %s (%s)", workdir, run.step, kind, timing)
 
     def rank(questions: list[str]) -> list[list[tuple[int, float]]]:

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -28,7 +28,7 @@ from absl import logging
 from dense_cf.data import counterfactual as cf_lib
 from dense_cf.data.evidence import EvidenceMatcher
 from dense_cf.data.formats import BiencoderExample, SkipReport, iter_biencoder
-from dense_cf.data.sentences import split_sentences
+from dense_cf.data.sentences import large_re_cache, split_sentences
 
 CACHE_VERSION = 1
 _ARRAYS = ("q", "body", "sent", "pos_ans", "hard")
@@ -81,7 +81,8 @@ class Preprocessed:
         for name in _ARRAYS:
             r = getattr(self, name)
             arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
-        tmp = path + ".tmp.npz"
+        # A per-process temp name: hosts sharing a file system may write the same cache at once.
+        tmp = f"{path}.{os.getpid()}.tmp.npz"
         np.savez(tmp, pos_pid=self.pos_pid, evidence_sent=self.evidence_sent,
                  stats=np.asarray(json.dumps(self.stats)), **arrays)
         os.replace(tmp, path)
@@ -156,14 +157,15 @@ def preprocess(examples: Iterable[BiencoderExample], tokenizer, *, max_q_len: in
         stats["examples"] += len(chunk)
 
     chunk: list[BiencoderExample] = []
-    for ex in examples:
-        chunk.append(ex)
-        if len(chunk) >= chunk_size:
+    with large_re_cache():  # pysbd sentence splitting is ~3x faster with a large re cache
+        for ex in examples:
+            chunk.append(ex)
+            if len(chunk) >= chunk_size:
+                flush(chunk)
+                chunk = []
+                logging.info("preprocess: %d examples, %d passages", stats["examples"], len(bodies))
+        if chunk:
             flush(chunk)
-            chunk = []
-            logging.info("preprocess: %d examples, %d passages", stats["examples"], len(bodies))
-    if chunk:
-        flush(chunk)
     n = len(pos_pid)
     ev = np.full(n, -1, dtype=np.int32)
     for i, s in (evidence or {}).items():
@@ -269,31 +271,48 @@ def steps_per_epoch(num_examples: int, global_batch: int) -> int:
     return num_examples // global_batch
 
 
-def make_dataset(data: Preprocessed, spec: PipelineSpec, *, start_step: int = 0,
-                 process_index: int = 0, process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
-    """Host-local batches of the global batch sequence, starting at global step ``start_step``."""
-    if spec.global_batch % process_count:
-        raise ValueError(f"global_batch {spec.global_batch} not divisible by {process_count} hosts")
-    n = data.num_examples
-    spe = steps_per_epoch(n, spec.global_batch)
+def global_batches(num_examples: int, global_batch: int, example_fn: Callable[[], Callable], *,
+                   seed: int, shuffle: bool, start_step: int = 0, process_index: int = 0,
+                   process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
+    """Host-local batches of ``example_fn()(epoch, i)`` in the global batch order, from global
+    step ``start_step`` (shared by the DPR/PiCL and DCSR pipelines).
+
+    Epoch ``e`` is a stateless shuffle of ``range(num_examples)`` seeded by ``(seed, e)``, cut
+    into ``num_examples // global_batch`` global batches (the tail is dropped); host ``p`` takes
+    column ``p`` of every batch, so global batch k holds the same examples for any host count.
+    ``example_fn`` is called (building the per-example tf function) after the checks.
+    """
+    if global_batch % process_count:
+        raise ValueError(f"global_batch {global_batch} not divisible by {process_count} hosts")
+    n = num_examples
+    spe = steps_per_epoch(n, global_batch)
     if spe == 0:
-        raise ValueError(f"{n} examples are fewer than one global batch of {spec.global_batch}")
-    local = spec.global_batch // process_count
-    seed = tf.constant(spec.seed, tf.int64)
+        raise ValueError(f"{n} examples are fewer than one global batch of {global_batch}")
+    local = global_batch // process_count
+    seed_t = tf.constant(seed, tf.int64)
 
     def epoch_indices(epoch):
         idx = tf.range(n, dtype=tf.int64)
-        if spec.shuffle:
-            idx = tf.random.experimental.stateless_shuffle(idx, seed=tf.stack([seed, epoch]))
-        idx = tf.reshape(idx[:spe * spec.global_batch], [spe, process_count, local])[:, process_index]
+        if shuffle:
+            idx = tf.random.experimental.stateless_shuffle(idx, seed=tf.stack([seed_t, epoch]))
+        idx = tf.reshape(idx[:spe * global_batch], [spe, process_count, local])[:, process_index]
         idx = tf.reshape(idx, [-1])
         return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(idx), epoch), idx))
 
     start_epoch, offset = divmod(start_step, spe)
     epochs = tf.data.Dataset.range(start_epoch, start_epoch + 1 if not repeat else (1 << 62))
     ds = epochs.flat_map(epoch_indices).skip(offset * local)
-    ds = ds.map(_example_fn(data, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(example_fn(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(local, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def make_dataset(data: Preprocessed, spec: PipelineSpec, *, start_step: int = 0,
+                 process_index: int = 0, process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
+    """Host-local batches of the global batch sequence, starting at global step ``start_step``."""
+    return global_batches(data.num_examples, spec.global_batch, lambda: _example_fn(data, spec),
+                          seed=spec.seed, shuffle=spec.shuffle, start_step=start_step,
+                          process_index=process_index, process_count=process_count,
+                          repeat=repeat)
 
 
 def make_eval_dataset(data: Preprocessed, spec: PipelineSpec, batch_size: int = 256) -> tf.data.Dataset:
@@ -367,28 +386,38 @@ class BatchIterator:
         self._it = None
 
     def _fingerprint(self) -> dict[str, Any]:
+        # The host count is not part of it: global batch k holds the same examples for any number
+        # of hosts (each host reads a column of it), so a run may resume on another host count.
         return {"num_examples": self.data.num_examples, "global_batch": self.spec.global_batch,
-                "seed": self.spec.seed, "process_count": self.process_count}
+                "seed": self.spec.seed}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self
 
+    # The dataset builder: subclasses (DCSR) swap in theirs and keep the resumable state.
+    _make_dataset = staticmethod(make_dataset)
+
     def __next__(self) -> dict[str, np.ndarray]:
         if self._it is None:
-            ds = make_dataset(self.data, self.spec, start_step=self.step,
-                              process_index=self.process_index, process_count=self.process_count)
+            ds = self._make_dataset(self.data, self.spec, start_step=self.step,
+                                    process_index=self.process_index,
+                                    process_count=self.process_count)
             self._it = ds.as_numpy_iterator()
         batch = next(self._it)
         self.step += 1
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        return {"step": self.step, **self._fingerprint()}
+        return {"step": self.step, "process_count": self.process_count, **self._fingerprint()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         mine = self._fingerprint()
         diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
         if diff:
             raise ValueError(f"data-iterator state does not match this run (saved, now): {diff}")
+        saved_hosts = state.get("process_count", self.process_count)
+        if saved_hosts != self.process_count:
+            logging.info("resuming a run saved on %s hosts on %d hosts (same global batches)",
+                         saved_hosts, self.process_count)
         self.step = int(state["step"])
         self._it = None

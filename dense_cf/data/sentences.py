@@ -19,14 +19,16 @@ whitespace stripped.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+from typing import Iterator
 
 import pysbd
 import regex
 from absl import logging
 
-__all__ = ["split_sentences", "BACKENDS"]
+__all__ = ["split_sentences", "large_re_cache", "BACKENDS"]
 
 BACKENDS = ("pysbd", "rules")
 
@@ -45,6 +47,26 @@ _BOUNDARY_RE = regex.compile(
     r"""([.!?\u2026]+)["'\u201d\u2019\u00bb)\]]*\s+"""
     r"""(?=["'\u201c\u2018\u00ab(\[]*[\p{Lu}\p{Lt}\p{N}])""")
 _DOTTED_ACRONYM_RE = re.compile(r"^(?:[^\W\d_]\.)+[^\W\d_]?$")
+
+
+@contextlib.contextmanager
+def large_re_cache(size: int = 20000) -> Iterator[None]:
+    """Temporarily enlarge the ``re`` module's pattern cache (speed only, results unchanged).
+
+    Wrap bulk splitting in it. pysbd compiles a few hundred abbreviation regexes per text plus
+    one per sentence; the per-sentence ones never repeat and evict the rest from the default
+    512-entry cache, so every passage recompiled ~10 patterns (3x slower splitting).
+    """
+    old = getattr(re, "_MAXCACHE", None)
+    if not isinstance(old, int):
+        yield
+        return
+    re._MAXCACHE = max(old, size)
+    try:
+        yield
+    finally:
+        re._MAXCACHE = old
+        re.purge()  # drop the oversize cache; only costs recompilation
 
 
 @functools.lru_cache(maxsize=None)

@@ -53,7 +53,6 @@ counted in meta.json).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import math
@@ -64,7 +63,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -996,28 +995,8 @@ def _chunk_seed(seed: int, chunk: int) -> int:
     return int(np.random.SeedSequence([seed, 1, chunk]).generate_state(1, dtype=np.uint64)[0])
 
 
-@contextlib.contextmanager
-def _large_re_cache(size: int = 20000) -> Iterator[None]:
-    """Temporarily enlarge the ``re`` module's pattern cache (speed only, results unchanged).
-
-    pysbd compiles a few hundred abbreviation regexes per text plus one per sentence; the
-    per-sentence ones never repeat and evict the rest from the default 512-entry cache, so
-    every passage recompiled ~10 patterns (3x slower splitting).
-    """
-    old = getattr(re, "_MAXCACHE", None)
-    if not isinstance(old, int):
-        yield
-        return
-    re._MAXCACHE = max(old, size)
-    try:
-        yield
-    finally:
-        re._MAXCACHE = old
-        re.purge()  # drop the oversize cache; only costs recompilation
-
-
 def _generate_chunk(task: dict[str, Any]) -> dict[str, Any]:
-    with _large_re_cache():
+    with sentences_lib.large_re_cache():
         return _generate_chunk_impl(task)
 
 

@@ -6,7 +6,12 @@ Writes to ``DIR/eval/step_<N>/``: ``retrieval.json`` (DPR's result format: quest
 ctxs with id/title/text/score/has_answer), ``run.trec`` + ``qrels.trec`` (pyserini/trec_eval),
 ``report.json`` (top-k, MRR, per-question first-hit ranks) and ``report.md``. Embeddings go to
 ``DIR/export/step_<N>/`` and the index to ``DIR/index/step_<N>_<kind>/``; both are reused (and
-an interrupted export resumes) when the command is run again.
+an interrupted export resumes) when the command is run again on the same corpus. Reuse is keyed
+by the corpus content (sha256 over ids, titles and texts, see :mod:`dense_cf.export`), not by
+row counts: an export of another corpus in ``DIR/export/step_<N>/`` is an error naming both
+corpora, never reused. The index records the export it was built from (``export_source.json``:
+corpus fingerprint, settings, row count) and is rebuilt when that differs (or is missing, as
+in indexes built before it existed).
 
 DCSR runs (``method == "dcsr"``, SPEC §4) go through the same command and reports: the export
 holds one vector per contextual sentence, the top ``ceil(k · k̄)`` sentences are retrieved
@@ -17,6 +22,7 @@ scored exactly as DPR's (``score`` in the result files is HasAns).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -39,6 +45,7 @@ class Corpus:
     ids: list[str]
     texts: list[str]
     titles: list[str]
+    path: str | None = None  # where it was read from: named in manifests and errors
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -71,7 +78,7 @@ def load_corpus(path: str) -> Corpus:
     if report.total:
         report.log()
     logging.info("corpus %s: %d passages, %d rows skipped", path, len(ids), report.total)
-    return Corpus(ids, texts, titles)
+    return Corpus(ids, texts, titles, path=os.path.abspath(path))
 
 
 def load_qa(path: str) -> tuple[list[str], list[list[str]]]:
@@ -86,31 +93,82 @@ def load_qa(path: str) -> tuple[list[str], list[list[str]]]:
     return qs, ans
 
 
-def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: int,
-                 dtype: str, shard_size: int, encoder=None):
-    """Exports the corpus (resumable) and builds or loads the index for this checkpoint."""
-    from dense_cf import export
+INDEX_SOURCE = "export_source.json"
+
+
+def _index_source(manifest: dict) -> dict:
+    """What an index was built from: the export's corpus, settings and row count."""
+    return {"corpus_sha256": manifest["corpus"]["sha256"],
+            "passages": manifest["corpus"]["passages"], "rows": manifest["count"],
+            "settings": manifest["settings"]}
+
+
+def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict):
+    """The index of ``export_dir`` (its ``manifest``): loaded from ``index_dir`` when it was
+    built from that same export, else built and saved there. Returns ``(index, reused)``."""
     from dense_cf.index.faiss_index import (DenseIndex, IndexSpec, build_index_from_dir,
                                             is_saved_index)
 
-    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
-    index_dir = os.path.join(workdir, "index", f"step_{run.step}_{kind}")
-    t0 = time.perf_counter()
-    manifest = export.export_passages(run, corpus.rows(), export_dir, shard_size=shard_size,
-                                      batch_size=batch_size, dtype=dtype, encoder=encoder)
-    export_s = time.perf_counter() - t0
-    if manifest["count"] != len(corpus):
-        raise RuntimeError(f"export in {export_dir} has {manifest['count']} rows, corpus {len(corpus)}")
-    t0 = time.perf_counter()
-    reused = is_saved_index(index_dir)
+    want = _index_source(manifest)
+    source_path = os.path.join(index_dir, INDEX_SOURCE)
+    reused = False
+    if is_saved_index(index_dir):
+        try:
+            with open(source_path) as f:
+                reused = json.load(f) == want
+        except (OSError, ValueError):
+            reused = False
+        if not reused:
+            logging.info("index %s was not built from the export in %s (or predates %s): "
+                         "rebuilding", index_dir, export_dir, INDEX_SOURCE)
     if reused:
         index = DenseIndex.load(index_dir)
     else:
+        with contextlib.suppress(FileNotFoundError):  # a crash while saving must not leave
+            os.remove(source_path)                     # the old record next to a new index
         index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
         index.save(index_dir)
+        report_lib.write_json(source_path, want)  # last: marks the index as built from it
+    if index.ntotal != manifest["count"]:
+        raise RuntimeError(f"index {index_dir} has {index.ntotal} vectors, the export in "
+                           f"{export_dir} {manifest['count']} rows: delete the stale index")
+    return index, reused
+
+
+def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, batch_size: int,
+                      dtype: str, shard_size: int, encoder):
+    """Exports ``corpus`` into ``workdir/export/step_N`` (resumable, content-keyed) and loads or
+    builds its index in ``workdir/index/step_N_<kind>``; returns ``(index, timing, manifest)``."""
+    from dense_cf import export
+
+    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
+    index_dir = os.path.join(workdir, "index", f"step_{run.step}_{kind}")
+    fn = export.export_sentences if sentences else export.export_passages
+    t0 = time.perf_counter()
+    manifest = fn(run, corpus.rows(), export_dir, shard_size=shard_size, batch_size=batch_size,
+                  dtype=dtype, encoder=encoder, source=getattr(corpus, "path", None))
+    export_s = time.perf_counter() - t0
+    if manifest["corpus"]["passages"] != len(corpus):
+        raise RuntimeError(f"export in {export_dir} has {manifest['corpus']['passages']} "
+                           f"passages, corpus {len(corpus)}")
+    t0 = time.perf_counter()
+    index, reused = load_or_build_index(export_dir, index_dir, kind, manifest)
     timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
               "encoded_this_run": manifest["encoded_this_run"],
               "index_s": time.perf_counter() - t0, "index_reused": reused}
+    return index, timing, manifest
+
+
+def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: int,
+                 dtype: str, shard_size: int, encoder=None):
+    """Exports the corpus (resumable) and builds or loads the index for this checkpoint.
+
+    Reuses ``workdir/export/step_N`` and the index only when they hold this corpus (module
+    docstring); raises ``ValueError`` naming both corpora when the export is of another one.
+    """
+    index, timing, _ = _export_and_index(run, corpus, workdir, sentences=False, kind=kind,
+                                         batch_size=batch_size, dtype=dtype,
+                                         shard_size=shard_size, encoder=encoder)
     return index, timing
 
 
@@ -118,35 +176,16 @@ def ensure_sentence_index(run, corpus: Corpus, workdir: str, *, kind: str, batch
                           dtype: str, shard_size: int, encoder=None):
     """DCSR: exports every contextual sentence (resumable) and builds or loads their index.
 
-    Returns ``(index, timing, sentence→passage rows, mean sentences per passage)``.
+    Returns ``(index, timing, sentence→passage rows, mean sentences per passage)``; reuse as in
+    :func:`ensure_index`.
     """
     from dense_cf import export
-    from dense_cf.index.faiss_index import (DenseIndex, IndexSpec, build_index_from_dir,
-                                            is_saved_index)
 
-    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
-    index_dir = os.path.join(workdir, "index", f"step_{run.step}_{kind}")
-    t0 = time.perf_counter()
-    manifest = export.export_sentences(run, corpus.rows(), export_dir, shard_size=shard_size,
-                                       batch_size=batch_size, dtype=dtype, encoder=encoder)
-    export_s = time.perf_counter() - t0
-    if manifest["passages"] != len(corpus):
-        raise RuntimeError(f"export in {export_dir} has {manifest['passages']} passages, "
-                           f"corpus {len(corpus)}")
-    sentence_passage = export.load_sentence_passages(export_dir)
-    t0 = time.perf_counter()
-    reused = is_saved_index(index_dir)
-    if reused:
-        index = DenseIndex.load(index_dir)
-    else:
-        index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
-        index.save(index_dir)
-    if index.ntotal != len(sentence_passage):
-        raise RuntimeError(f"index {index_dir} has {index.ntotal} vectors, export "
-                           f"{len(sentence_passage)} sentences: delete the stale index")
-    timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
-              "encoded_this_run": manifest["encoded_this_run"],
-              "index_s": time.perf_counter() - t0, "index_reused": reused}
+    index, timing, manifest = _export_and_index(run, corpus, workdir, sentences=True, kind=kind,
+                                                batch_size=batch_size, dtype=dtype,
+                                                shard_size=shard_size, encoder=encoder)
+    sentence_passage = export.load_sentence_passages(
+        os.path.join(workdir, "export", f"step_{run.step}"))
     return index, timing, sentence_passage, float(manifest["mean_sentences_per_passage"])
 
 
