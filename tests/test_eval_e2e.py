@@ -115,3 +115,33 @@ def test_binaries_from_the_command_line(trained):
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout[r.stdout.index("{"):])
     assert out["sentence"]["aar"] == pytest.approx(summary["eval"]["aar"]["strategies"]["sentence"]["aar"])
+
+
+def test_other_corpus_gets_its_own_export_and_report(trained, tmp_path):
+    """Evaluating on another corpus (here: the run's corpus plus extra passages) exports it into
+    its own directory and leaves the run's own export, index and report untouched."""
+    from dense_cf.eval.retrieval import evaluate_run, load_corpus
+    from dense_cf.train.loop import load_run
+    workdir, summary = trained
+    run = load_run(workdir)
+    own = os.path.join(run.config.data.data_dir, run.config.data.corpus_file)
+    manifest = os.path.join(workdir, "export", "step_3", "manifest.json")
+    report = os.path.join(workdir, "eval", "step_3", "report.json")
+    before = (open(manifest).read(), open(report).read())
+    other = tmp_path / "bigger.tsv"
+    lines = open(own).read().splitlines()
+    extra = [f"x{i}\tAn unrelated passage number {i} about nothing.\tFiller {i}" for i in range(40)]
+    other.write_text("\n".join(lines + extra) + "\n")
+    rep = evaluate_run(workdir, corpus_path=str(other), run=run)
+    assert rep["corpus_size"] == len(load_corpus(own)) + 40
+    assert rep["timing"]["encoded_this_run"] == rep["corpus_size"]
+    roots = os.listdir(os.path.join(workdir, "corpora"))
+    assert len(roots) == 1 and roots[0].startswith("bigger-")
+    root = os.path.join(workdir, "corpora", roots[0])
+    assert os.path.exists(os.path.join(root, "export", "step_3", "manifest.json"))
+    assert os.path.exists(os.path.join(root, "eval", "step_3", "report.json"))
+    assert (open(manifest).read(), open(report).read()) == before
+    # Again: the other corpus' export and index are reused.
+    again = evaluate_run(workdir, corpus_path=str(other), run=run)
+    assert again["timing"]["encoded_this_run"] == 0 and again["timing"]["index_reused"]
+    assert again["top_k"] == rep["top_k"]

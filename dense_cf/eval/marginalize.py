@@ -27,8 +27,6 @@ Writes ``report.json``, ``report.md`` and ``heatmap.png`` into ``--out``.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import sys
 import time
@@ -133,23 +131,10 @@ def parse_runs(specs: Sequence[str]) -> list[RunSpec]:
     return out
 
 
-def _file_tag(path: str) -> str:
-    st = os.stat(path)
-    h = hashlib.sha1(json.dumps([os.path.abspath(path), st.st_size, st.st_mtime_ns]).encode())
-    stem = os.path.basename(path).split(".")[0]
-    return f"{stem}-{h.hexdigest()[:10]}"
-
-
 def _cache_root(workdir: str, config, corpus_path: str) -> str:
     """The run's own corpus shares WORKDIR/export with dense_cf.eval.retrieval."""
-    from dense_cf.eval.retrieval import data_path
-    try:
-        own = os.path.abspath(data_path(config, "corpus_file"))
-    except (ValueError, FileNotFoundError):
-        own = None
-    if own == os.path.abspath(corpus_path):
-        return workdir
-    return os.path.join(workdir, "marginalize", _file_tag(corpus_path))
+    from dense_cf.eval.retrieval import corpus_root
+    return corpus_root(workdir, config, corpus_path, subdir="marginalize")
 
 
 def _question_embeddings(run, encoder, questions: Sequence[str], cache_path: str) -> np.ndarray:
@@ -219,7 +204,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
     from dense_cf import export
     from dense_cf.eval import metrics as metrics_lib
     from dense_cf.eval import report as report_lib
-    from dense_cf.eval.retrieval import data_path, ensure_index, load_corpus, load_qa
+    from dense_cf.eval.retrieval import data_path, ensure_index, file_tag, load_corpus, load_qa
     from dense_cf.index.faiss_index import DenseIndex, is_saved_index
     from dense_cf.train.loop import build_model, load_config, load_run
 
@@ -253,7 +238,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
             raise ValueError(f"{ts.test}: no valid questions")
         sets.append({"ts": ts, "corpus_path": corpus_path, "corpus": load_corpus(corpus_path),
                      "questions": questions, "answers": answers, "d_idx": d_idx,
-                     "tag": _file_tag(ts.test), "q_emb": [], "index": []})
+                     "tag": file_tag(ts.test), "q_emb": [], "index": []})
     answer_mode = answer_mode or configs[0].data.answer_mode
     k_max = max(ks)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -65,6 +66,26 @@ def data_path(config, key: str, override: str | None = None) -> str:
             f"python -m dense_cf.data.prepare --datasets nq --splits test,gold,corpus "
             f"--data_dir {config.data.data_dir}, see docs/datasets.md)")
     return path
+
+
+def file_tag(path: str) -> str:
+    """``<stem>-<hash of path, size, mtime>``: a directory name for caches of one corpus file."""
+    st = os.stat(path)
+    h = hashlib.sha1(json.dumps([os.path.abspath(path), st.st_size, st.st_mtime_ns]).encode())
+    return f"{os.path.basename(path).split('.')[0]}-{h.hexdigest()[:10]}"
+
+
+def corpus_root(workdir: str, config, corpus_path: str, subdir: str = "corpora") -> str:
+    """Where exports/indexes of ``corpus_path`` live: the run's own corpus (config.data.corpus_file)
+    uses ``workdir/{export,index}``; any other corpus gets ``workdir/<subdir>/<file_tag>/`` so the
+    run's own export is never overwritten (reuse is content-keyed either way)."""
+    try:
+        own = os.path.abspath(data_path(config, "corpus_file"))
+    except (ValueError, FileNotFoundError):
+        own = None
+    if own == os.path.abspath(corpus_path):
+        return workdir
+    return os.path.join(workdir, subdir, file_tag(corpus_path))
 
 
 def load_corpus(path: str) -> Corpus:
@@ -222,14 +243,16 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     kind = index_kind or cfg.eval.index
     k = k or cfg.eval.k
     ks = tuple(int(x) for x in cfg.eval.ks)
-    corpus = load_corpus(data_path(cfg, "corpus_file", corpus_path))
+    corpus_file = data_path(cfg, "corpus_file", corpus_path)
+    corpus = load_corpus(corpus_file)
     questions, answers = load_qa(data_path(cfg, "test_file", qa_path))
+    root = corpus_root(workdir, cfg, corpus_file)  # another corpus: its own export/index/eval dirs
     encoder = export.Encoder(run, cfg.eval.batch_size)
     extra: dict[str, Any] = {}
     if export.is_sentence_run(run):
         from dense_cf.eval.sentence_ranking import num_sentences_to_retrieve
         index, timing, sent_pid, kbar = ensure_sentence_index(
-            run, corpus, workdir, kind=kind, batch_size=cfg.eval.batch_size,
+            run, corpus, root, kind=kind, batch_size=cfg.eval.batch_size,
             dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size, encoder=encoder)
         n_sent = min(num_sentences_to_retrieve(k, kbar, int(cfg.dcsr.retrieve_sentences)),
                      len(sent_pid))
@@ -239,7 +262,7 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
         q_emb = export.encode_questions(run, questions, encoder=encoder)
         retrieved = retrieve_by_sentences(index, q_emb, corpus, k, sent_pid, n_sent)
     else:
-        index, timing = ensure_index(run, corpus, workdir, kind=kind, batch_size=cfg.eval.batch_size,
+        index, timing = ensure_index(run, corpus, root, kind=kind, batch_size=cfg.eval.batch_size,
                                      dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
                                      encoder=encoder)
         t0 = time.perf_counter()
@@ -248,7 +271,7 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     timing["search_s"] = time.perf_counter() - t0
     rep = metrics_lib.evaluate_retrieval(questions, answers, retrieved, mode=cfg.data.answer_mode,
                                          ks=ks)
-    out_dir = out_dir or os.path.join(workdir, "eval", f"step_{run.step}")
+    out_dir = out_dir or os.path.join(root, "eval", f"step_{run.step}")
     os.makedirs(out_dir, exist_ok=True)
     results_lib.write_dpr_results(os.path.join(out_dir, "retrieval.json"), questions, answers,
                                   retrieved, rep["hits"], mode=cfg.data.answer_mode)
