@@ -167,7 +167,7 @@ def evaluate(eval_fn, params, data: pipeline.Preprocessed, spec: pipeline.Pipeli
     and the count logged, since shapes are fixed)."""
     dev_spec = dataclasses.replace(spec, shuffle=False)
     ds = make_dataset(data, dev_spec, repeat=False, process_index=jax.process_index(),
-                               process_count=jax.process_count())
+                      process_count=jax.process_count())
     out = []
     for i, batch in enumerate(ds.as_numpy_iterator()):
         if max_batches and i >= max_batches:
@@ -282,7 +282,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
         hf_params = None
         it = inputs.BatchIterator(train_data, spec, process_index=jax.process_index(),
-                                    process_count=jax.process_count())
+                                  process_count=jax.process_count())
         if ckpt.latest_step() is not None:
             state, data_state, _ = ckpt.restore(abstract_like(state))
             it.set_state(data_state)
