@@ -1,6 +1,23 @@
 """Shared test helpers (imported by test modules; pytest puts tests/ on sys.path)."""
 
+import os
+
 from dense_cf.config import base_config
+from dense_cf.data.formats import BiencoderExample, Passage, write_biencoder
+
+
+def write_tower_data(d, dev: bool = True) -> None:
+    """24 tiny "when was tower i built?" examples as ``train.json`` (+ the first 8 as
+    ``dev.json``): a hand-made biencoder set for CLI/loop tests that need no synthetic benchmark."""
+    exs = []
+    for i in range(24):
+        pos = Passage(title=f"Tower {i}", text=f"The tower {i} stands in town {i % 5}. "
+                                               f"It was built in {1800 + i}. It is tall.")
+        hard = [Passage(title=f"Tower {i + 1}", text=f"The tower {i + 1} is old. It is grey.")]
+        exs.append(BiencoderExample(f"when was tower {i} built?", [str(1800 + i)], [pos], [], hard))
+    write_biencoder(os.path.join(d, "train.json"), exs)
+    if dev:
+        write_biencoder(os.path.join(d, "dev.json"), exs[:8])
 
 
 def tiny_synthetic_config(data_dir, **overrides):

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from dense_cf.data.formats import BiencoderExample, Passage, write_biencoder
+from helpers import write_tower_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 3
@@ -40,16 +40,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _write_data(d) -> None:
-    exs = []
-    for i in range(24):
-        pos = Passage(title=f"Tower {i}", text=f"The tower {i} stands in town {i % 5}. "
-                                               f"It was built in {1800 + i}. It is tall.")
-        hard = [Passage(title=f"Tower {i + 1}", text=f"The tower {i + 1} is old. It is grey.")]
-        exs.append(BiencoderExample(f"when was tower {i} built?", [str(1800 + i)], [pos], [], hard))
-    write_biencoder(os.path.join(d, "train.json"), exs)
 
 
 _OVERRIDES = {
@@ -96,7 +86,7 @@ def _wait(procs, timeout=420):
 def test_two_processes_match_one_process(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    _write_data(str(data))
+    write_tower_data(str(data), dev=False)
     multi, single = tmp_path / "multi", tmp_path / "single"
     addr = f"127.0.0.1:{_free_port()}"
     popen = dict(cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -11,23 +11,11 @@ import numpy as np
 import pytest
 
 from dense_cf.config import base_config
-from dense_cf.data.formats import BiencoderExample, Passage, write_biencoder
 from dense_cf.train import mesh as mesh_lib
-from helpers import apply_overrides
+from helpers import apply_overrides, write_tower_data
 
 
 # ---------------------------------------------------------------- end-to-end loop and resume
-
-def _write_data(d):
-    exs = []
-    for i in range(24):
-        pos = Passage(title=f"Tower {i}", text=f"The tower {i} stands in town {i % 5}. "
-                                               f"It was built in {1800 + i}. It is tall.")
-        hard = [Passage(title=f"Tower {i + 1}", text=f"The tower {i + 1} is old. It is grey.")]
-        exs.append(BiencoderExample(f"when was tower {i} built?", [str(1800 + i)], [pos], [], hard))
-    write_biencoder(os.path.join(d, "train.json"), exs)
-    write_biencoder(os.path.join(d, "dev.json"), exs[:8])
-
 
 def _tiny_config(data_dir, **over):
     c = base_config()
@@ -51,7 +39,7 @@ def _tiny_config(data_dir, **over):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
-    _write_data(str(d))
+    write_tower_data(str(d))
     return d
 
 

@@ -47,6 +47,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     from flax import linen as nn
 
+    from dense_cf.bench.common import batch_shapes, random_batch
     from dense_cf.config import base_config
     from dense_cf.losses import loss_kwargs_from_config
     from dense_cf.models.bert import BertConfig
@@ -66,16 +67,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
                            "passages": b * (1 + h + int(spec["cf"])), "max_q_len": lq,
                            "max_p_len": lp}
 
-    def batch_shapes():
-        i32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)
-        d = {"q_ids": i32(b, lq), "q_mask": i32(b, lq), "pos_ids": i32(b, lp),
-             "pos_mask": i32(b, lp), "hard_ids": i32(b, h, lp), "hard_mask": i32(b, h, lp),
-             "hard_valid": jax.ShapeDtypeStruct((b, h), bool)}
-        if spec["cf"]:
-            d.update(cf_ids=i32(b, lp), cf_mask=i32(b, lp),
-                     cf_valid=jax.ShapeDtypeStruct((b,), bool))
-        return d
-
+    shapes = batch_shapes(b, h, lq, lp, spec["cf"])
     if spec["compile_only"]:
         model = DualEncoder(BertConfig(**BERT_BASE, dtype=spec["dtype"]))
         ids = jnp.ones((1, lp), jnp.int32)
@@ -98,7 +90,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     rng = jax.random.key(1)
     out["rss_before_compile_mb"] = round(_current_rss_mb(), 1)
     t0 = time.perf_counter()
-    compiled = step.lower(state, batch_shapes(), rng).compile()
+    compiled = step.lower(state, shapes, rng).compile()
     out["compile_s"] = round(time.perf_counter() - t0, 1)
     ma = compiled.memory_analysis()
     gib = 2.0 ** 30
@@ -114,10 +106,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     # XLA counts a while-loop body once, so FLOPs are only meaningful without chunking.
     out["xla_flops"] = float(cost.get("flops", 0.0)) if (cost and chunks == 1) else None
     if not spec["compile_only"]:
-        r = np.random.default_rng(0)
-        batch = {k: (r.integers(1000, model.config.vocab_size, size=v.shape).astype(np.int32)
-                     if v.dtype == jnp.int32 and k.endswith("_ids") else np.ones(v.shape, v.dtype))
-                 for k, v in batch_shapes().items()}
+        batch = random_batch(shapes, model.config.vocab_size)
         t0 = time.perf_counter()
         state, m = compiled(state, batch, rng)
         jax.block_until_ready(m)

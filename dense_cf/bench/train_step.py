@@ -41,9 +41,9 @@ def main(argv) -> None:
     del argv
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from flax import linen as nn
 
+    from dense_cf.bench.common import batch_shapes, random_batch
     from dense_cf.bench.peak import measure_matmul_peak
     from dense_cf.config import base_config
     from dense_cf.losses import loss_kwargs_from_config
@@ -70,18 +70,8 @@ def main(argv) -> None:
         model = model.clone(config=model.config.replace(remat_policy=_REMAT_POLICY.value))
     rules = axis_rules_for(model.config, mesh.shape["model"])
     tx, sched = make_optimizer(cfg.optim, total_steps=1000)
-    r = np.random.default_rng(0)
-
-    def ids(*shape):
-        return r.integers(1000, model.config.vocab_size, size=shape).astype(np.int32)
-
-    batch = {"q_ids": ids(b, _LQ.value), "q_mask": np.ones((b, _LQ.value), np.int32),
-             "pos_ids": ids(b, _LP.value), "pos_mask": np.ones((b, _LP.value), np.int32),
-             "hard_ids": ids(b, h, _LP.value), "hard_mask": np.ones((b, h, _LP.value), np.int32),
-             "hard_valid": np.ones((b, h), bool)}
-    if _CF.value:
-        batch.update(cf_ids=ids(b, _LP.value), cf_mask=np.ones((b, _LP.value), np.int32),
-                     cf_valid=np.ones((b,), bool))
+    batch = random_batch(batch_shapes(b, h, _LQ.value, _LP.value, _CF.value),
+                         model.config.vocab_size)
     passages = b * (1 + h + int(_CF.value))
 
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):

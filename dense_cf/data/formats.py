@@ -37,7 +37,7 @@ from absl import logging
 
 __all__ = [
     "Passage", "BiencoderExample", "DataFormatError", "SkipReport",
-    "iter_biencoder", "read_biencoder", "read_corpus_tsv", "read_qa_csv", "read_gold_info",
+    "iter_biencoder", "iter_biencoder_records", "read_biencoder", "read_corpus_tsv", "read_qa_csv", "read_gold_info",
     "write_biencoder", "write_corpus_tsv", "write_qa_csv", "write_gold_info",
     "DEFAULT_CHUNK_SIZE",
 ]
@@ -440,6 +440,21 @@ def iter_biencoder(path: PathLike, *, skip_bad: bool = True, report: SkipReport 
     reason "no positive_ctxs", even when ``skip_bad=False``: DPR's own loader filters those out
     and its released files contain them, so they are not format errors.
     """
+    for _, _, example in iter_biencoder_records(path, skip_bad=skip_bad, report=report,
+                                                chunk_size=chunk_size):
+        if example is not None:
+            yield example
+
+
+def iter_biencoder_records(path: PathLike, *, skip_bad: bool = True,
+                           report: SkipReport | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE
+                           ) -> Iterator[tuple[int, dict | None, BiencoderExample | None]]:
+    """Every list element of a biencoder file as (0-based index, raw dict, parsed example).
+
+    The validation and skip counting of :func:`iter_biencoder`; a skipped record is yielded as
+    ``(index, None, None)`` so callers that rewrite a file (mining) see every index and keep
+    the raw record's extra keys.
+    """
     file = os.fspath(path)
     with _local_report(report) as rep, _open_text(path) as fp:
         stream = _JsonStream(fp, file, chunk_size)
@@ -448,12 +463,14 @@ def iter_biencoder(path: PathLike, *, skip_bad: bool = True, report: SkipReport 
                 example = _parse_example(obj, file, index)
             except DataFormatError as e:
                 _handle_bad(e, skip_bad, rep)
+                yield index, None, None
                 continue
             if not example.positive_ctxs:
                 rep.add(file, "no positive_ctxs",
                         f"{file}: record {index} (0-based index): empty positive_ctxs")
+                yield index, None, None
                 continue
-            yield example
+            yield index, obj, example
         stream.expect_end()
 
 

@@ -45,11 +45,11 @@ from absl import logging
 
 from dense_cf.data import answers as answers_lib
 from dense_cf.data import formats
-from dense_cf.data.formats import BiencoderExample, DataFormatError, SkipReport
+from dense_cf.data.formats import BiencoderExample, SkipReport
 from dense_cf.data.writers import ShardedParts
 
 __all__ = [
-    "PassageStore", "BM25Index", "select_negatives", "bm25_negatives", "iter_biencoder_records",
+    "PassageStore", "BM25Index", "select_negatives", "bm25_negatives",
     "passage_key", "normalize_pid", "mine_file", "mine_bm25", "MiningStats",
 ]
 
@@ -76,37 +76,6 @@ def passage_key(title: str, text: str) -> tuple[str, str]:
 
 # ---------------------------------------------------------------------------------------------
 # Reading biencoder files with the raw records (extra keys survive the rewrite)
-
-
-def iter_biencoder_records(path: str, *, skip_bad: bool = True, report: SkipReport,
-                           chunk_size: int = formats.DEFAULT_CHUNK_SIZE
-                           ) -> Iterator[tuple[int, dict | None, BiencoderExample | None]]:
-    """Every list element of a biencoder file as (0-based index, raw dict, parsed example).
-
-    Validation is :func:`formats.iter_biencoder`'s; a skipped record (bad, or with empty
-    ``positive_ctxs`` as DPR's loader drops them) is counted in ``report`` and yielded as
-    ``(index, None, None)`` so callers see every index (shard extents do not depend on skips).
-    """
-    file = os.fspath(path)
-    # formats' streaming decoder and validator, reused so errors and counts match the reader.
-    with formats._open_text(path) as fp:
-        stream = formats._JsonStream(fp, file, chunk_size)
-        for index, obj in stream.iter_array():
-            try:
-                example = formats._parse_example(obj, file, index)
-            except DataFormatError as e:
-                if not skip_bad:
-                    raise
-                report.add_error(e)
-                yield index, None, None
-                continue
-            if not example.positive_ctxs:
-                report.add(file, "no positive_ctxs",
-                           f"{file}: record {index} (0-based index): empty positive_ctxs")
-                yield index, None, None
-                continue
-            yield index, obj, example
-        stream.expect_end()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,7 +532,8 @@ def mine_file(input_path: str, output: str, *, rank: RankFn,
 
     shard, buf, n_records = 0, [], 0
     done = parts.is_done(0)  # a done shard's records are read (for counts) but not kept
-    for index, raw, ex in iter_biencoder_records(input_path, skip_bad=skip_bad, report=report):
+    for index, raw, ex in formats.iter_biencoder_records(input_path, skip_bad=skip_bad,
+                                                         report=report):
         n_records = index + 1
         while index // shard_size > shard:
             process(shard, buf)

@@ -1026,32 +1026,24 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     chosen: list[_Candidate] = []
     qpp = int(task.get("questions_per_passage", 1))
     if qpp > 1:
+        # Groups come in random order and stay contiguous, so a passage's questions share a
+        # split (only the groups at the test/dev/train boundaries are cut).
         groups = _select_grouped(rng, cands, need, qpp, validator, dropped, seen)
         chosen = [c for g in groups for c in g]
-        buckets = {}  # the legacy loop below is skipped
     order = list(QTYPES)
-    rng.shuffle(order)
-    # Round-robin over question types keeps the six types balanced (SPEC §5 break-downs).
-    while len(chosen) < need and any(buckets.values()):
-        for t in order:
-            if len(chosen) >= need:
-                break
-            if not buckets[t]:
-                continue
-            c = buckets[t].pop()
-            if c.question in seen:
-                dropped["duplicate_question"] += 1
-                continue
-            reason = validator.check(c)
-            if reason:
-                dropped[reason] += 1
-                continue
-            seen.add(c.question)
-            chosen.append(c)
+    rng.shuffle(order)  # drawn in both modes: the RNG stream (hence the output) stays as it was
     if qpp == 1:
+        # Round-robin over question types keeps the six types balanced (SPEC §5 break-downs).
+        while len(chosen) < need and any(buckets.values()):
+            for t in order:
+                if len(chosen) >= need:
+                    break
+                if not buckets[t]:
+                    continue
+                c = buckets[t].pop()
+                if _accept(c, validator, dropped, seen):
+                    chosen.append(c)
         rng.shuffle(chosen)
-    # else: groups are already in random order and stay contiguous, so a passage's questions
-    # share a split (only the groups at the test/dev/train boundaries are cut).
     # Shortfalls (not expected) hit train first so dev/test keep their sizes.
     labels: list[str] = []
     for s in ("test", "dev", "train"):
@@ -1061,6 +1053,19 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     return {"titles": titles, "texts": texts, "entities": ents, "questions": questions,
             "dropped": dict(dropped), "shortfall": need - len(chosen),
             "validated": sum(dropped.values()) + len(chosen)}
+
+
+def _accept(c: _Candidate, validator: _Validator, dropped: Counter[str], seen: set[str]) -> bool:
+    """True (and ``c.question`` marked seen) if ``c`` is new and validates; else count why not."""
+    if c.question in seen:
+        dropped["duplicate_question"] += 1
+        return False
+    reason = validator.check(c)
+    if reason:
+        dropped[reason] += 1
+        return False
+    seen.add(c.question)
+    return True
 
 
 def _select_grouped(rng: random.Random, cands: list[_Candidate], need: int, k: int,
@@ -1096,17 +1101,10 @@ def _select_grouped(rng: random.Random, cands: list[_Candidate], need: int, k: i
             rng.shuffle(opts)
             opts.sort(key=lambda c: used[c.qtype])  # stable: random among equally used types
             for c in opts:
-                if c.question in seen:
-                    dropped["duplicate_question"] += 1
-                    continue
-                reason = validator.check(c)
-                if reason:
-                    dropped[reason] += 1
-                    continue
-                seen.add(c.question)
-                used[c.qtype] += 1
-                group.append(c)
-                break
+                if _accept(c, validator, dropped, seen):
+                    used[c.qtype] += 1
+                    group.append(c)
+                    break
         if group:
             groups.append(group)
             total += len(group)

@@ -242,15 +242,23 @@ def load_hf_bert_params(model_dir: str, config: BertConfig, prefix: str | None =
         flat[path] = _to_ours(kind, np.asarray(hf[key], dtype=np.float32), shape)
     used = {mapping[p][0] for p in expected}
     unexpected = sorted(k for k in hf if k not in used)
-    if missing or mismatched or unexpected:
-        lines = [f"checkpoint in {model_dir!r} does not match BertConfig "
-                 f"(layers={config.num_layers}, hidden={config.hidden_size}, vocab={config.vocab_size}):"]
-        for title, items in (("missing", missing), ("shape mismatch", mismatched), ("unexpected", unexpected)):
-            if items:
-                lines.append(f"  {title} ({len(items)}): " + ", ".join(items[:20])
-                             + (" ..." if len(items) > 20 else ""))
-        raise CheckpointError("\n".join(lines))
+    raise_on_mismatch(f"checkpoint in {model_dir!r} does not match BertConfig (layers="
+                      f"{config.num_layers}, hidden={config.hidden_size}, vocab={config.vocab_size}):",
+                      missing, mismatched, unexpected)
     return _unflatten(flat)
+
+
+def raise_on_mismatch(header: str, missing: list[str], mismatched: list[str],
+                      unexpected: list[str]) -> None:
+    """Raises :class:`CheckpointError` listing (the first 20 of) each kind of key problem."""
+    if not (missing or mismatched or unexpected):
+        return
+    lines = [header]
+    for title, items in (("missing", missing), ("shape mismatch", mismatched), ("unexpected", unexpected)):
+        if items:
+            lines.append(f"  {title} ({len(items)}): " + ", ".join(items[:20])
+                         + (" ..." if len(items) > 20 else ""))
+    raise CheckpointError("\n".join(lines))
 
 
 def save_hf_bert(

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from dense_cf.models.hf import CheckpointError, _flatten, _read_safetensors, _unflatten, resolve_model_dir
+from dense_cf.models.hf import (CheckpointError, _flatten, _read_safetensors, _unflatten,
+                                raise_on_mismatch, resolve_model_dir)
 from dense_cf.models.t5 import T5Config
 
 __all__ = ["load_hf_t5_params", "save_hf_t5", "load_t5", "load_t5_tokenizer", "hf_config_dict"]
@@ -109,14 +110,9 @@ def load_hf_t5_params(model_dir: str, config: T5Config | None = None) -> tuple[d
         flat[path] = np.ascontiguousarray(w)
     used = {k for k, _ in mapping.values()}
     unexpected = sorted(k for k in raw if k not in used)
-    if missing or mismatched or unexpected:
-        lines = [f"checkpoint in {model_dir!r} does not match T5Config (layers={config.num_layers}, "
-                 f"d_model={config.d_model}, ff={config.feed_forward_proj}):"]
-        for title, items in (("missing", missing), ("shape mismatch", mismatched), ("unexpected", unexpected)):
-            if items:
-                lines.append(f"  {title} ({len(items)}): " + ", ".join(items[:20])
-                             + (" ..." if len(items) > 20 else ""))
-        raise CheckpointError("\n".join(lines))
+    raise_on_mismatch(f"checkpoint in {model_dir!r} does not match T5Config (layers="
+                      f"{config.num_layers}, d_model={config.d_model}, ff={config.feed_forward_proj}):",
+                      missing, mismatched, unexpected)
     return _unflatten(flat), config
 
 
