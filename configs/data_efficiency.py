@@ -3,9 +3,9 @@
 ``--config=configs/data_efficiency.py:FRACTION[,BASE]`` with FRACTION in (0, 1] (the paper uses
 0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0) and BASE ``nq`` (default: DPR on NQ, SPEC §9) or ``demo``
 (DPR on the synthetic benchmark with MiniLM, configs/demo.py). The subset is
-``dense_cf.data.stats.subset_mask(N, FRACTION, data.train_fraction_seed)`` of the N valid
+``dense_cf.mining.stats.subset_mask(N, FRACTION, data.train_fraction_seed)`` of the N valid
 training records -- nested across fractions and identical to the subsets reported by
-``python -m dense_cf.data.stats --input TRAIN --seed SEED``. Epoch-based schedules shrink with
+``python -m dense_cf.mining.stats --input TRAIN --seed SEED``. Epoch-based schedules shrink with
 the subset (40 epochs of a smaller set = fewer steps), as in the paper; set
 ``--config.train.num_steps`` to compare at equal compute instead.
 
@@ -14,7 +14,8 @@ Example: ``python -m dense_cf.main --config=configs/data_efficiency.py:0.4
 ``python -m dense_cf.eval.marginalize --workdirs runs/nq_dpr_frac* --test nq-test.qa.csv``.
 """
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import demo_config, with_method
 
 
 def get_config(arg: str = "1.0"):
@@ -27,17 +28,10 @@ def get_config(arg: str = "1.0"):
         c = base_config()
         c.optim.learning_rate = 1e-5  # the attribution paper's DPR runs (§5: lr 1e-5, 40 epochs)
     elif base == "demo":
-        import importlib.util
-        import os
-        spec = importlib.util.spec_from_file_location(
-            "_demo_config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.py"))
-        demo = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(demo)
-        c = demo.get_config("dpr")
+        c = demo_config("dpr")
     else:
         raise ValueError(f"data_efficiency.py: base must be 'nq' or 'demo', got {base!r}")
-    c.method = "dpr"
-    c.loss.lam, c.loss.tau1, c.loss.tau2 = 0.0, 0.0, 0.0
+    with_method(c, "dpr")
     c.data.train_fraction = fraction
     c.data.train_fraction_seed = 0
     return c

@@ -1,13 +1,8 @@
-"""DCSR on TriviaQA (SPEC §4; DPR's ``biencoder-trivia-{train,dev}``, ``trivia-test.qa.csv.gz``: DPR publishes TriviaQA's qa files gzipped)."""
+"""DCSR on TriviaQA (docs/method.md §4; DPR's ``biencoder-trivia-{train,dev}`` and the gzipped
+``trivia-test.qa.csv.gz``)."""
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dcsr_nq import dcsr_config  # noqa: E402
+from dense_cf.configs.presets import dcsr_config
 
 
 def get_config():
-    c = dcsr_config("trivia")
-    c.data.test_file = "trivia-test.qa.csv.gz"
-    return c
+    return dcsr_config("trivia")

@@ -1,9 +1,8 @@
-"""DPR on NQ (BERT-base, in-batch + 1 BM25 hard negative; SPEC §9, §10)."""
+"""DPR on NQ (BERT-base, in-batch + 1 BM25 hard negative; docs/method.md §9, §10)."""
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import with_method
 
 
 def get_config():
-    c = base_config()
-    c.method = "dpr"
-    return c
+    return with_method(base_config(), "dpr")

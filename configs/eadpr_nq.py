@@ -7,7 +7,7 @@ Counterfactual source, chosen by the config argument:
 * ``--config=configs/eadpr_nq.py:pseudo``: p* drops the QA-model pseudo-evidence sentence
   (``evidence`` strategy, EADPR §3.1). Make the annotations first (docs/evidence.md)::
 
-      python -m dense_cf.data.evidence --input data/dpr/biencoder-nq-train.json.gz \\
+      python -m dense_cf.mining.evidence.annotate --input data/dpr/biencoder-nq-train.json.gz \\
           --output data/dpr/biencoder-nq-train.evidence.jsonl --scorer t5:allenai/unifiedqa-t5-base
 
   ``data.evidence_file`` defaults to ``<data_dir>/biencoder-nq-train.evidence.jsonl`` (it
@@ -16,7 +16,8 @@ Counterfactual source, chosen by the config argument:
   records name the train file), so dev L_chn/L_cpp are 0 in the pseudo setting.
 """
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import with_method
 
 EVIDENCE_FILE = "biencoder-nq-train.evidence.jsonl"
 
@@ -25,9 +26,7 @@ def get_config(arg: str | None = None):
     mode = arg or "gold"
     if mode not in ("gold", "pseudo"):
         raise ValueError(f"configs/eadpr_nq.py takes 'gold' or 'pseudo', got {arg!r}")
-    c = base_config()
-    c.method = "eadpr"
-    c.loss.lam, c.loss.tau1, c.loss.tau2 = 1.0, 1.0, 1.0
+    c = with_method(base_config(), "eadpr")
     if mode == "gold":
         c.data.counterfactual = "sentence"
     else:

@@ -11,7 +11,7 @@ by a trained DPR); to mine your own, in two stages (docs/mining.md has the full 
 2. Mine model negatives for the training questions (one-shot, ANCE-style refresh; the corpus is
    encoded once into runs/dpr_nq/export/ and indexed; the run is resumable)::
 
-       python -m dense_cf.data.mine_model --workdir runs/dpr_nq \\
+       python -m dense_cf.mining.model_negatives --workdir runs/dpr_nq \\
            --input data/dpr/biencoder-nq-train.json.gz --corpus data/dpr/psgs_w100.tsv.gz \\
            --output data/dpr/biencoder-nq-dprneg-train.json.gz --k 100 --num_negatives 30
 
@@ -24,13 +24,12 @@ As in DPR's adversarial training, each question samples ``num_hard`` of its firs
 ``max_hard_stored`` hard negatives per step (SPEC §9).
 """
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import with_method
 
 
 def get_config():
-    c = base_config()
-    c.method = "picl"
-    c.loss.lam, c.loss.tau1, c.loss.tau2 = 0.2, 1.0, 1.0
+    c = with_method(base_config(), "picl")
     c.data.counterfactual = "sentence"
     c.data.train_file = "biencoder-nq-dprneg-train.json.gz"
     return c

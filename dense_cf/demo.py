@@ -1,8 +1,8 @@
 """The README's main command: synthetic benchmark → train DPR and PiCL (MiniLM) → compare.
 
 ``python -m dense_cf.demo --workdir=runs/demo`` (``make demo``). Re-running resumes finished or
-interrupted runs from their checkpoints. Retrieval evaluation (top-k, MRR, AAR) joins this
-report once the evaluation binaries exist.
+interrupted runs from their checkpoints. The report compares retrieval (top-k, MRR),
+answer-awareness (AAR, AA score) and robustness to near-duplicate distractors.
 """
 
 from __future__ import annotations
@@ -11,23 +11,21 @@ import os
 import sys
 
 import numpy as np
-
 from absl import app, flags, logging
+
+from dense_cf.configs.presets import demo_config
+from dense_cf.eval import aar_math
+from dense_cf.eval import report as report_lib
+from dense_cf.eval.robustness import plot_runs, robustness_table
+from dense_cf.experiment import train_and_evaluate as train
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list("methods", ["dpr", "picl"], "Demo configs to train (configs/demo.py).")
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
 
-CONFIG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "configs", "demo.py")
-
 
 def load_demo_config(method: str):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("demo_config", CONFIG_FILE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(method)
+    return demo_config(method)
 
 
 def report_rows(results: dict[str, dict]) -> list[dict]:
@@ -58,7 +56,6 @@ def main(argv) -> None:
     del argv
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
-    from dense_cf.train.loop import train
 
     workdir = os.path.abspath(_WORKDIR.value)
     results = {}
@@ -69,10 +66,8 @@ def main(argv) -> None:
             cfg.train.num_steps = _STEPS.value
         logging.info("=== demo: training %s ===", method)
         summary = train(cfg, os.path.join(workdir, method))
-        summary.pop("state")
+        summary.pop("run")
         results[method] = summary
-    from dense_cf.eval import aar_math
-    from dense_cf.eval import report as report_lib
     rows = report_rows(results)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     table = report_lib.markdown_table(rows, columns)
@@ -90,7 +85,6 @@ def main(argv) -> None:
     robust = {m: r["eval"]["robustness"] for m, r in results.items()
               if "robustness" in r.get("eval", {})}
     if robust:
-        from dense_cf.eval.robustness import plot_runs, robustness_table
         table += ("\n\n## Top-k vs. near-duplicate distractors per question (EADPR Fig. 5)\n\n"
                   + robustness_table(robust))
         plot_runs(robust, os.path.join(workdir, "robustness.png"))

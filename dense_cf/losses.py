@@ -34,64 +34,15 @@ zeroed before scoring so that garbage (even NaN) in padding cannot leak into gra
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = [
-    "LossConfig",
-    "contrastive_loss",
-    "dpr_nll",
-    "loss_kwargs_from_config",
-]
+__all__ = ["contrastive_loss", "dpr_nll"]
 
 _NEG_INF = -jnp.inf
-
-
-@dataclasses.dataclass(frozen=True)
-class LossConfig:
-    """Loss hyper-parameters (SPEC §3). Plain DPR: the defaults.
-
-    PiCL main runs: lam=0.2, tau1=tau2=1.0 (limited compute: tau=0.2); EADPR: lam=tau1=tau2=1.0.
-    """
-
-    lam: float = 0.0
-    tau1: float = 0.0
-    tau2: float = 0.0
-    use_dpr: bool = True
-
-    def kwargs(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _get(cfg: Any, name: str, default: Any) -> Any:
-    if isinstance(cfg, Mapping):
-        return cfg.get(name, default)
-    return getattr(cfg, name, default)
-
-
-def loss_kwargs_from_config(cfg: Any) -> dict[str, Any]:
-    """Map ``cfg.loss.{lam,tau1,tau2,use_dpr}`` (ml_collections ConfigDict, dict or object) to the
-    keyword arguments of :func:`contrastive_loss`. ``cfg`` may also be the ``loss`` node itself.
-    Missing fields take the plain-DPR defaults. Values are returned as Python scalars so that
-    zero weights stay static (the corresponding terms are then not computed).
-    """
-    node = _get(cfg, "loss", None)
-    if node is None:
-        node = cfg
-    d = LossConfig()
-    out = LossConfig(
-        lam=float(_get(node, "lam", d.lam)),
-        tau1=float(_get(node, "tau1", d.tau1)),
-        tau2=float(_get(node, "tau2", d.tau2)),
-        use_dpr=bool(_get(node, "use_dpr", d.use_dpr)),
-    )
-    if out.lam < 0 or out.tau1 < 0 or out.tau2 < 0:
-        raise ValueError(f"loss weights must be >= 0, got {out}")
-    return out.kwargs()
 
 
 def _is_static_zero(x: Any) -> bool:

@@ -12,15 +12,20 @@ import json
 import os
 import sys
 
+import jax
+import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from dense_cf.experiment import train_and_evaluate
+from dense_cf.parallel import distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and reports.")
 _DISTRIBUTED = flags.DEFINE_enum(
     "distributed", "auto", ["auto", "none", "tpu", "slurm", "explicit"],
-    "Multi-host start-up (dense_cf/train/distributed.py): auto = explicit if "
+    "Multi-host start-up (dense_cf/parallel/distributed.py): auto = explicit if "
     "--coordinator_address is set, else SLURM inside a multi-task srun step, else TPU if TPU "
     "chips are attached, else a single process.")
 _COORDINATOR = flags.DEFINE_string(
@@ -39,20 +44,16 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv) -> None:
     del argv
     # Before anything touches devices: jax.distributed must come first.
-    from dense_cf.train import distributed
     local_ids = [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None
     distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
                            local_device_ids=local_ids)
-    import jax
     # tf.data must not grab accelerators that JAX owns.
-    import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
-    from dense_cf.train.loop import train
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:
-        summary = train(_CONFIG.value, _WORKDIR.value)
+        summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     except BaseException:
         if jax.process_count() == 1:
             raise
@@ -63,7 +64,6 @@ def main(argv) -> None:
         logging.flush()
         sys.stderr.flush()
         os._exit(1)
-    summary.pop("state", None)
     if jax.process_index() == 0:
         print(json.dumps({k: summary[k] for k in ("step", "train", "dev")}, indent=2, default=float))
 

@@ -2,8 +2,9 @@
 
 import os
 
-from dense_cf.config import base_config
-from dense_cf.data.formats import BiencoderExample, Passage, write_biencoder
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
 
 
 def write_tower_data(d, dev: bool = True) -> None:
@@ -34,7 +35,7 @@ def tiny_synthetic_config(data_dir, **overrides):
     c.data.corpus_file, c.data.test_file = "psgs_synth.tsv", "synth-test.qa.csv"
     c.data.gold_file = "synth-test_gold_info.json"
     c.data.max_q_len, c.data.max_p_len = 24, 64
-    c.loss.lam, c.loss.tau1, c.loss.tau2 = 0.2, 1.0, 1.0
+    c.loss.update(PICL_LOSS)
     c.train.global_batch = 8
     c.train.log_every = 1
     c.train.eval_every = 0
@@ -97,7 +98,7 @@ def sharded_params(model, lp, data, model_parallel):
     from flax import linen as nn
 
     from dense_cf.models.bert import axis_rules_for
-    from dense_cf.train import mesh as mesh_lib
+    from dense_cf.parallel import mesh as mesh_lib
 
     mesh = mesh_lib.make_mesh(data, model_parallel, devices=jax.devices()[: data * model_parallel])
     rules = axis_rules_for(model.config, model_parallel)

@@ -1,4 +1,4 @@
-"""Tests for dense_cf.data.answers (SPEC §6 has_answer, SPEC §5 question types)."""
+"""Tests for dense_cf.text.answers (SPEC §6 has_answer, SPEC §5 question types)."""
 
 import random
 import unicodedata
@@ -6,7 +6,7 @@ import unicodedata
 import pytest
 import regex
 
-from dense_cf.data.answers import dpr_tokenize, find_answer_spans, has_answer, question_type
+from dense_cf.text.answers import dpr_tokenize, find_answer_spans, has_answer, question_type
 
 
 # A literal transcription of DPR's qa_validation.has_answer + SimpleTokenizer, as the oracle.

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dense_cf.data import counterfactual as cf
+from dense_cf.inputs import cf_masks as cf
 
 
 def _mask(sent, ans, strategy, **kw):

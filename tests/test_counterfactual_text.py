@@ -4,8 +4,8 @@ import unicodedata
 
 import pytest
 
-from dense_cf.data.answers import has_answer
-from dense_cf.data.counterfactual import counterfactual_text, distractor_variants
+from dense_cf.text.answers import has_answer
+from dense_cf.text.counterfactuals import counterfactual_text, distractor_variants
 
 TEXT = ("Marta Olsen was born in Kaldera. She studied law in Pelgate for four years. "
         "Her first book appeared in 1887. She later moved to Torstead.")

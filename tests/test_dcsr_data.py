@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from dense_cf.data import dcsr, pipeline
-from dense_cf.data.formats import BiencoderExample, Passage
-from dense_cf.data.pipeline import Ragged
+from dense_cf.inputs import dcsr, dpr as pipeline, tokens
+from dense_cf.datasets.formats import BiencoderExample, Passage
+from dense_cf.inputs.dpr import Ragged
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import SENT_TOKEN, add_tokens, load_tokenizer
 
@@ -35,13 +35,13 @@ def test_insert_markers_by_hand():
 def test_markers_under_truncation(tok):
     sid = tok.token_to_id(SENT_TOKEN)
     text = "Alpha beta gamma. Delta epsilon zeta eta. Theta iota kappa lambda mu nu."
-    full = dcsr.tokenize_passages(tok, ["Title"], [text], max_len=64, max_sents=8)
+    full = tokens.tokenize_marked_passages(tok, ["Title"], [text], sent_token=SENT_TOKEN, max_len=64, max_sents=8)
     pos_full = full["positions"][0][full["valid"][0]]
     assert len(pos_full) == 3
     assert (full["ids"][0][pos_full] == sid).all()
     assert (full["ids"][0] == sid).sum() == 3
     for max_len in range(6, 24):
-        out = dcsr.tokenize_passages(tok, ["Title"], [text], max_len=max_len, max_sents=8)
+        out = tokens.tokenize_marked_passages(tok, ["Title"], [text], sent_token=SENT_TOKEN, max_len=max_len, max_sents=8)
         ids, valid, p = out["ids"][0], out["valid"][0], out["positions"][0]
         got = p[valid]
         # Valid markers are exactly the full-length markers with their first word piece kept
@@ -50,7 +50,7 @@ def test_markers_under_truncation(tok):
         assert (ids[got] == sid).all() and (ids[got + 1] != tok.token_to_id("[SEP]")).all()
         assert ids[max_len - 1] == tok.token_to_id("[SEP]")
     # max_sents caps the exported sentences and counts the rest.
-    capped = dcsr.tokenize_passages(tok, ["Title"], [text], max_len=64, max_sents=2)
+    capped = tokens.tokenize_marked_passages(tok, ["Title"], [text], sent_token=SENT_TOKEN, max_len=64, max_sents=2)
     assert capped["valid"].sum() == 2 and capped["dropped"] == 1
 
 
@@ -104,24 +104,24 @@ def test_sampler_and_fallbacks(tok):
     assert _sentence_at(tok, b["pos_ids"][0], b["pos_pos"][0]) == "beta was there."
     assert _sentence_at(tok, b["pos_ids"][1], b["pos_pos"][1]) == "delta stands alone here."
     # Example 0: in-passage negative from p+ (a non-answer sentence), then a BM25 sentence.
-    assert b["neg_src"][0].tolist() == [0, 1] and b["hard_valid"][0].all()
+    assert b["neg_src"][0].tolist() == [0, 1] and b["neg_valid"][0].all()
     assert _sentence_at(tok, b["pos_ids"][0], b["neg_pos"][0][0]) in ("alpha is here.", "gamma came later.")
     assert _sentence_at(tok, b["hard_ids"][0][0], b["neg_pos"][0][1]).startswith("omega")
     # Example 1: no non-answer sentence in p+ -> both negatives from the BM25 passage, distinct.
-    assert b["neg_src"][1].tolist() == [1, 1] and b["hard_valid"][1].all()
+    assert b["neg_src"][1].tolist() == [1, 1] and b["neg_valid"][1].all()
     assert b["neg_pos"][1][0] != b["neg_pos"][1][1]
     for p in b["neg_pos"][1]:
         assert b["hard_ids"][1][0][p] == sid
     # Example 2: no BM25 passage -> in-passage negative only, BM25 slot masked.
-    assert b["neg_src"][2][0] == 0 and b["hard_valid"][2].tolist() == [True, False]
+    assert b["neg_src"][2][0] == 0 and b["neg_valid"][2].tolist() == [True, False]
     assert _sentence_at(tok, b["pos_ids"][2], b["neg_pos"][2][0]) == "one thing happened."
     # Example 3: no answer match -> first sentence is the positive (counted above) and the
     # in-passage slot is a BM25 sentence (non-answer sentences of p+ are unknown).
     assert _sentence_at(tok, b["pos_ids"][3], b["pos_pos"][3]) == "kappa is first."
-    assert b["neg_src"][3].tolist() == [1, 1] and b["hard_valid"][3].all()
+    assert b["neg_src"][3].tolist() == [1, 1] and b["neg_valid"][3].all()
     # Question prefix: [CLS] <sent> q ... [SEP], identical at evaluation time.
     assert b["q_ids"][0][:2].tolist() == [tok.token_to_id("[CLS]"), sid]
-    from dense_cf.export import tokenize_questions
+    from dense_cf.inputs.tokens import tokenize_questions
     ids, mask = tokenize_questions(tok, ["q0", "q3"], 16, prefix_id=sid)
     np.testing.assert_array_equal(ids, b["q_ids"][[0, 3]])
     np.testing.assert_array_equal(mask, b["q_mask"][[0, 3]])
@@ -151,10 +151,10 @@ def test_table4_variants(tok, negatives, shape):
     assert b["hard_ids"].shape[1] == shape[0] and b["neg_src"].shape[1] == shape[1]
     if negatives == "bm25x2":
         # Only one BM25 passage exists: its slot is used, the second masked.
-        assert b["hard_valid"][0].tolist() == [True, False]
+        assert b["neg_valid"][0].tolist() == [True, False]
         assert b["neg_src"][0].tolist()[0] == 1
     if negatives == "bm25":
-        assert b["hard_valid"][:, 0].tolist() == [True, True, False, True]
+        assert b["neg_valid"][:, 0].tolist() == [True, True, False, True]
 
 
 def test_sampling_is_a_function_of_seed_and_step(tok):
@@ -177,7 +177,7 @@ def test_sampling_is_a_function_of_seed_and_step(tok):
 def test_export_tokenisation_matches_training(tok):
     data = _data(tok, max_p_len=32)
     ex = _examples()[0].positive_ctxs[0]
-    out = dcsr.tokenize_passages(tok, [ex.title], [ex.text], max_len=32, max_sents=8)
+    out = tokens.tokenize_marked_passages(tok, [ex.title], [ex.text], sent_token=SENT_TOKEN, max_len=32, max_sents=8)
     row = data.body.row(int(data.base.pos_pid[0]))
     n = int(out["mask"][0].sum())
     assert out["ids"][0][:n - 1].tolist() == row[:n - 1].tolist()

@@ -13,7 +13,9 @@ import jax
 import numpy as np
 import pytest
 
-from dense_cf.data import synthetic
+from dense_cf.inputs import tokens
+from dense_cf.models.tokenizer import SENT_TOKEN
+from dense_cf.synthetic import generate as synthetic
 from helpers import tiny_synthetic_config
 
 
@@ -25,18 +27,18 @@ def _config(data_dir):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from dense_cf.train.loop import train
+    from dense_cf.experiment import train_and_evaluate as train
     data_dir = tmp_path_factory.mktemp("synth")
     synthetic.generate(str(data_dir), num_passages=200, seed=1)
     workdir = str(tmp_path_factory.mktemp("run"))
     summary = train(_config(data_dir), workdir)
-    summary.pop("state")
+    summary.pop("run")
     return workdir, summary
 
 
 @pytest.fixture(scope="module")
 def run(trained):
-    from dense_cf.train.loop import load_run
+    from dense_cf.train.run import load_run
     return load_run(trained[0])
 
 
@@ -49,7 +51,7 @@ def test_train_and_report(trained):
     assert ret["corpus_size"] == 200 and ret["n_questions"] > 0 and set(ret["top_k"]) == {1, 5, 20}
     assert ret["sentences"] > ret["corpus_size"]
     assert ret["sentences_retrieved"] == int(np.ceil(20 * ret["mean_sentences_per_passage"]))
-    assert summary["eval"]["aar"] == {"skipped": "DCSR run: passage-level AAR is not supported"}
+    assert summary["eval"]["aar"] == {"skipped": "sentence-level run: passage-level AAR is not supported"}
     out = os.path.join(workdir, "eval", "step_3")
     results = json.load(open(os.path.join(out, "retrieval.json")))
     assert len(results) == ret["n_questions"]
@@ -75,10 +77,10 @@ def test_load_run_rebuilds_the_extended_vocabulary(trained, run):
 
 
 def test_export_vectors_are_marker_outputs_and_map_to_passages(trained, run):
-    from dense_cf import export
-    from dense_cf.data import dcsr
-    from dense_cf.eval.retrieval import load_corpus, load_qa
-    from dense_cf.eval.sentence_ranking import rank_passages
+    from dense_cf.retrieval import export
+    from dense_cf.inputs import dcsr
+    from dense_cf.retrieval.corpus import load_corpus, load_qa
+    from dense_cf.retrieval.sentence_ranking import rank_passages
     workdir, summary = trained
     exp = os.path.join(workdir, "export", "step_3")
     emb = export.load_embeddings(exp)
@@ -88,7 +90,7 @@ def test_export_vectors_are_marker_outputs_and_map_to_passages(trained, run):
     assert len(spid) == len(emb) and np.all(np.diff(spid) >= 0)
     assert set(spid.tolist()) == set(range(len(corpus)))      # every passage is indexed
     # The exported rows of passages 0..2 are the passage tower's outputs at their markers.
-    tok = dcsr.tokenize_passages(run.tokenizer, corpus.titles[:3], corpus.texts[:3],
+    tok = tokens.tokenize_marked_passages(run.tokenizer, corpus.titles[:3], corpus.texts[:3], sent_token=SENT_TOKEN,
                                  max_len=run.config.data.max_p_len, max_sents=32)
     want = run.model.apply({"params": run.params}, tok["ids"], tok["mask"], tok["positions"],
                            method=run.model.encode_passage_at)
@@ -109,15 +111,17 @@ def test_export_vectors_are_marker_outputs_and_map_to_passages(trained, run):
 
 
 def test_embed_fn_gathers_marker_vectors(trained, run):
-    from dense_cf.data import dcsr
+    from dense_cf.inputs import dcsr
     from dense_cf.losses import contrastive_loss
+    from dense_cf.methods.dcsr import embed_sentences
     from dense_cf.train.loop import load_split
     data = dcsr.prepare(run.config, run.tokenizer, load_split(run.config, run.tokenizer, "train_file"))
     spec = dcsr.spec_from_config(run.config, run.tokenizer)
     batch = {k: jax.numpy.asarray(v) for k, v in next(dcsr.BatchIterator(data, spec)).items()}
-    q, pos, hard, cf = jax.jit(lambda p, b: dcsr.embed_sentences(run.model, p, b,
-                                                                 deterministic=True))(run.params, batch)
-    assert cf is None and hard.shape == (8, 2, 32) and pos.shape == (8, 32)
+    emb = jax.jit(lambda p, b: embed_sentences(run.model, p, b, deterministic=True))(
+        run.params, batch)
+    q, pos, hard = emb.q, emb.pos, emb.neg
+    assert emb.cf is None and hard.shape == (8, 2, 32) and pos.shape == (8, 32)
     at_fn = jax.jit(lambda p, ids, mask, where: run.model.apply(
         {"params": p}, ids, mask, where, method=run.model.encode_passage_at))
     at = at_fn(run.params, batch["pos_ids"], batch["pos_mask"], batch["pos_pos"][:, None])[:, 0]
@@ -126,7 +130,8 @@ def test_embed_fn_gathers_marker_vectors(trained, run):
     h = at_fn(run.params, batch["hard_ids"][i], batch["hard_mask"][i],
               batch["neg_pos"][i, 1][None, None])
     np.testing.assert_allclose(hard[i, 1], h[0, 0], rtol=1e-4, atol=1e-5)
-    loss, metrics = contrastive_loss(q, pos, hard, batch["hard_valid"], None, None)
+    np.testing.assert_array_equal(emb.neg_valid, batch["neg_valid"])
+    loss, metrics = contrastive_loss(q, pos, hard, batch["neg_valid"], None, None)
     assert np.isfinite(float(loss)) and float(loss) > 0
 
 
@@ -137,5 +142,5 @@ def test_retrieval_binary_reuses_export_and_aar_fails_clearly(trained, run):
     again = evaluate_run(workdir, run=run)   # what `python -m dense_cf.eval.retrieval` runs
     assert again["timing"]["encoded_this_run"] == 0 and again["timing"]["index_reused"]
     assert again["top_k"] == summary["eval"]["retrieval"]["top_k"]
-    with pytest.raises(NotImplementedError, match="DCSR run"):
+    with pytest.raises(NotImplementedError, match="sentence-level run"):
         evaluate_aar(workdir, run=run)

@@ -5,10 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
 from dense_cf.models import dual_encoder as de
 from dense_cf.models.hf import CheckpointError, extend_word_embeddings, resolve_model_dir
 from dense_cf.models.tokenizer import SENT_TOKEN, tokenizer_for_run
+from dense_cf.train import run as run_lib
 
 
 def _tree(v=4, h=3):
@@ -41,31 +42,30 @@ def test_minilm_gets_a_sent_row(tmp_path):
     c.method = "dcsr"
     c.model.name_or_path = "minilm"
     c.dcsr.sent_init = "mean"
-    model, model_dir = de.model_from_config(c)
+    model, params, model_dir = run_lib.build_model(c)
     assert model.config.vocab_size == 30523
-    params = de.load_pretrained(c, model, model_dir, model_dir)
     emb = params["embeddings"]["word_embeddings"]["embedding"]
     assert emb.shape == (30523, 384)
     np.testing.assert_allclose(emb[30522], emb[:30522].mean(axis=0), rtol=1e-5, atol=1e-6)
     c.dcsr.sent_init = "cls"  # the default: a copy of [CLS]'s row (id 101)
-    emb = de.load_pretrained(c, model, model_dir, model_dir)["embeddings"]["word_embeddings"]["embedding"]
+    emb = run_lib.build_model(c)[1]["embeddings"]["word_embeddings"]["embedding"]
     np.testing.assert_array_equal(emb[30522], emb[101])
-    tok = tokenizer_for_run(c, model_dir, str(tmp_path), save=True)
+    tok = run_lib.run_tokenizer(c, model_dir, str(tmp_path), save=True)
     assert tok.token_to_id(SENT_TOKEN) == 30522
     assert tok.encode("a <sent> b", add_special_tokens=False).tokens == ["a", SENT_TOKEN, "b"]
     saved = json.load(open(tmp_path / "tokenizer" / "added_tokens.json"))
     assert saved == {SENT_TOKEN: 30522}
     # DPR runs keep the pretrained vocabulary.
     c.method = "dpr"
-    assert de.model_from_config(c)[0].config.vocab_size == 30522
+    assert run_lib.build_model(c, load_pretrained=False)[0].config.vocab_size == 30522
 
 
 def test_saved_run_tokenizer_must_match(tmp_path):
     c = base_config()
     c.method = "dcsr"
     d = resolve_model_dir("minilm")
-    tokenizer_for_run(c, d, str(tmp_path), save=True)
-    assert tokenizer_for_run(c, d, str(tmp_path)).token_to_id(SENT_TOKEN) == 30522
+    tokenizer_for_run((SENT_TOKEN,), d, str(tmp_path), save=True)
+    assert tokenizer_for_run((SENT_TOKEN,), d, str(tmp_path)).token_to_id(SENT_TOKEN) == 30522
     # A saved tokenizer whose <sent> id differs (its base vocabulary had one more word) is
     # refused: the checkpoint's embedding rows would be read with the wrong ids.
     path = tmp_path / "tokenizer" / "tokenizer.json"
@@ -76,4 +76,4 @@ def test_saved_run_tokenizer_must_match(tmp_path):
             t["id"] = 30523
     json.dump(j, open(path, "w"))
     with pytest.raises(ValueError, match="differ"):
-        tokenizer_for_run(c, d, str(tmp_path))
+        tokenizer_for_run((SENT_TOKEN,), d, str(tmp_path))

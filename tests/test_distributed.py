@@ -2,7 +2,7 @@
 
 import pytest
 
-from dense_cf.train import distributed as dist
+from dense_cf.parallel import distributed as dist
 
 
 @pytest.mark.parametrize("hostlist, hosts", [
@@ -127,7 +127,7 @@ def test_mesh_rows_must_stay_on_one_host():
 
     import numpy as np
 
-    from dense_cf.train.mesh import check_hosts_own_data_shards
+    from dense_cf.parallel.mesh import check_hosts_own_data_shards
 
     def mesh(procs):  # procs: [data][model] process index of each device
         devs = np.array([[NS(process_index=p) for p in row] for row in procs], dtype=object)

@@ -1,4 +1,4 @@
-"""Downloads of DPR data (dense_cf.data.download / prepare) against a localhost server.
+"""Downloads of DPR data (dense_cf.datasets.download / prepare) against a localhost server.
 
 The fixture server (also used by test_dpr_tfds.py) serves tiny DPR-format files generated here
 on 127.0.0.1 with Range support and failure modes: ``ignore_range`` (always 200 + full body),
@@ -19,8 +19,8 @@ import threading
 
 import pytest
 
-from dense_cf.data import download, formats, prepare
-from dense_cf.data.download import ChecksumError, DownloadError, DownloadOptions, FileSpec
+from dense_cf.datasets import download, formats, dpr as prepare
+from dense_cf.datasets.download import ChecksumError, DownloadError, DownloadOptions, FileSpec
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -474,7 +474,7 @@ def test_registry_mirrors_dpr_urls():
     assert urls["nq-test_gold_info.json.gz"] == base + "data/nq_gold_info/nq-test_gold_info.json.gz"
     assert len(specs) == 24
     # Defaults of config.data name files of this layout.
-    from dense_cf.config import base_config
+    from dense_cf.configs.base import base_config
     d = base_config().data
     assert {d.train_file, d.dev_file, d.corpus_file, d.test_file, d.gold_file} <= set(urls)
     # Splits a dataset does not publish are skipped; aliases and bad names.
@@ -508,12 +508,12 @@ def test_prepare_cli_end_to_end(server, mirror, tmp_path, monkeypatch, capsys):
     assert "10 file(s) ready" in out
     # The files are what the training/eval config reads by default (NQ), and the printed
     # overrides point a config at each prepared dataset.
-    from dense_cf.config import base_config
-    from dense_cf.train.loop import resolve_data_file
+    from dense_cf.configs.base import base_config
+    from dense_cf.datasets.dpr import resolve_data_file
     keys = ("train_file", "dev_file", "corpus_file", "test_file", "gold_file")
     cfg = base_config()
     cfg.data.data_dir = str(data_dir)
-    assert all(os.path.exists(resolve_data_file(cfg, k)) for k in keys)
+    assert all(os.path.exists(resolve_data_file(cfg.data, k)) for k in keys)
     lines = {ln.split(":")[0]: ln.split(": ", 1)[1].split() for ln in out.splitlines()
              if ln.startswith(("nq:", "trivia:"))}
     for ds, flags in lines.items():
@@ -521,7 +521,7 @@ def test_prepare_cli_end_to_end(server, mirror, tmp_path, monkeypatch, capsys):
         for flag in flags:
             key, value = flag[len("--config.data."):].split("=", 1)
             cfg.data[key] = value
-        present = [resolve_data_file(cfg, k) for k in keys]
+        present = [resolve_data_file(cfg.data, k, required=False) for k in keys]
         assert all(p is None or os.path.exists(p) for p in present)
         assert (present[4] is None) == (ds == "trivia")  # gold info is NQ-only
     assert lines["trivia"][3] == "--config.data.test_file=trivia-test.qa.csv.gz"

@@ -9,7 +9,7 @@ import os
 import pytest
 import tensorflow_datasets as tfds
 
-from dense_cf.data import download, dpr_tfds, prepare
+from dense_cf.datasets import download, dpr_tfds, dpr as prepare
 from test_download import FixtureServer, write_dpr_mirror
 
 FAST = download.DownloadOptions(chunk_size=256, backoff=0.0, max_retries=2, log_every=0.0,

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from dense_cf.data import synthetic
+from dense_cf.synthetic import generate as synthetic
 from helpers import tiny_synthetic_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +24,7 @@ def _config(data_dir):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from dense_cf.train.loop import train
+    from dense_cf.experiment import train_and_evaluate as train
     data_dir = tmp_path_factory.mktemp("synth")
     synthetic.generate(str(data_dir), num_passages=300, seed=1)
     workdir = str(tmp_path_factory.mktemp("run"))
@@ -60,9 +60,9 @@ def test_end_to_end_reports(trained):
 
 
 def test_flat_search_equals_brute_force(trained):
-    from dense_cf import export
-    from dense_cf.eval.retrieval import load_qa
-    from dense_cf.train.loop import load_run
+    from dense_cf.retrieval import export
+    from dense_cf.retrieval.corpus import load_qa
+    from dense_cf.train.run import load_run
     workdir, _ = trained
     run = load_run(workdir)
     emb = export.load_embeddings(os.path.join(workdir, "export", "step_3"))
@@ -81,9 +81,9 @@ def test_flat_search_equals_brute_force(trained):
 
 
 def test_export_resumes_after_interruption(trained, tmp_path):
-    from dense_cf import export
-    from dense_cf.eval.retrieval import load_corpus
-    from dense_cf.train.loop import load_run
+    from dense_cf.retrieval import export
+    from dense_cf.retrieval.corpus import load_corpus
+    from dense_cf.train.run import load_run
     workdir, _ = trained
     run = load_run(workdir)
     corpus = load_corpus(os.path.join(run.config.data.data_dir, "psgs_synth.tsv"))
@@ -120,8 +120,9 @@ def test_binaries_from_the_command_line(trained):
 def test_other_corpus_gets_its_own_export_and_report(trained, tmp_path):
     """Evaluating on another corpus (here: the run's corpus plus extra passages) exports it into
     its own directory and leaves the run's own export, index and report untouched."""
-    from dense_cf.eval.retrieval import evaluate_run, load_corpus
-    from dense_cf.train.loop import load_run
+    from dense_cf.eval.retrieval import evaluate_run
+    from dense_cf.retrieval.corpus import load_corpus
+    from dense_cf.train.run import load_run
     workdir, summary = trained
     run = load_run(workdir)
     own = os.path.join(run.config.data.data_dir, run.config.data.corpus_file)

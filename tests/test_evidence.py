@@ -4,15 +4,17 @@ annotation command (resume, skips, index agreement with the pipeline) and traini
 import json
 import os
 
+from dense_cf.datasets import evidence_file
+
 import jax
 import numpy as np
 import pytest
 
-from dense_cf.data import evidence as ev
-from dense_cf.data.formats import BiencoderExample, Passage, write_biencoder
-from dense_cf.data.sentences import split_sentences
-from dense_cf.evidence import candidates as cand
-from dense_cf.evidence.scorer import DenseSimilarityScorer, QAItem, QAScorer, T5Scorer
+from dense_cf.mining.evidence import annotate as ev
+from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
+from dense_cf.text.sentences import split_sentences
+from dense_cf.mining.evidence import candidates as cand
+from dense_cf.mining.evidence.scorer import DenseSimilarityScorer, QAItem, QAScorer, T5Scorer
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "t5_tiny")
 TEXT = ("Pelgate is a town on the Arno river. It was founded by Marcus Vell in 1820. "
@@ -231,7 +233,7 @@ def test_resume_after_interruption_and_torn_line(tmp_path):
 def test_indices_agree_with_the_pipeline(tmp_path):
     """Bad records are skipped by both sides; the pipeline applies the sentence to the right
     example, checks questions, and ignores annotations of another file."""
-    from dense_cf.data import pipeline
+    from dense_cf.inputs import dpr as pipeline
     from dense_cf.models.hf import resolve_model_dir
     from dense_cf.models.tokenizer import load_tokenizer
     tok = load_tokenizer(resolve_model_dir("minilm"))
@@ -270,8 +272,8 @@ def test_indices_agree_with_the_pipeline(tmp_path):
 def test_cli_with_minilm_then_training_on_the_evidence_strategy(tmp_path, capsys):
     """Offline end to end: MiniLM scorer CLI → JSONL → EADPR training with `evidence` p*."""
     from helpers import apply_overrides
-    from dense_cf.config import base_config
-    from dense_cf.train.loop import train
+    from dense_cf.configs.base import base_config
+    from dense_cf.experiment import train_and_evaluate as train
     d = tmp_path / "data"
     d.mkdir()
     exs = []
@@ -322,11 +324,7 @@ def test_shards_concatenate_to_the_full_annotation(tmp_path):
 
 
 def test_eadpr_config_gold_and_pseudo():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "eadpr_nq", os.path.join(os.path.dirname(__file__), "..", "configs", "eadpr_nq.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from configs import eadpr_nq as mod
     gold = mod.get_config()
     assert gold.data.counterfactual == "sentence" and gold.data.evidence_file == ""
     pseudo = mod.get_config("pseudo")
@@ -342,7 +340,7 @@ def test_reader_legacy_records_and_errors(tmp_path):
     write_biencoder(inp, _examples()[:3])
     legacy = tmp_path / "legacy.jsonl"
     legacy.write_text('{"index": 0, "sentence": 2}\n\n{"index": 2, "sentence": -1}\n')
-    m = ev.EvidenceMatcher(str(legacy), inp)       # no question/source: trusted by index
+    m = evidence_file.EvidenceMatcher(str(legacy), inp)       # no question/source: trusted by index
     assert m.sentences == {0: 2}
     assert [e.question for e in m.wrap(_examples()[:3])] == [e.question for e in _examples()[:3]]
     assert m.stats() == {"evidence_sentence": 1, "evidence_no_span": 1, "evidence_missing": 1,
@@ -351,8 +349,8 @@ def test_reader_legacy_records_and_errors(tmp_path):
     bad.write_text('{"index": 0, "sentence": 2}\n{"index": "x"}\n{"index": 1, "sentence": 0}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl: line 2: bad evidence record"):
         ev.read_evidence(str(bad), repair_tail=True)   # only a torn LAST line is repaired
-    with pytest.raises(FileNotFoundError, match="python -m dense_cf.data.evidence"):
-        ev.EvidenceMatcher(str(tmp_path / "missing.jsonl"), inp)
+    with pytest.raises(FileNotFoundError, match="python -m dense_cf.mining.evidence.annotate"):
+        evidence_file.EvidenceMatcher(str(tmp_path / "missing.jsonl"), inp)
 
 
 def test_cli_with_a_t5_checkpoint_directory(tmp_path, t5_dir, capsys):

@@ -1,4 +1,4 @@
-"""Export/index reuse is keyed by the corpus content (dense_cf/export.py module docstring).
+"""Export/index reuse is keyed by the corpus content (dense_cf/retrieval/export.py module docstring).
 
 An untrained tiny run (no training: random weights are enough to tell corpora apart) exports
 small in-memory corpora through ``retrieval.ensure_index`` / ``ensure_sentence_index``.
@@ -10,20 +10,20 @@ import os
 import numpy as np
 import pytest
 
-from dense_cf import export
-from dense_cf.eval.retrieval import INDEX_SOURCE, Corpus, ensure_index, ensure_sentence_index
+from dense_cf.retrieval import export
+from dense_cf.retrieval.corpus import Corpus
+from dense_cf.retrieval.retriever import INDEX_SOURCE, ensure_index, ensure_sentence_index
 from helpers import sharded_params, tiny_synthetic_config
 
 N, SHARD = 30, 8  # 4 shards, the last one short
 
 
 def _run(method):
-    from dense_cf.models.tokenizer import tokenizer_for_run
-    from dense_cf.train.loop import Run, build_model
+    from dense_cf.train.run import Run, build_model, run_tokenizer
     cfg = tiny_synthetic_config("/nonexistent", method=method, **{"data.max_p_len": 48})
     model, _, tok_dir = build_model(cfg, load_pretrained=False)
     mesh, rules, params, _ = sharded_params(model, cfg.data.max_p_len, 2, 1)
-    return Run(config=cfg, model=model, params=params, tokenizer=tokenizer_for_run(cfg, tok_dir),
+    return Run(config=cfg, model=model, params=params, tokenizer=run_tokenizer(cfg, tok_dir),
                step=0, mesh=mesh, rules=rules)
 
 

@@ -1,4 +1,4 @@
-"""Tests for dense_cf.data.formats (SPEC §8)."""
+"""Tests for dense_cf.datasets.formats (SPEC §8)."""
 
 import gzip
 import json
@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from dense_cf.data.formats import (
+from dense_cf.datasets.formats import (
     BiencoderExample, DataFormatError, Passage, SkipReport, iter_biencoder, read_biencoder,
     read_corpus_tsv, read_gold_info, read_qa_csv, write_biencoder, write_corpus_tsv,
     write_gold_info, write_qa_csv,

@@ -8,14 +8,18 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.train import gradcache
-from dense_cf.train import mesh as mesh_lib
+from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.state import TrainState, make_optimizer
-from dense_cf.train.step import batch_loss, embed_batch, embeddings_loss, make_train_step
+from dense_cf.methods import embed_passages
+from dense_cf.train.step import batch_loss, gathered_loss, make_train_step
 from helpers import random_batch, sharded_params
+from dense_cf import methods
+
+METHOD = methods.get("picl")  # loss weights come from each test's LOSS
 
 B, LQ, LP, H, V = 32, 8, 16, 1, 64
 MODEL = DualEncoder(BertConfig.tiny(vocab_size=V, hidden=32, layers=1, heads=2,
@@ -41,11 +45,11 @@ def _grads(data, model, chunks, *, dropout, reference=False):
     def f(p, b):
         if reference:
             return jax.value_and_grad(
-                lambda p: batch_loss(MODEL, p, b, loss_kwargs=LOSS, mesh=mesh,
+                lambda p: batch_loss(METHOD, MODEL, p, b, loss_hparams=LOSS, mesh=mesh,
                                      deterministic=not dropout, rngs=rngs,
                                      grad_cache_chunks=max(chunks, 1)), has_aux=True)(p)
         return gradcache.grad_cache_value_and_grad(
-            lambda e: embeddings_loss(e, b, loss_kwargs=LOSS, mesh=mesh), embed_batch, MODEL, p, b,
+            lambda e: gathered_loss(METHOD, e, loss_hparams=LOSS, mesh=mesh), embed_passages, MODEL, p, b,
             num_chunks=chunks, mesh=mesh, deterministic=not dropout, rngs=rngs)
 
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
@@ -120,7 +124,7 @@ def test_indivisible_batch_is_a_clear_error():
     with pytest.raises(ValueError, match="grad_cache_chunks"):
         gradcache.split_chunks({"x": jnp.zeros((24, 3))}, 2, mesh)
     with pytest.raises(ValueError, match="grad_cache_chunks"):
-        make_train_step(MODEL, None, loss_kwargs=LOSS, mesh=None, grad_cache_chunks=0)
+        make_train_step(METHOD, MODEL, None, loss_hparams=LOSS, mesh=None, grad_cache_chunks=0)
 
 
 def _train(data, model, chunks, dropout, steps=2):
@@ -132,7 +136,7 @@ def _train(data, model, chunks, dropout, steps=2):
         state = TrainState(step=jnp.zeros((), jnp.int32), params=jax.tree.map(jnp.copy, params),
                            opt_state=jax.jit(tx.init)(params))
         state_sh = jax.tree.map(lambda x: x.sharding, state)
-        step = jax.jit(make_train_step(MODEL, tx, loss_kwargs=LOSS, mesh=mesh, schedule=sched,
+        step = jax.jit(make_train_step(METHOD, MODEL, tx, loss_hparams=LOSS, mesh=mesh, schedule=sched,
                                        dropout=dropout, grad_cache_chunks=chunks),
                        in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
                        out_shardings=(state_sh, None))
@@ -170,10 +174,9 @@ def test_grad_cache_reduces_compiled_memory():
     for chunks in (1, 4):
         def f(p, b):
             if chunks == 1:
-                return jax.value_and_grad(lambda p: batch_loss(
-                    model, p, b, loss_kwargs=LOSS, mesh=None, deterministic=True), has_aux=True)(p)
+                return jax.value_and_grad(lambda p: batch_loss(METHOD, model, p, b, loss_hparams=LOSS, mesh=None, deterministic=True), has_aux=True)(p)
             return gradcache.grad_cache_value_and_grad(
-                lambda e: embeddings_loss(e, b, loss_kwargs=LOSS, mesh=None), embed_batch, model,
+                lambda e: gathered_loss(METHOD, e, loss_hparams=LOSS, mesh=None), embed_passages, model,
                 p, b, num_chunks=chunks, mesh=None, deterministic=True)
         temp[chunks] = jax.jit(f).lower(params, batch).compile().memory_analysis().temp_size_in_bytes
     assert temp[4] < 0.6 * temp[1], temp

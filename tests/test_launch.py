@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dense_cf.train import distributed as dist
+from dense_cf.parallel import distributed as dist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "launch")
@@ -33,7 +33,7 @@ if argv[0] == "gcloud" and "describe" in argv:
     print("ACTIVE")
 if argv[0] == "scontrol" and argv[1:3] == ["show", "hostnames"]:
     sys.path.insert(0, {ROOT!r})
-    from dense_cf.train.distributed import expand_hostlist
+    from dense_cf.parallel.distributed import expand_hostlist
     print("\\n".join(expand_hostlist(argv[3])))
 """
 

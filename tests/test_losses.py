@@ -14,7 +14,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from dense_cf.losses import LossConfig, contrastive_loss, dpr_nll, loss_kwargs_from_config
+from dense_cf.losses import contrastive_loss, dpr_nll
+from dense_cf.methods.contrastive import LossConfig, loss_hparams
 
 # --------------------------------------------------------------------------------------------
 # Per-element reference
@@ -547,17 +548,16 @@ def test_batch_permutation_invariance():
 # --------------------------------------------------------------------------------------------
 
 
-def test_loss_kwargs_from_config():
+def test_loss_hparams_from_config():
     cfg = ml_collections.ConfigDict(
         {"loss": {"lam": 0.2, "tau1": 1.0, "tau2": 0.5, "use_dpr": False}, "other": 1}
     )
-    kw = loss_kwargs_from_config(cfg)
+    kw = loss_hparams(cfg.loss)
     assert kw == {"lam": 0.2, "tau1": 1.0, "tau2": 0.5, "use_dpr": False}
-    assert loss_kwargs_from_config(cfg.loss) == kw
-    assert loss_kwargs_from_config({"loss": {}}) == LossConfig().kwargs()
+    assert loss_hparams({}) == LossConfig().kwargs()
     assert LossConfig().kwargs() == {"lam": 0.0, "tau1": 0.0, "tau2": 0.0, "use_dpr": True}
     with pytest.raises(ValueError):
-        loss_kwargs_from_config({"loss": {"lam": -1.0}})
+        loss_hparams({"lam": -1.0})
     q, pos, hard, hv, cf, cv = make_batch(17)
     loss, _ = run(q, pos, hard, hv, cf, cv, **kw)
     want, _ = ref_loss(q, pos, hard, hv, cf, cv, **kw)

@@ -79,8 +79,8 @@ def test_dimension_mismatch_is_reported_before_any_work(tmp_path):
 # ------------------------------------------------------------------ tiny end-to-end
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    from dense_cf.data import synthetic
-    from dense_cf.train.loop import train
+    from dense_cf.synthetic import generate as synthetic
+    from dense_cf.experiment import train_and_evaluate as train
     data_dir = tmp_path_factory.mktemp("synth_mg")
     synthetic.generate(str(data_dir), num_passages=240, seed=2, workers=1, num_hard_negatives=1)
     runs = []
@@ -138,7 +138,7 @@ def test_marginalize_cli(two_runs, tmp_path, capsys):
 
 
 def test_marginalize_many_other_corpus_exported_once(two_runs, tmp_path):
-    from dense_cf.data import synthetic
+    from dense_cf.synthetic import generate as synthetic
     data_dir, runs = two_runs
     other = tmp_path / "work_domain"
     synthetic.generate(str(other), num_passages=90, seed=5, workers=1, num_hard_negatives=0,
@@ -164,7 +164,7 @@ def test_marginalize_many_other_corpus_exported_once(two_runs, tmp_path):
 def test_marginalize_with_a_dcsr_passage_encoder(two_runs, tmp_path):
     """A DCSR run's passage side retrieves through its sentence index + HasAns (SPEC §4)."""
     from dense_cf.eval.retrieval import evaluate_run
-    from dense_cf.train.loop import train
+    from dense_cf.experiment import train_and_evaluate as train
     data_dir, runs = two_runs
     dcsr = str(tmp_path / "dcsr")
     train(tiny_synthetic_config(data_dir, **{

@@ -15,9 +15,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dense_cf.data import answers as answers_lib
-from dense_cf.data import formats, mine_bm25, synthetic, writers
-from dense_cf.data.mine_bm25 import BM25Index, mine_bm25 as run_bm25
+from dense_cf.text import answers as answers_lib
+from dense_cf.datasets import formats
+from dense_cf.mining import negatives as mine_bm25, writers
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.mining.negatives import BM25Index, mine_bm25 as run_bm25
 from helpers import tiny_synthetic_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,7 +234,7 @@ def test_cli_gzip(files):
         json.dump(_examples(), f)
     out = tmp / "out.json.gz"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    res = subprocess.run([sys.executable, "-m", "dense_cf.data.mine_bm25", "--input", str(gz_in),
+    res = subprocess.run([sys.executable, "-m", "dense_cf.mining.negatives", "--input", str(gz_in),
                           "--corpus", corpus, "--output", str(out), "--num_negatives", "2",
                           "--top_k", "9", "--index_dir", str(tmp / "cli_idx")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
@@ -249,7 +251,8 @@ def test_cli_gzip(files):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from dense_cf.train.loop import load_run, train
+    from dense_cf.train.run import load_run
+    from dense_cf.experiment import train_and_evaluate as train
     data_dir = tmp_path_factory.mktemp("synth")
     synthetic.generate(str(data_dir), num_passages=300, seed=1)
     workdir = str(tmp_path_factory.mktemp("run"))
@@ -278,8 +281,8 @@ def _expected(scores_row, pids, corpus_rows, positives, answers, num, skip_top):
 
 @pytest.mark.parametrize("skip_top", [0, 3])
 def test_model_mining_end_to_end(trained, tmp_path, skip_top):
-    from dense_cf import export
-    from dense_cf.data.mine_model import mine_model
+    from dense_cf.retrieval import export
+    from dense_cf.mining.model_negatives import mine_model
     data_dir, workdir, run = trained
     inp = os.path.join(data_dir, "biencoder-synth-dev.json")
     out = str(tmp_path / "mined.json")
@@ -326,13 +329,13 @@ def test_model_mining_end_to_end(trained, tmp_path, skip_top):
 
 
 def _brute_force(workdir, run, questions):
-    from dense_cf import export
+    from dense_cf.retrieval import export
     export_dir = os.path.join(workdir, "export", f"step_{run.step}")
     return export.encode_questions(run, questions) @ export.load_embeddings(export_dir).T
 
 
 def test_model_mining_excludes_positives_and_answers_the_model_ranks_first(trained, tmp_path):
-    from dense_cf.data.mine_model import mine_model
+    from dense_cf.mining.model_negatives import mine_model
     data_dir, workdir, run = trained
     corpus_rows = list(formats.read_corpus_tsv(os.path.join(data_dir, "psgs_synth.tsv")))
     exs = formats.read_biencoder(os.path.join(data_dir, "biencoder-synth-dev.json"))[:2]

@@ -125,7 +125,7 @@ def test_two_processes_match_one_process(tmp_path):
     assert len([f for f in os.listdir(data / ".cache") if f.endswith(".npz")]) == 1
 
     # The 2-host checkpoint restores in one process (8 devices here) to the same parameters.
-    from dense_cf.train.loop import load_run
+    from dense_cf.train.run import load_run
     a, b = load_run(str(multi)), load_run(str(single))
     assert a.step == b.step == STEPS
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)),

@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder, model_from_config
-from dense_cf.train import loop
-from dense_cf.train import mesh as mesh_lib
+from dense_cf.train import run as run_lib
+from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import batch_loss, make_train_step
 from helpers import random_batch
+from dense_cf import methods
+
+METHOD = methods.get("picl")  # loss weights come from each test's LOSS
 
 N, LQ, LP, H, V = 8, 8, 32, 1, 64
 LOSS = dict(lam=0.2, tau1=1.0, tau2=1.0, use_dpr=True)
@@ -50,8 +53,7 @@ def _grad_fn(model, dropout=False):
     rngs = {"dropout": jax.random.key(3, impl="rbg")} if dropout else None  # rbg compiles fast
 
     def f(p, b):
-        return jax.value_and_grad(lambda p: batch_loss(
-            model, p, b, loss_kwargs=LOSS, mesh=None, deterministic=not dropout, rngs=rngs),
+        return jax.value_and_grad(lambda p: batch_loss(METHOD, model, p, b, loss_hparams=LOSS, mesh=None, deterministic=not dropout, rngs=rngs),
             has_aux=True)(p)
     return f
 
@@ -67,8 +69,8 @@ def test_bfloat16_config_keeps_float32_master_weights_and_optimizer_state():
     mesh = mesh_lib.make_mesh(1, 1, devices=jax.devices()[:1])
     tx, sched = make_optimizer(cfg.optim, total_steps=10)
     with jax.set_mesh(mesh):
-        state = loop.init_state(cfg, model, None, tx, mesh, (), jax.random.key(0))
-        step = jax.jit(make_train_step(model, tx, loss_kwargs=LOSS, mesh=mesh, schedule=sched))
+        state = run_lib.init_state(cfg, model, None, tx, mesh, (), jax.random.key(0))
+        step = jax.jit(make_train_step(METHOD, model, tx, loss_hparams=LOSS, mesh=mesh, schedule=sched))
         batch = mesh_lib.global_batch(_batch(), mesh)
         jaxpr = jax.make_jaxpr(step)(state, batch, jax.random.key(1)).jaxpr
         new, m = step(state, batch, jax.random.key(1))
@@ -110,7 +112,7 @@ def test_bfloat16_grads_close_to_float32_grads():
 def _residual_bytes(model, params, batch) -> int:
     """Bytes autodiff keeps for the backward pass (the leaves of the vjp closure), traced only."""
     def f(p):
-        return batch_loss(model, p, batch, loss_kwargs=LOSS, mesh=None, deterministic=False,
+        return batch_loss(METHOD, model, p, batch, loss_hparams=LOSS, mesh=None, deterministic=False,
                           rngs={"dropout": jax.random.key(3)})[0]
     res = jax.eval_shape(lambda p: jax.tree.leaves(jax.vjp(f, p)[1]), params)
     return sum(x.size * x.dtype.itemsize for x in res)

@@ -1,10 +1,10 @@
-"""Tests for dense_cf.data.sentences.split_sentences."""
+"""Tests for dense_cf.text.sentences.split_sentences."""
 
 import random
 
 import pytest
 
-from dense_cf.data.sentences import BACKENDS, split_sentences
+from dense_cf.text.sentences import BACKENDS, split_sentences
 
 PASSAGE = (
     'Aaron ( or ; "Ahärôn") is a prophet, high priest, and the brother of Moses. '
@@ -92,7 +92,7 @@ def test_rules_sentence_openers():
 
 
 def test_pysbd_failure_falls_back_to_rules(monkeypatch):
-    import dense_cf.data.sentences as sentences
+    import dense_cf.text.sentences as sentences
 
     class Broken:
         def segment(self, text):

@@ -1,11 +1,12 @@
-"""Training-data statistics (dense_cf/data/stats.py, SPEC §7) and data.train_fraction subsets."""
+"""Training-data statistics (dense_cf/mining/stats.py, SPEC §7) and data.train_fraction subsets."""
 
 import json
 
 import numpy as np
 import pytest
 
-from dense_cf.data import formats, stats
+from dense_cf.datasets import formats
+from dense_cf.mining import stats
 
 
 def _ctx(title, text, pid=None):
@@ -120,7 +121,7 @@ def test_file_stats_cli_with_bad_record(tmp_path, capsys):
 # ------------------------------------------------------------------ data.train_fraction
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
-    from dense_cf.data import synthetic
+    from dense_cf.synthetic import generate as synthetic
     from dense_cf.models.tokenizer import load_tokenizer
     from dense_cf.models.hf import resolve_model_dir
     d = tmp_path_factory.mktemp("synth_stats")
@@ -129,7 +130,7 @@ def synth(tmp_path_factory):
 
 
 def test_train_fraction_selects_the_stats_subset(synth, tmp_path):
-    from dense_cf.data import pipeline
+    from dense_cf.inputs import dpr as pipeline
     d, tok = synth
     path = str(d / "biencoder-synth-train.json")
     rows = list(formats.iter_biencoder(path))
@@ -153,15 +154,9 @@ def test_train_fraction_selects_the_stats_subset(synth, tmp_path):
 
 
 def test_config_train_fraction_applies_to_train_only(synth):
-    import importlib.util
-    import os
-
+    from configs import data_efficiency as mod
     from dense_cf.train import loop
     d, tok = synth
-    spec = importlib.util.spec_from_file_location(
-        "de_cfg", os.path.join(os.path.dirname(__file__), "..", "configs", "data_efficiency.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     c = mod.get_config("0.25,demo")
     assert c.method == "dpr" and c.data.train_fraction == 0.25 and c.model.name_or_path == "minilm"
     assert mod.get_config("0.55").optim.learning_rate == 1e-5

@@ -1,4 +1,4 @@
-"""Tests for the synthetic answer-aware QA benchmark (dense_cf/data/synthetic.py)."""
+"""Tests for the synthetic answer-aware QA benchmark (dense_cf/synthetic/generate.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dense_cf.data import formats, synthetic
-from dense_cf.data.answers import find_answer_spans, has_answer, question_type
-from dense_cf.data.sentences import split_sentences
+from dense_cf.datasets import formats
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.text.answers import find_answer_spans, has_answer, question_type
+from dense_cf.text.sentences import split_sentences
 
 N = 300
 

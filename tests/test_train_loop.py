@@ -10,8 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from dense_cf.config import base_config
-from dense_cf.train import mesh as mesh_lib
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.parallel import mesh as mesh_lib
 from helpers import apply_overrides, write_tower_data
 
 
@@ -24,7 +25,7 @@ def _tiny_config(data_dir, **over):
     c.data.data_dir = str(data_dir)
     c.data.train_file, c.data.dev_file = "train.json", "dev.json"
     c.data.max_q_len, c.data.max_p_len = 12, 24
-    c.loss.lam, c.loss.tau1, c.loss.tau2 = 0.2, 1.0, 1.0
+    c.loss.update(PICL_LOSS)
     c.train.global_batch = 8
     c.train.num_steps = 6
     c.train.log_every = 2
@@ -45,19 +46,19 @@ def data_dir(tmp_path_factory):
 
 def test_resume_gives_the_same_parameters(tmp_path, data_dir):
     from dense_cf.train.loop import train
-    full = train(_tiny_config(data_dir), str(tmp_path / "full"))
-    part = train(_tiny_config(data_dir, **{"train.stop_at_step": 3}), str(tmp_path / "resumed"))
+    full, full_run = train(_tiny_config(data_dir), str(tmp_path / "full"))
+    part, _ = train(_tiny_config(data_dir, **{"train.stop_at_step": 3}), str(tmp_path / "resumed"))
     assert part["step"] == 3
-    resumed = train(_tiny_config(data_dir), str(tmp_path / "resumed"))
+    resumed, resumed_run = train(_tiny_config(data_dir), str(tmp_path / "resumed"))
     assert resumed["step"] == full["step"] == 6
-    for a, b in zip(jax.tree.leaves(jax.device_get(full["state"].params)),
-                    jax.tree.leaves(jax.device_get(resumed["state"].params))):
+    for a, b in zip(jax.tree.leaves(jax.device_get(full_run.params)),
+                    jax.tree.leaves(jax.device_get(resumed_run.params))):
         np.testing.assert_array_equal(a, b)
     # A finished run loads for inference onto a different mesh (all 8 devices, data-parallel).
-    from dense_cf.train.loop import load_run
+    from dense_cf.train.run import load_run
     run = load_run(str(tmp_path / "full"), mesh=mesh_lib.make_mesh(8, 1))
     assert run.step == 6 and dict(run.mesh.shape) == {"data": 8, "model": 1}
-    for a, b in zip(jax.tree.leaves(jax.device_get(full["state"].params)),
+    for a, b in zip(jax.tree.leaves(jax.device_get(full_run.params)),
                     jax.tree.leaves(jax.device_get(run.params))):
         np.testing.assert_array_equal(a, b)
     # Metrics were written as JSONL (train and dev) and the loss is finite.
@@ -85,7 +86,7 @@ def test_cli_smoke(tmp_path, data_dir):
 
 
 def test_missing_data_file_message(tmp_path):
-    from dense_cf.train.loop import train
+    from dense_cf.experiment import train_and_evaluate as train
     c = _tiny_config(tmp_path)
     with pytest.raises(FileNotFoundError, match="dl.fbaipublicfiles.com/dpr"):
         train(c, str(tmp_path / "w"))
@@ -95,7 +96,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
     """A training process killed with SIGKILL after its first checkpoint resumes to the same end."""
     import signal
     import time
-    from dense_cf.train.loop import load_run
+    from dense_cf.train.run import load_run
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

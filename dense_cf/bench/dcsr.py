@@ -13,7 +13,7 @@ rate, max lengths; both encode 2 passages per question), on
 
 then evaluates both through ``dense_cf.eval.retrieval`` (the same top-k/MRR report; DCSR ranks
 passages by HasAns over retrieved sentences) and prints one table. The ``many_q`` setting needs
-``dense_cf.data.synthetic.generate(..., questions_per_passage=)``; without it only ``default``
+``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it only ``default``
 runs (said in the output). Runs are kept in ``--out`` (resumable, reused when re-run).
 """
 
@@ -26,6 +26,9 @@ import tempfile
 import time
 
 from absl import app, flags, logging
+from dense_cf.configs.base import base_config
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.experiment import train_and_evaluate as train
 
 _STEPS = flags.DEFINE_integer("steps", 40, "Training steps per run (same for DPR and DCSR).")
 _BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions).")
@@ -38,7 +41,6 @@ _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both methods).")
 
 
 def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: str, lr: float):
-    from dense_cf.config import base_config
     c = base_config()
     c.method = method
     c.model.name_or_path = model
@@ -67,8 +69,6 @@ def main(argv) -> None:
     del argv
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
-    from dense_cf.data import synthetic
-    from dense_cf.train.loop import train
     out = _OUT.value or tempfile.mkdtemp(prefix="dcsr_bench_")
     has_qpp = "questions_per_passage" in inspect.signature(synthetic.generate).parameters
     settings = [("default", 1)] + ([("many_q", _QPP.value)] if has_qpp else [])

@@ -13,6 +13,17 @@ import tempfile
 import time
 
 from absl import app, flags
+import jax
+from flax import linen as nn
+from dense_cf.retrieval import export
+from dense_cf.configs.base import base_config
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.models.bert import axis_rules_for
+from dense_cf.models.tokenizer import load_tokenizer
+from dense_cf.train import run as loop
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train.state import make_optimizer
 
 _MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.")
 _N = flags.DEFINE_integer("passages", 4096, "Passages to encode.")
@@ -23,18 +34,7 @@ _DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype.")
 
 def main(argv) -> None:
     del argv
-    import jax
-    from flax import linen as nn
 
-    from dense_cf import export
-    from dense_cf.config import base_config
-    from dense_cf.data import synthetic
-    from dense_cf.eval.retrieval import load_corpus
-    from dense_cf.models.bert import axis_rules_for
-    from dense_cf.models.tokenizer import load_tokenizer
-    from dense_cf.train import loop
-    from dense_cf.train import mesh as mesh_lib
-    from dense_cf.train.state import make_optimizer
 
     cfg = base_config()
     cfg.model.name_or_path = _MODEL.value

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 from absl import app, flags, logging
+from dense_cf.index import merge_topk
+from dense_cf.index import IndexSpec, build_index_from_dir
 
 _N = flags.DEFINE_integer("n", 1_000_000, "Corpus vectors.")
 _DIM = flags.DEFINE_integer("dim", 768, "Vector dimension.")
@@ -110,7 +112,6 @@ def _clusters() -> int:
 
 
 def _prepare(workdir: str) -> None:
-    from dense_cf.index import merge_topk
     import faiss
 
     emb_dir = os.path.join(workdir, "emb")
@@ -221,7 +222,6 @@ class _PeakRSS:
 def _run_single(kind: str) -> dict[str, Any]:
     import faiss
 
-    from dense_cf.index import IndexSpec, build_index_from_dir
 
     workdir = _WORKDIR.value
     queries = np.load(os.path.join(workdir, "queries.npy"))

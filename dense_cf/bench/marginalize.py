@@ -23,6 +23,12 @@ import os
 import time
 
 from absl import app, flags
+from dense_cf.configs.base import base_config
+import numpy as np
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.eval import marginalize as mg
+from dense_cf.eval.report import write_json
+from dense_cf.experiment import train_and_evaluate as train
 
 _DOMAINS = flags.DEFINE_integer("domains", 3, "Number of synthetic domains (1-3).")
 _STEPS = flags.DEFINE_integer("steps", 100, "Training steps per domain model.")
@@ -38,7 +44,6 @@ _OUT = flags.DEFINE_string("out", "runs/bench_marginalize", "Output directory.")
 
 def domain_config(data_dir: str, *, model: str, steps: int, batch: int, lr: float, seed: int):
     """DPR on one synthetic domain, with configs/demo.py's lengths and optimiser settings."""
-    from dense_cf.config import base_config
     c = base_config()
     c.method = "dpr"
     c.seed = seed
@@ -62,12 +67,7 @@ def domain_config(data_dir: str, *, model: str, steps: int, batch: int, lr: floa
 
 def main(argv) -> None:
     del argv
-    import numpy as np
 
-    from dense_cf.data import synthetic
-    from dense_cf.eval import marginalize as mg
-    from dense_cf.eval.report import write_json
-    from dense_cf.train.loop import train
 
     out = os.path.abspath(_OUT.value)
     ks = tuple(int(k) for k in _KS.value)

@@ -26,6 +26,20 @@ import subprocess
 import sys
 import time
 from typing import Any
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from dense_cf.bench.common import batch_shapes, random_batch
+from dense_cf import methods
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.models.bert import BertConfig
+from dense_cf.models.dual_encoder import DualEncoder
+from dense_cf.train import run as loop
+from dense_cf.train.state import TrainState, make_optimizer
+from dense_cf.train.step import make_train_step
+from dense_cf.parallel import mesh as mesh_lib
 
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072)
@@ -42,26 +56,14 @@ def _current_rss_mb() -> float:
 
 def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One configuration; runs in its own process."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from flax import linen as nn
 
-    from dense_cf.bench.common import batch_shapes, random_batch
-    from dense_cf.config import base_config
-    from dense_cf.losses import loss_kwargs_from_config
-    from dense_cf.models.bert import BertConfig
-    from dense_cf.models.dual_encoder import DualEncoder
-    from dense_cf.train import loop
-    from dense_cf.train.state import TrainState, make_optimizer
-    from dense_cf.train.step import make_train_step
 
     b, chunks, lq, lp, h = spec["batch"], spec["chunks"], spec["lq"], spec["lp"], spec["hard"]
     cfg = base_config()
     cfg.model.name_or_path = spec["model"]
     cfg.model.dtype = spec["dtype"]
     if spec["cf"]:
-        cfg.loss.lam, cfg.loss.tau1, cfg.loss.tau2 = 0.2, 1.0, 1.0
+        cfg.loss.update(PICL_LOSS)
     tx, _ = make_optimizer(cfg.optim, total_steps=1000)
     out: dict[str, Any] = {"model": spec["model"], "batch": b, "chunks": chunks,
                            "passages": b * (1 + h + int(spec["cf"])), "max_q_len": lq,
@@ -77,7 +79,6 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
                                                     opt_state=tx.init(p)), params)
     else:
         model, hf_params, _ = loop.build_model(cfg)
-        from dense_cf.train import mesh as mesh_lib
         mesh = mesh_lib.make_mesh(1, 1, devices=jax.devices()[:1])
         cfg.data.max_q_len, cfg.data.max_p_len = lq, lp
         with jax.set_mesh(mesh):
@@ -85,7 +86,8 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         del hf_params
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
     out["params_m"] = round(n_params / 1e6, 2)
-    step = jax.jit(make_train_step(model, tx, loss_kwargs=loss_kwargs_from_config(cfg), mesh=None,
+    method = methods.get(cfg.method)
+    step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss), mesh=None,
                                    grad_cache_chunks=chunks), donate_argnums=(0,))
     rng = jax.random.key(1)
     out["rss_before_compile_mb"] = round(_current_rss_mb(), 1)

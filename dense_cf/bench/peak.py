@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import time
 from typing import Any
+import jax
+import jax.numpy as jnp
 
 
 def matmul_flops(n: int) -> float:
@@ -46,8 +48,6 @@ def measure_matmul_peak(
     Returns:
       FLOP/s as a float (2 n^3 / best seconds per matmul).
     """
-    import jax
-    import jax.numpy as jnp
 
     if n <= 0 or repeats <= 0:
         raise ValueError(f"n and repeats must be positive, got n={n}, repeats={repeats}")
@@ -93,8 +93,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bf16", action="store_true", help="also measure bfloat16")
     args = parser.parse_args(argv)
 
-    import jax
-    import jax.numpy as jnp
 
     dev = jax.devices()[0]
     print(f"device: {dev.platform} {dev.device_kind} ({jax.device_count()} device(s)), n={args.n}")

@@ -15,6 +15,19 @@ import statistics
 import time
 
 from absl import app, flags
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from dense_cf.bench.common import batch_shapes, random_batch
+from dense_cf.bench.peak import measure_matmul_peak
+from dense_cf import methods
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.models.bert import axis_rules_for
+from dense_cf.train import run as loop
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train.state import make_optimizer
+from dense_cf.train.step import make_train_step
 
 _MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.")
 _BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per global batch.")
@@ -39,19 +52,7 @@ def _peak_rss_mb() -> float:
 
 def main(argv) -> None:
     del argv
-    import jax
-    import jax.numpy as jnp
-    from flax import linen as nn
 
-    from dense_cf.bench.common import batch_shapes, random_batch
-    from dense_cf.bench.peak import measure_matmul_peak
-    from dense_cf.config import base_config
-    from dense_cf.losses import loss_kwargs_from_config
-    from dense_cf.models.bert import axis_rules_for
-    from dense_cf.train import loop
-    from dense_cf.train import mesh as mesh_lib
-    from dense_cf.train.state import make_optimizer
-    from dense_cf.train.step import make_train_step
 
     cfg = base_config()
     cfg.model.name_or_path = _MODEL.value
@@ -60,7 +61,7 @@ def main(argv) -> None:
     cfg.data.max_q_len, cfg.data.max_p_len = _LQ.value, _LP.value
     cfg.data.num_hard = _HARD.value
     if _CF.value:
-        cfg.loss.lam, cfg.loss.tau1, cfg.loss.tau2 = 0.2, 1.0, 1.0
+        cfg.loss.update(PICL_LOSS)
     b, h = _BATCH.value, _HARD.value
 
     mesh = mesh_lib.make_mesh(-1, _MESH_MODEL.value)
@@ -77,7 +78,8 @@ def main(argv) -> None:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = loop.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
         state_sh = jax.tree.map(lambda x: x.sharding, state)
-        step = jax.jit(make_train_step(model, tx, loss_kwargs=loss_kwargs_from_config(cfg),
+        method = methods.get(cfg.method)
+        step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss),
                                        mesh=mesh, schedule=sched,
                                        grad_cache_chunks=cfg.train.grad_cache_chunks),
                        in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),

@@ -24,10 +24,13 @@ from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
-from dense_cf.data import pipeline
-from dense_cf.data.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
+from dense_cf.inputs import dpr as pipeline
+from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
 from dense_cf.eval import aar_math
 from dense_cf.eval import report as report_lib
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.retrieval import export
+from dense_cf.train.run import RunDir, load_run
 
 
 @dataclasses.dataclass
@@ -72,7 +75,6 @@ def load_triplets(gold_path: str, qa_path: str) -> Triplets:
 def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
                    batch_size: int = 128) -> dict[str, Any]:
     """sim(q, p+) and sim(q, p*) for every triplet that has a counterfactual under ``strategy``."""
-    from dense_cf import export
     cfg = run.config
     examples = [BiencoderExample(q, a, [Passage(title=t, text=c)], [], [])
                 for q, a, t, c in zip(triplets.questions, triplets.answers, triplets.titles,
@@ -104,18 +106,16 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
                  strategies: Sequence[str] | None = None, run=None,
                  out_dir: str | None = None) -> dict[str, Any]:
     """AAR / AA score report of a run; returns the report (also written to disk)."""
-    from dense_cf import export
-    from dense_cf.eval.retrieval import data_path
-    from dense_cf.train.loop import load_run
 
     run = run or load_run(workdir)
     cfg = run.config
     strategies = list(strategies or cfg.eval.aar_strategies)
-    triplets = load_triplets(data_path(cfg, "gold_file", gold_path), data_path(cfg, "test_file", qa_path))
+    triplets = load_triplets(resolve_data_file(cfg.data, "gold_file", gold_path),
+                              resolve_data_file(cfg.data, "test_file", qa_path))
     if not triplets.questions:
         raise ValueError(f"no usable triplets: {triplets.stats}")
     encoder = export.Encoder(run, cfg.eval.batch_size)
-    out_dir = out_dir or os.path.join(workdir, "eval", f"step_{run.step}")
+    out_dir = out_dir or RunDir(workdir).eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
     result: dict[str, Any] = {"workdir": os.path.abspath(workdir), "method": cfg.method,
                               "step": run.step, "triplet_stats": triplets.stats, "strategies": {}}

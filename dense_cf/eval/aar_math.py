@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dense_cf.data.answers import question_type
+from dense_cf.text.answers import question_type
 from dense_cf.eval.report import atomic_open
 
 __all__ = [

@@ -13,7 +13,7 @@ with ``--in_domain``, in % of the named in-domain run's tandem (the paper's Fig.
 normalisation); the mean over the *other* K-1 encoders is reported too.
 
 Work is shared and resumable: passages are exported once per passage encoder and corpus
-(``dense_cf.export.export_passages`` via ``dense_cf.eval.retrieval.ensure_index``, resumable
+(``dense_cf.retrieval.export.export_passages`` via ``dense_cf.retrieval.retriever.ensure_index``, resumable
 shards) and the index is saved and reused; a run's own corpus shares
 ``WORKDIR/export/step_N`` with ``dense_cf.eval.retrieval``, other corpora go to
 ``WORKDIR/marginalize/<corpus tag>/``. Question embeddings are computed once per question
@@ -34,6 +34,19 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from absl import logging
+
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.eval import metrics as metrics_lib
+from dense_cf.eval import report as report_lib
+from dense_cf.files import atomic_save_npy
+from dense_cf.index.faiss_index import DenseIndex, is_saved_index
+from dense_cf.retrieval import export
+from dense_cf.retrieval.corpus import load_corpus, load_qa
+from dense_cf.retrieval.retriever import (ensure_index, ensure_sentence_index,
+                                          retrieve_by_sentences)
+from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve
+from dense_cf.train.run import RunDir, build_model, file_tag, load_config, load_run
 
 DEFAULT_KS = (1, 5, 20, 100)
 
@@ -133,34 +146,22 @@ def parse_runs(specs: Sequence[str]) -> list[RunSpec]:
 
 def _cache_root(workdir: str, config, corpus_path: str) -> str:
     """The run's own corpus shares WORKDIR/export with dense_cf.eval.retrieval."""
-    from dense_cf.eval.retrieval import corpus_root
-    return corpus_root(workdir, config, corpus_path, subdir="marginalize")
+    return RunDir(workdir).for_corpus(config, corpus_path, subdir="marginalize").root
 
 
 def _question_embeddings(run, encoder, questions: Sequence[str], cache_path: str) -> np.ndarray:
-    from dense_cf import export
     if os.path.exists(cache_path):
         emb = np.load(cache_path)
         if emb.shape[0] == len(questions):
             return emb
     emb = export.encode_questions(run, questions, encoder=encoder).astype(np.float32)
-    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    tmp = cache_path + ".tmp.npy"
-    np.save(tmp, emb)
-    os.replace(tmp, cache_path)
+    atomic_save_npy(cache_path, emb)
     return emb
-
-
-def _is_sentence_run(run) -> bool:
-    from dense_cf import export
-    fn = getattr(export, "is_sentence_run", None)
-    return bool(fn and fn(run))
 
 
 def _pair_hits(rows: np.ndarray, answers: Sequence[Sequence[str]], texts: Sequence[str],
                mode: str, cache: dict[tuple[int, int], bool]) -> list[list[bool]]:
     """has_answer per retrieved row; cached per (question, passage) across pairs."""
-    from dense_cf.eval import metrics as metrics_lib
     out = []
     for qi, row in enumerate(rows):
         row = [int(r) for r in row if r >= 0]
@@ -199,15 +200,6 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
                      answer_mode: str | None = None, batch_size: int | None = None
                      ) -> list[dict[str, Any]]:
     """:func:`run_marginalization` for several test sets, loading each run only once."""
-    from absl import logging
-
-    from dense_cf import export
-    from dense_cf.eval import metrics as metrics_lib
-    from dense_cf.eval import report as report_lib
-    from dense_cf.eval.retrieval import data_path, ensure_index, file_tag, load_corpus, load_qa
-    from dense_cf.index.faiss_index import DenseIndex, is_saved_index
-    from dense_cf.train.loop import build_model, load_config, load_run
-
     t_start = time.perf_counter()
     runs = parse_runs(workdirs)
     if not runs:
@@ -222,7 +214,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
     for ts in test_sets:
         if not os.path.exists(ts.test):
             raise FileNotFoundError(f"test file not found: {ts.test}")
-        corpus_path = ts.corpus or data_path(configs[0], "corpus_file")
+        corpus_path = ts.corpus or resolve_data_file(configs[0].data, "corpus_file")
         d_idx = None
         if ts.in_domain is not None:
             if isinstance(ts.in_domain, int) or str(ts.in_domain).isdigit():
@@ -258,9 +250,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
             st["q_emb"].append(_question_embeddings(run, encoder, st["questions"], q_cache))
             root = _cache_root(spec.workdir, cfg, st["corpus_path"])
             sentences = None
-            if _is_sentence_run(run):  # DCSR passage encoder: sentence index + HasAns (SPEC §4)
-                from dense_cf.eval.retrieval import ensure_sentence_index
-                from dense_cf.eval.sentence_ranking import num_sentences_to_retrieve
+            if run.method.unit == "sentence":  # sentence index + HasAns (docs/method.md §4)
                 index, t_idx, sent_pid, kbar = ensure_sentence_index(
                     run, st["corpus"], root, kind=index_kind, batch_size=bs,
                     dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
@@ -273,7 +263,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
                 index, t_idx = ensure_index(run, st["corpus"], root, kind=index_kind,
                                             batch_size=bs, dtype=cfg.eval.embedding_dtype,
                                             shard_size=cfg.eval.shard_size, encoder=encoder)
-            index_dir = os.path.join(root, "index", f"step_{run.step}_{index_kind}")
+            index_dir = RunDir(root).index(run.step, index_kind)
             # Reload from disk in phase 2 (one index in memory at a time) when it was saved
             # where ensure_index saves it; otherwise keep the object.
             st["index"].append((index_dir if is_saved_index(index_dir) else index, sentences))
@@ -305,7 +295,6 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
                 if sentences is None:
                     _, rows = index.search(st["q_emb"][i], min(k_max, len(corpus)))
                 else:
-                    from dense_cf.eval.retrieval import retrieve_by_sentences
                     row_of = row_of or {pid: r for r, pid in enumerate(corpus.ids)}
                     ranked = retrieve_by_sentences(index, st["q_emb"][i], corpus, k_max,
                                                    sentences[0], sentences[1])
@@ -352,7 +341,6 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
 
 def format_matrix(names: Sequence[str], matrix: np.ndarray) -> str:
     """Markdown K×K table: rows question encoders, columns passage encoders."""
-    from dense_cf.eval import report as report_lib
     rows = [{"Q \\ P": n, **{p: float(matrix[i, j]) for j, p in enumerate(names)}}
             for i, n in enumerate(names)]
     return report_lib.markdown_table(rows, ["Q \\ P", *names])
@@ -361,7 +349,6 @@ def format_matrix(names: Sequence[str], matrix: np.ndarray) -> str:
 def markdown_sections(names: Sequence[str], mats: dict[int, np.ndarray],
                       attr: dict[int, dict[str, np.ndarray]], d_idx: int | None,
                       rep: dict[str, Any]) -> list[tuple[str, str]]:
-    from dense_cf.eval import report as report_lib
     sections = []
     for k, m in mats.items():
         a = attr[k]
@@ -428,8 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch_size", type=int, default=None)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    from absl import logging as absl_logging
-    absl_logging.set_verbosity(absl_logging.INFO)  # progress of long exports
+    logging.set_verbosity(logging.INFO)  # progress of long exports
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
     rep = run_marginalization(a.workdirs, a.test, corpus_path=a.corpus,

@@ -14,7 +14,7 @@ import multiprocessing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from dense_cf.data.answers import has_answer
+from dense_cf.text.answers import has_answer
 
 __all__ = [
     "DEFAULT_KS",

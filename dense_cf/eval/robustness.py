@@ -51,11 +51,17 @@ from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
-from dense_cf.data.answers import find_answer_spans
-from dense_cf.data.counterfactual import distractor_variants
+from dense_cf.text.answers import find_answer_spans
+from dense_cf.text.counterfactuals import distractor_variants
 from dense_cf.eval import aar_math
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.eval import aar
+from dense_cf.index.faiss_index import IndexSpec, build_index
+from dense_cf.retrieval import export
+from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.train.run import RunDir, load_run
 
 __all__ = ["DEFAULT_COUNTS", "DistractorSet", "build_distractors", "evaluate_robustness",
            "plot_runs", "robustness_table"]
@@ -193,11 +199,6 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     "first_corpus_hit_rank": {K: [...]}, "questions", "distractor_stats", ...}`` (top-k in %,
     per-question ranks in ``questions`` order). ``k`` = retrieval depth (default config).
     """
-    from dense_cf import export
-    from dense_cf.eval import aar
-    from dense_cf.eval.retrieval import data_path, load_corpus
-    from dense_cf.index.faiss_index import IndexSpec, build_index
-    from dense_cf.train.loop import load_run
 
     counts = _check_counts(counts, max_distractors)
     run = run or load_run(workdir)
@@ -207,8 +208,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     mode = cfg.data.answer_mode
     timing: dict[str, float] = {}
 
-    triplets = aar.load_triplets(data_path(cfg, "gold_file", gold_path),
-                                 data_path(cfg, "test_file", qa_path))
+    triplets = aar.load_triplets(resolve_data_file(cfg.data, "gold_file", gold_path),
+                                 resolve_data_file(cfg.data, "test_file", qa_path))
     dset = build_distractors(triplets, max_distractors, seed=seed, mode=mode,
                              window_words=window_words)
     if not dset.questions:
@@ -219,9 +220,9 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                         dset.stats["questions_without_distractors"], dset.stats["triplets"],
                         dset.stats["questions_below_max"], max_distractors)
 
-    corpus = load_corpus(data_path(cfg, "corpus_file", corpus_path))
+    corpus = load_corpus(resolve_data_file(cfg.data, "corpus_file", corpus_path))
     encoder = export.Encoder(run, cfg.eval.batch_size)
-    export_dir = os.path.join(workdir, "export", f"step_{run.step}")
+    export_dir = RunDir(workdir).export(run.step)
     t0 = time.perf_counter()
     manifest = export.export_passages(run, corpus.rows(), export_dir, shard_size=cfg.eval.shard_size,
                                       batch_size=cfg.eval.batch_size, dtype=cfg.eval.embedding_dtype,
@@ -291,7 +292,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                   "dtype": manifest["dtype"]},
               "timing": timing, "table": table, "questions": dset.questions,
               "first_hit_rank": first_ranks, "first_corpus_hit_rank": corpus_ranks}
-    out_dir = out_dir or os.path.join(workdir, "eval", f"step_{run.step}")
+    out_dir = out_dir or RunDir(workdir).eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
     report_lib.write_json(os.path.join(out_dir, "robustness.json"), result)
     with report_lib.atomic_open(os.path.join(out_dir, "robustness_distractors.jsonl")) as f:

@@ -13,7 +13,7 @@ tokens, :func:`load_pretrained` initialises their rows).
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,8 @@ import flax.linen as nn
 import numpy as np
 
 from dense_cf.models.bert import BertConfig, BertEncoder
-from dense_cf.models.tokenizer import added_tokens
+from dense_cf.models import hf
+from dense_cf.models.tokenizer import add_tokens, load_tokenizer
 
 POOLINGS = ("cls", "mean")
 
@@ -120,7 +121,7 @@ def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool
     return out
 
 
-def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
+def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder, str | None]:
     """Builds the model from an ml_collections-style ``cfg.model`` (name_or_path: "tiny" |
     "minilm" | local dir | hub name; shared; pooling; dtype; remat; remat_policy; dropout; tiny_*).
 
@@ -128,7 +129,7 @@ def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
     it to ``load_hf_bert_params(model_dir, model.config)`` and :func:`pretrained_params`.
     """
     m = cfg.model
-    n_added = len(added_tokens(getattr(cfg, "method", "dpr") or "dpr"))
+    n_added = int(num_added_tokens)
     over: dict[str, Any] = dict(dtype=getattr(m, "dtype", "float32"), remat=bool(getattr(m, "remat", False)),
                                 remat_policy=getattr(m, "remat_policy", "nothing_saveable"))
     dropout = getattr(m, "dropout", None)
@@ -145,9 +146,7 @@ def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
         )
         model_dir = None
     else:
-        from dense_cf.models.hf import resolve_model_dir
-
-        model_dir = resolve_model_dir(m.name_or_path)
+        model_dir = hf.resolve_model_dir(m.name_or_path)
         bert = BertConfig.from_hf_json(model_dir, **over)
         if n_added:  # e.g. DCSR's <sent> (SPEC §4): rows appended after the pretrained ones
             bert = bert.replace(vocab_size=bert.vocab_size + n_added)
@@ -155,15 +154,14 @@ def model_from_config(cfg: Any) -> tuple[DualEncoder, str | None]:
     return model, model_dir
 
 
-def load_pretrained(cfg: Any, model: DualEncoder, model_dir: str, tok_dir: str) -> dict[str, Any]:
+def load_pretrained(model: DualEncoder, model_dir: str, tok_dir: str, *,
+                    extra: Sequence[str] = (), init: str = "mean", seed: int = 0
+                    ) -> dict[str, Any]:
     """HF BERT params for ``model``; a method that adds tokens (DCSR's ``<sent>``) gets the
     pretrained vocabulary extended: the checkpoint is read at its own vocabulary size and the
-    new rows (ids from the run's tokenizer) are initialised per ``cfg.dcsr.sent_init``
+    new rows (ids from the run's tokenizer) are initialised per ``init``
     (see :func:`dense_cf.models.hf.extend_word_embeddings`)."""
-    from dense_cf.models import hf
-    from dense_cf.models.tokenizer import add_tokens, load_tokenizer
-
-    extra = added_tokens(getattr(cfg, "method", "dpr") or "dpr")
+    extra = tuple(extra)
     if not extra:
         return hf.load_hf_bert_params(model_dir, model.config)
     base = BertConfig.from_hf_json(model_dir)
@@ -175,6 +173,5 @@ def load_pretrained(cfg: Any, model: DualEncoder, model_dir: str, tok_dir: str) 
         raise ValueError(f"added token ids {new_ids} do not fit the model vocabulary "
                          f"{model.config.vocab_size}: tokenizer {tok_dir} is larger than the "
                          f"checkpoint's vocabulary {base.vocab_size}")
-    init = cfg.dcsr.sent_init if "dcsr" in cfg else "mean"
     return hf.extend_word_embeddings(params, model.config.vocab_size, new_ids, init=init,
-                                     source_ids=source, seed=int(getattr(cfg, "seed", 0)))
+                                     source_ids=source, seed=seed)

@@ -8,18 +8,22 @@ ignored (DPR uses the pooler-free [CLS] vector, SPEC §1).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
 from collections.abc import Mapping
 from typing import Any
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 import numpy as np
+from absl import logging
+from safetensors.numpy import load_file, save_file
 
 from dense_cf.models.bert import BertConfig, BertEncoder
 
-log = logging.getLogger(__name__)
+
 
 MINILM_ALIASES = frozenset(
     {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -138,8 +142,6 @@ def _normalise_key(key: str) -> str:
 
 
 def _read_safetensors(model_dir: str) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
     single = os.path.join(model_dir, "model.safetensors")
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.isfile(single):
@@ -164,10 +166,6 @@ def _read_safetensors(model_dir: str) -> dict[str, np.ndarray]:
 
 def expected_param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     """Flat {"a/b/c": shape} of ``BertEncoder(config)`` params, via ``jax.eval_shape`` (no FLOPs)."""
-    import jax
-    import jax.numpy as jnp
-    import flax.linen as nn
-
     ids = jnp.zeros((1, 1), jnp.int32)
     shapes = jax.eval_shape(lambda: nn.unbox(BertEncoder(config).init(jax.random.key(0), ids, ids)))
     return {"/".join(str(k.key) for k in path): tuple(leaf.shape)
@@ -221,7 +219,7 @@ def load_hf_bert_params(model_dir: str, config: BertConfig, prefix: str | None =
     if not hf:
         raise CheckpointError(f"no BERT weights in {model_dir!r}" + (f" under prefix {prefix!r}" if prefix else ""))
     if ignored:
-        log.debug("ignoring %d checkpoint keys: %s", len(ignored), ignored)
+        logging.debug("ignoring %d checkpoint keys: %s", len(ignored), ignored)
 
     expected = expected_param_shapes(config)
     mapping = _param_map(config)
@@ -268,9 +266,6 @@ def save_hf_bert(
     (keys without the ``bert.`` prefix; no pooler, so HF initialises that randomly — DPR does
     not use it). Accepts boxed or plain params. Copies tokenizer files from ``tokenizer_dir``.
     """
-    import flax.linen as nn
-    from safetensors.numpy import save_file
-
     flat = _flatten(nn.unbox(dict(params)))
     mapping = _param_map(config)
     if set(flat) != set(mapping):

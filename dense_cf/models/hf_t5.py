@@ -23,6 +23,11 @@ import numpy as np
 from dense_cf.models.hf import (CheckpointError, _flatten, _read_safetensors, _unflatten,
                                 raise_on_mismatch, resolve_model_dir)
 from dense_cf.models.t5 import T5Config
+import jax
+from dense_cf.models.t5 import init_params
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer
+from dense_cf.models.t5 import T5ForConditionalGeneration
 
 __all__ = ["load_hf_t5_params", "save_hf_t5", "load_t5", "load_t5_tokenizer", "hf_config_dict"]
 
@@ -60,9 +65,7 @@ def _param_map(config: T5Config, untied_head: bool) -> dict[str, tuple[str, bool
 
 def expected_param_shapes(config: T5Config) -> dict[str, tuple[int, ...]]:
     """Flat {"a/b/c": shape} of the Flax model's params (``jax.eval_shape``, no FLOPs)."""
-    import jax
 
-    from dense_cf.models.t5 import init_params
 
     shapes = jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
     return {"/".join(str(k.key) for k in path): tuple(leaf.shape)
@@ -135,7 +138,6 @@ def save_hf_t5(params: Mapping[str, Any], config: T5Config, out_dir: str,
                tokenizer_dir: str | None = None) -> str:
     """Writes ``model.safetensors`` + ``config.json`` loadable by HF and :func:`load_hf_t5_params`.
     A tied model writes no ``lm_head.weight`` (HF re-ties it from ``shared.weight``)."""
-    from safetensors.numpy import save_file
 
     flat = _flatten(dict(params))
     untied = "lm_head/kernel" in flat
@@ -165,7 +167,6 @@ def save_hf_t5(params: Mapping[str, Any], config: T5Config, out_dir: str,
 def load_t5_tokenizer(model_dir: str):
     """The checkpoint's ``tokenizer.json`` (``tokenizers`` library; appends ``</s>``), with
     padding and truncation off."""
-    from tokenizers import Tokenizer
 
     path = os.path.join(model_dir, "tokenizer.json")
     if not os.path.isfile(path):
@@ -180,7 +181,6 @@ def load_t5_tokenizer(model_dir: str):
 
 def load_t5(name_or_path: str, dtype: str = "float32"):
     """(model, params, tokenizer) for a local HF T5 directory or hub name (hub needs network)."""
-    from dense_cf.models.t5 import T5ForConditionalGeneration
 
     model_dir = resolve_model_dir(name_or_path)
     params, config = load_hf_t5_params(model_dir)

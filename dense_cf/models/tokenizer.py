@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Sequence
 
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
@@ -17,8 +18,6 @@ SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]"
 
 # DCSR's sentence marker (SPEC §4): a new special token appended to the vocabulary.
 SENT_TOKEN = "<sent>"
-# Tokens each method adds to the pretrained vocabulary, in id order.
-ADDED_TOKENS: dict[str, tuple[str, ...]] = {"dcsr": (SENT_TOKEN,)}
 RUN_TOKENIZER_DIR = "tokenizer"   # <workdir>/tokenizer/tokenizer.json: the run's extended vocab
 
 
@@ -76,11 +75,6 @@ def special_ids(tok: Tokenizer) -> dict[str, int | None]:
     return out
 
 
-def added_tokens(method: str) -> tuple[str, ...]:
-    """Special tokens ``method`` adds to the pretrained vocabulary (DCSR: ``<sent>``)."""
-    return ADDED_TOKENS.get(method, ())
-
-
 def add_tokens(tok: Tokenizer, tokens: tuple[str, ...] | list[str]) -> list[int]:
     """Adds ``tokens`` as special tokens (never split, never normalised); returns their ids.
 
@@ -94,16 +88,16 @@ def add_tokens(tok: Tokenizer, tokens: tuple[str, ...] | list[str]) -> list[int]
     return ids
 
 
-def tokenizer_for_run(config, tok_dir: str, workdir: str | None = None, *,
+def tokenizer_for_run(extra: Sequence[str], tok_dir: str, workdir: str | None = None, *,
                       save: bool = False) -> Tokenizer:
-    """The tokenizer of a run: the base vocabulary plus ``added_tokens(config.method)``.
+    """The tokenizer of a run: the base vocabulary plus the method's added tokens ``extra``.
 
     With ``workdir``, a tokenizer saved there (``<workdir>/tokenizer/tokenizer.json``) is the
     source of truth, so a run keeps its extended vocabulary even if the base files change;
     ``save=True`` writes it (only when tokens were added: DPR runs use the base files). The
     rebuilt added-token ids are checked against the saved ones.
     """
-    extra = added_tokens(config.method)
+    extra = tuple(extra)
     tok = load_tokenizer(tok_dir)
     ids = add_tokens(tok, extra) if extra else []
     if not workdir or not extra:

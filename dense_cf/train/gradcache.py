@@ -144,21 +144,33 @@ def chunked_embed(embed_fn: Callable, model, params, batch: dict[str, jax.Array]
 
 
 def grad_cache_value_and_grad(
-    loss_of_embeddings: Callable[[tuple], tuple[jax.Array, Any]],
+    loss_of_embeddings: Callable[[Any], tuple[jax.Array, Any]],
     embed_fn: Callable, model, params, batch: dict[str, jax.Array], *, num_chunks: int,
     mesh: Mesh | None, deterministic: bool, rngs: dict[str, jax.Array] | None = None,
 ) -> tuple[tuple[jax.Array, Any], Any]:
     """``((loss, aux), grads)`` like ``jax.value_and_grad(has_aux=True)`` of
     ``loss_of_embeddings(embed_fn(params, batch))`` w.r.t. ``params``, in one chunk's memory.
 
-    ``loss_of_embeddings(embs) -> (loss, aux)`` takes the full batch's embeddings (the tuple
+    ``loss_of_embeddings(embs) -> (loss, aux)`` takes the full batch's embeddings (the pytree
     ``embed_fn`` returns, rows sharded over ``data``) and does the cross-device gather itself.
+    Gradients flow through the floating leaves; boolean masks in the pytree pass through.
     """
     # Pass 1: no vjp is taken here, so XLA frees each chunk's activations inside the loop.
     frozen = jax.lax.stop_gradient(params)
     embs = chunked_embed(embed_fn, model, frozen, batch, num_chunks=num_chunks, mesh=mesh,
                          deterministic=deterministic, rngs=rngs)
-    (loss, aux), emb_grads = jax.value_and_grad(loss_of_embeddings, has_aux=True)(embs)
+    # Only floating leaves (the vectors) are differentiated; masks ride along unchanged.
+    leaves, treedef = jax.tree.flatten(embs)
+    fidx = _float_indices(leaves)
+
+    def loss_of_floats(floats):
+        full = list(leaves)
+        for i, v in zip(fidx, floats):
+            full[i] = v
+        return loss_of_embeddings(jax.tree.unflatten(treedef, full))
+
+    (loss, aux), emb_grads = jax.value_and_grad(loss_of_floats, has_aux=True)(
+        [leaves[i] for i in fidx])
 
     # Pass 2: re-encode each chunk with the same rngs and pull the cached gradients back.
     chunks = split_chunks(batch, num_chunks, mesh)
@@ -168,8 +180,10 @@ def grad_cache_value_and_grad(
         c, (chunk, g) = xs
 
         def encode(p):
-            return embed_fn(model, p, chunk, deterministic=deterministic,
-                            rngs=chunk_rngs(rngs, c, num_chunks))
+            out = embed_fn(model, p, chunk, deterministic=deterministic,
+                           rngs=chunk_rngs(rngs, c, num_chunks))
+            out_leaves = jax.tree.leaves(out)
+            return [out_leaves[i] for i in fidx]
 
         out, pullback = jax.vjp(encode, params)
         g = jax.tree.map(lambda o, t: t.astype(o.dtype), out, g)
@@ -179,3 +193,7 @@ def grad_cache_value_and_grad(
     zeros = jax.tree.map(jnp.zeros_like, params)
     grads, _ = _chunk_loop(body, zeros, (chunks, grad_chunks), num_chunks)
     return (loss, aux), grads
+
+
+def _float_indices(leaves: list) -> list[int]:
+    return [i for i, x in enumerate(leaves) if jnp.issubdtype(x.dtype, jnp.floating)]

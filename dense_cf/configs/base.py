@@ -1,0 +1,109 @@
+"""The default experiment config; files in ``configs/`` start from it and change what differs.
+
+Every field is data: an experiment is a config file (or ``--config.x.y=`` overrides), never a
+code branch. Defaults follow SPEC §9 (DPR's NQ set-up) unless noted.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.method = "dpr"
+    c.seed = 0
+
+    c.model = ml_collections.ConfigDict()
+    c.model.name_or_path = "bert-base-uncased"  # "minilm", a local HF dir, a hub name, or "tiny"
+    c.model.shared = False                      # separate question/passage towers (SPEC §9)
+    c.model.pooling = "cls"                     # DPR's [CLS] without pooler
+    c.model.dtype = "float32"                   # compute dtype; "bfloat16" on accelerators
+    c.model.remat = False
+    c.model.remat_policy = "nothing_saveable"  # or dots_with_no_batch_dims_saveable | dots_saveable
+    c.model.dropout = 0.1
+    c.model.tiny_hidden = 32                    # only for name_or_path="tiny" (random init)
+    c.model.tiny_layers = 2
+    c.model.tiny_heads = 2
+    c.model.tiny_vocab = 30522                  # MiniLM's uncased vocabulary (the tokenizer used)
+    c.model.tokenizer = ""                      # defaults to the model's own; "tiny" needs one
+
+    c.data = ml_collections.ConfigDict()
+    c.data.data_dir = "data/dpr"
+    c.data.train_file = "biencoder-nq-train.json.gz"
+    c.data.dev_file = "biencoder-nq-dev.json.gz"
+    c.data.cache_dir = ""                       # default: <data_dir>/.cache
+    c.data.max_q_len = 64
+    c.data.max_p_len = 256
+    c.data.num_hard = 1                         # hard negatives per question in a batch
+    c.data.max_hard_stored = 5                  # sampled from (DPR shuffles hard negatives)
+    c.data.counterfactual = "sentence"          # sentence | window | answer | evidence
+    c.data.window = 5
+    c.data.evidence_file = ""
+    c.data.answer_mode = "string"               # "regex" for CuratedTREC
+    c.data.max_train_examples = 0               # 0 = all
+    c.data.train_fraction = 1.0                 # uniform seeded subset of train (SPEC §7 data-efficiency)
+    c.data.train_fraction_seed = 0              # = `python -m dense_cf.mining.stats --seed`
+    c.data.max_dev_examples = 0
+    # Evaluation files (SPEC §8): corpus TSV, test qa CSV, gold passages info (AAR triplets).
+    c.data.corpus_file = "psgs_w100.tsv.gz"
+    c.data.test_file = "nq-test.qa.csv"
+    c.data.gold_file = "nq-test_gold_info.json.gz"
+    c.data.synthetic = ml_collections.ConfigDict(
+        {"generate": False, "num_passages": 2000, "seed": 0, "test_questions": 0,  # 0: default share
+         "questions_per_passage": 1})  # k > 1: questions on k sentences of a positive (DCSR)
+
+    c.loss = ml_collections.ConfigDict()
+    c.loss.use_dpr = True
+    c.loss.lam = 0.0
+    c.loss.tau1 = 0.0
+    c.loss.tau2 = 0.0
+
+    # DCSR (SPEC §4; used when method == "dcsr"; docs/dcsr.md).
+    c.dcsr = ml_collections.ConfigDict()
+    c.dcsr.negatives = "in_passage"             # Table 4: in_passage | bm25 | bm25x2 | in_batch
+    c.dcsr.question_prefix = True               # "[CLS] <sent> q [SEP]" (the authors' code)
+    c.dcsr.title = True                         # "[CLS] title [SEP] <sent> s1 ..."; False: no title
+    c.dcsr.sent_init = "cls"                    # <sent> embedding row: cls | mean | sep | normal
+    c.dcsr.max_sents = 32                       # sentence vectors per passage at export (rest counted)
+    c.dcsr.retrieve_sentences = 0               # 0: ceil(eval.k * mean sentences/passage) (paper)
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.learning_rate = 2e-5
+    c.optim.warmup_steps = 1237                 # DPR's NQ setting
+    c.optim.grad_clip = 2.0
+    c.optim.b1 = 0.9
+    c.optim.b2 = 0.999
+    c.optim.eps = 1e-8
+    c.optim.weight_decay = 0.0
+
+    c.train = ml_collections.ConfigDict()
+    c.train.global_batch = 128                  # 8 devices x 16 (SPEC §9)
+    c.train.num_epochs = 40
+    c.train.num_steps = 0                       # overrides num_epochs when > 0
+    c.train.stop_at_step = 0                    # stop early (resumable) without changing the schedule
+    c.train.dropout = True
+    c.train.grad_cache_chunks = 1               # >1: GradCache, encode global_batch/chunks at a time
+    c.train.log_every = 50
+    c.train.checkpoint_every = 1000
+    c.train.keep_checkpoints = 3
+    c.train.async_checkpoint = True
+    c.train.eval_every = 2000
+    c.train.eval_max_batches = 0
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.after_training = False               # run retrieval + AAR evaluation when training ends
+    c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq
+    c.eval.k = 100                              # passages retrieved per question
+    c.eval.ks = (1, 5, 20, 100)
+    c.eval.batch_size = 128                     # encoding batch (questions and passages)
+    c.eval.embedding_dtype = "float16"          # export dtype on disk
+    c.eval.shard_size = 100_000                 # passages per export shard
+    c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
+    c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = -1                            # all devices not used by `model`
+    c.mesh.model = 1
+    c.mesh.logical_axis_rules = ml_collections.config_dict.placeholder(tuple)
+    return c

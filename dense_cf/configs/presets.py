@@ -1,0 +1,77 @@
+"""Pieces that several experiment configs share, written once (docs/method.md §3, §9).
+
+Config files in ``configs/`` import these; nothing here reads flags or files.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from dense_cf.configs.base import base_config
+
+# Loss weights (docs/method.md §3). PiCL's main runs: λ = 0.2, τ1 = τ2 = 1.0 (its limited-compute
+# runs use τ = 0.2); EADPR: λ = τ1 = τ2 = 1.0. Plain DPR: all zero.
+DPR_LOSS = {"lam": 0.0, "tau1": 0.0, "tau2": 0.0}
+PICL_LOSS = {"lam": 0.2, "tau1": 1.0, "tau2": 1.0}
+EADPR_LOSS = {"lam": 1.0, "tau1": 1.0, "tau2": 1.0}
+LOSS_PRESETS = {"dpr": DPR_LOSS, "picl": PICL_LOSS, "eadpr": EADPR_LOSS, "dcsr": DPR_LOSS}
+
+
+def with_method(c: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
+    """Sets ``c.method`` and its preset loss weights (DCSR: the DPR NLL over sentences)."""
+    if method not in LOSS_PRESETS:
+        raise ValueError(f"no preset for method {method!r}; presets: {sorted(LOSS_PRESETS)}")
+    c.method = method
+    c.loss.update(LOSS_PRESETS[method])
+    return c
+
+
+def dpr_files(c: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
+    """DPR's public file names of ``dataset`` (nq, trivia, squad1, webq, curatedtrec;
+    docs/method.md §8). TriviaQA's qa files are published gzipped."""
+    c.data.train_file = f"biencoder-{dataset}-train.json.gz"
+    c.data.dev_file = f"biencoder-{dataset}-dev.json.gz"
+    c.data.test_file = f"{dataset}-test.qa.csv" + (".gz" if dataset == "trivia" else "")
+    return c
+
+
+def dcsr_config(dataset: str = "nq") -> ml_collections.ConfigDict:
+    """DCSR (docs/method.md §4) on one of DPR's datasets: in-passage negatives, sentence index."""
+    c = with_method(dpr_files(base_config(), dataset), "dcsr")
+    c.data.num_hard = 1
+    c.dcsr.negatives = "in_passage"
+    # AAR needs passage vectors; DCSR has sentence vectors (docs/dcsr.md): off.
+    c.data.gold_file = ""
+    return c
+
+
+def demo_config(method: str = "picl") -> ml_collections.ConfigDict:
+    """The embedded default: the synthetic QA benchmark + all-MiniLM-L6-v2 (~10 min on 2 CPU
+    cores); the benchmark is generated into data_dir on first use."""
+    c = with_method(base_config(), method)
+    c.model.name_or_path = "minilm"
+    c.data.data_dir = "runs/synthetic"
+    c.data.train_file = "biencoder-synth-train.json"
+    c.data.dev_file = "biencoder-synth-dev.json"
+    c.data.corpus_file = "psgs_synth.tsv"
+    c.data.test_file = "synth-test.qa.csv"
+    c.data.gold_file = "synth-test_gold_info.json"
+    c.eval.after_training = True
+    c.eval.embedding_dtype = "float32"
+    c.eval.robustness_counts = (0, 1, 2, 5)  # 300 questions x 5 variants: ~1,500 passages
+    c.data.synthetic.generate = True
+    c.data.synthetic.test_questions = 300     # AAR over 100 triplets is too noisy to compare
+    c.data.max_q_len = 32
+    c.data.max_p_len = 96
+    c.train.global_batch = 16
+    c.train.num_steps = 60
+    c.train.log_every = 10
+    c.train.checkpoint_every = 30
+    c.train.eval_every = 60
+    c.train.eval_max_batches = 8
+    c.optim.learning_rate = 5e-5
+    c.optim.warmup_steps = 6
+    if method == "dcsr":  # sentence vectors + HasAns ranking (docs/dcsr.md)
+        c.data.gold_file = ""                 # AAR/robustness are passage-level
+        c.eval.robustness_counts = ()
+    return c

@@ -1,0 +1,68 @@
+"""Train, then evaluate: the one module that joins the training loop and the evaluators.
+
+``train_and_evaluate(config, workdir)`` generates the synthetic benchmark when the config asks
+for it and it is absent, trains (or resumes) the run, and, with ``config.eval.after_training``,
+evaluates the final checkpoint in the same process. Entry points (``dense_cf.main``, the demo)
+call it; libraries never do.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import ml_collections
+from absl import logging
+
+from dense_cf.eval.after_training import evaluate_after_training
+from dense_cf.files import write_json
+from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.train.loop import train
+from dense_cf.train.run import RunDir
+
+__all__ = ["maybe_generate_synthetic", "train_and_evaluate"]
+
+
+def maybe_generate_synthetic(config: ml_collections.ConfigDict) -> None:
+    """Writes the synthetic benchmark into ``config.data.data_dir`` when the config asks for it
+    (``data.synthetic.generate``) and its train file is absent."""
+    syn = config.data.synthetic
+    if not syn.generate:
+        return
+    train_file = os.path.join(config.data.data_dir, config.data.train_file)
+    if host0_value(os.path.exists(train_file)):  # every host takes the same branch
+        return
+
+    if is_host0():
+        logging.info("generating the synthetic benchmark in %s", config.data.data_dir)
+        synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed,
+                           test_questions=syn.test_questions or None,
+                           questions_per_passage=int(syn.questions_per_passage))
+    # A barrier: the other hosts must not read half-written files (shared storage multi-host).
+    host0_first(lambda: None, "synthetic-data")
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Trains the run in ``workdir``; evaluates it when ``config.eval.after_training``.
+
+    Returns the training summary; with evaluation it has an ``eval`` entry (also written to
+    ``summary.json``). The trained :class:`~dense_cf.train.run.Run` is under ``"run"``.
+    """
+    maybe_generate_synthetic(config)
+    summary, run = train(config, workdir)
+    finished = summary["step"] == summary["total_steps"]
+    if config.eval.after_training and finished and jax.process_count() > 1:
+        # Export/index/report writers are not multi-host safe (every host would build and
+        # save the index); the checkpoint restores in one process for evaluation instead.
+        msg = (f"skipped on {jax.process_count()} hosts; run `python -m dense_cf.cli.eval_retrieval "
+               f"--workdir {workdir}` (and dense_cf.cli.eval_aar) on one host")
+        logging.warning("eval.after_training %s", msg)
+        summary["eval"] = {"skipped": msg}
+    elif config.eval.after_training and finished:
+        summary["eval"] = evaluate_after_training(run, workdir)
+    if "eval" in summary and is_host0():
+        write_json(RunDir(workdir).summary, summary)
+    summary["run"] = run
+    return summary

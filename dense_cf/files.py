@@ -1,0 +1,162 @@
+"""The one atomic writer and the one cache-identity scheme of dense_cf (docs/ARCHITECTURE.md).
+
+Every file dense_cf writes for later reuse (reports, exports, caches, indexes, manifests) goes
+through :func:`atomic_open`: a temporary file next to the target, flushed and fsynced, then
+renamed over it. A crash leaves the previous file or none, never a truncated one, and a reader
+never takes a half-written file as valid. Temporary names share one scheme
+(:data:`TMP_MARKER`) so a resumed job can recognise and remove leftovers.
+
+Cache identity has two forms:
+- :func:`file_key`: a file as it is on disk (absolute path, size, mtime), cheap, for caches
+  derived from one input file (the tokenised training cache, evidence annotations);
+- :func:`content_sha256` / :func:`sha256_hex`: content itself, for artifacts shared across files
+  or hosts (embedding exports keyed by the corpus rows, BM25 indexes keyed by their corpus).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["TMP_MARKER", "atomic_open", "atomic_save_npy", "atomic_write", "content_sha256",
+           "file_key", "is_tmp_name", "read_json", "remove_if_exists", "sha256_hex",
+           "to_jsonable", "write_json"]
+
+# Every temporary file is ".<name>.<random>.tmp" in the target's directory.
+TMP_MARKER = ".tmp"
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; restore at once (single-threaded at this point
+    # matters little: the value written back is the one read).
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def is_tmp_name(name: str) -> bool:
+    """True for a leftover of :func:`atomic_open` (safe to delete when no writer runs)."""
+    return name.startswith(".") and name.endswith(TMP_MARKER)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w",
+                encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Opens a temporary file next to ``path``; on success fsyncs it and renames it over ``path``.
+
+    The file gets the permissions an ordinary ``open`` would give (0o666 less the umask), not
+    ``mkstemp``'s 0o600, so collaborators on shared storage can read what a run wrote.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_MARKER, dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX within one file system
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], binary: bool = True) -> None:
+    """``write(f)`` into a temporary file, then the rename of :func:`atomic_open`."""
+    with atomic_open(path, "wb" if binary else "w") as f:
+        write(f)
+
+
+def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    """``np.save`` to exactly ``path`` (no ``.npy`` appended), atomically."""
+    with atomic_open(path, "wb") as f:
+        np.save(f, np.asarray(array), allow_pickle=False)
+
+
+def _key(k: Any) -> Any:
+    # json accepts str/int/float/bool/None keys; numpy scalars must become Python ones first.
+    if isinstance(k, np.generic):
+        k = k.item()
+    if isinstance(k, (str, int, float, bool)) or k is None:
+        return k
+    return str(k)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Recursively turn numpy scalars/arrays, dataclasses, tuples, sets and paths into JSON types.
+
+    Non-finite floats (NaN, ±inf) become ``None``: strict JSON has no NaN, and an undefined
+    metric (e.g. AAR of an empty subset) reads naturally as null.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
+    if isinstance(obj, dict):
+        return {_key(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return to_jsonable(obj.item())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "__array__"):  # e.g. jax arrays, without importing jax here
+        return to_jsonable(np.asarray(obj))
+    raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
+    """Write ``obj`` as strict JSON, atomically, after :func:`to_jsonable`."""
+    text = json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+    with atomic_open(path) as f:
+        f.write(text + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any | None:
+    """The JSON value in ``path``, or None when the file is missing or unreadable (a torn or
+    foreign file is treated as absent, so the caller recomputes rather than trusts it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def remove_if_exists(path: str | os.PathLike) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+def file_key(path: str | os.PathLike) -> list[Any]:
+    """The identity of a file as it is on disk: [absolute path, size, mtime in ns]."""
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
+
+
+def sha256_hex(*parts: Any) -> str:
+    """sha256 of the canonical JSON of ``parts`` (for keys built from settings and file keys)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def content_sha256(chunks: Iterable[bytes]) -> str:
+    """sha256 over a stream of byte chunks (file contents, serialised rows)."""
+    h = hashlib.sha256()
+    for c in chunks:
+        h.update(c)
+    return h.hexdigest()

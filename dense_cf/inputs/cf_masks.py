@@ -1,0 +1,69 @@
+"""Counterfactual passages p* = p+ with its evidence removed (SPEC §2; PiCL §3.1, EADPR §3.1).
+
+The work is split so that tokenisation happens once:
+
+* host side, at preprocessing time, every passage token gets a sentence id
+  (:func:`token_sentence_ids`) and, for a (question, positive) pair, an answer flag
+  (:func:`token_answer_flags`, DPR ``has_answer`` normalisation via ``answers.py``);
+* inside tf.data, :func:`drop_mask` turns those per-token features into the mask of tokens
+  to drop for the configured strategy, on the fly, so one cache serves every strategy.
+
+Strategies (PiCL Table 4):
+  ``sentence``  drop every sentence that contains an answer match (default, best in PiCL);
+  ``window``    drop answer-match tokens plus ``window`` word pieces on each side. SPEC says
+                "tokens/words": we count word pieces, the unit the encoder sees;
+  ``answer``    drop only the answer-match tokens (EADPR's answer-masked p' for the AA score);
+  ``evidence``  drop the sentence chosen by a QA model (EADPR §3.1), precomputed per example
+                as ``evidence_sent`` (-1: none).
+Tokens that belong to no sentence (title, special tokens; sentence id -1) are never dropped.
+An example whose positive has no answer match (or no evidence annotation) has no
+counterfactual (``cf_valid`` False) and trains with the plain DPR terms.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from dense_cf.inputs.tokens import token_answer_flags, token_sentence_ids  # noqa: F401 (re-export)
+
+STRATEGIES = ("sentence", "window", "answer", "evidence")
+
+
+def drop_mask(sent_ids: tf.Tensor, ans_flags: tf.Tensor, strategy: str, *, window: int = 0,
+              evidence_sent: tf.Tensor | int = -1) -> tuple[tf.Tensor, tf.Tensor]:
+    """Tokens to drop from p+ to make p*, and whether a counterfactual exists.
+
+    Args:
+      sent_ids: int [L] sentence id per token, -1 for title/special tokens.
+      ans_flags: int/bool [L] answer-match flag per token.
+      strategy: one of :data:`STRATEGIES`.
+      window: word pieces kept around the answer for ``window``.
+      evidence_sent: sentence id chosen by the QA model for ``evidence`` (-1: none).
+    Returns:
+      (drop [L] bool, valid scalar bool).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown counterfactual strategy {strategy!r}; expected one of {STRATEGIES}")
+    sent_ids = tf.cast(sent_ids, tf.int32)
+    ans = tf.cast(ans_flags, tf.bool) & (sent_ids >= 0)
+    in_text = sent_ids >= 0
+    if strategy == "answer":
+        drop = ans
+    elif strategy == "sentence":
+        evidence = tf.boolean_mask(sent_ids, ans)
+        drop = tf.reduce_any(sent_ids[:, None] == evidence[None, :], axis=1) & in_text
+    elif strategy == "window":
+        pos = tf.range(tf.shape(sent_ids)[0])
+        ans_pos = tf.boolean_mask(pos, ans)
+        near = tf.abs(pos[:, None] - ans_pos[None, :]) <= window
+        drop = tf.reduce_any(near, axis=1) & in_text
+    else:  # evidence
+        ev = tf.cast(evidence_sent, tf.int32)
+        drop = (sent_ids == ev) & (ev >= 0) & in_text
+    # A counterfactual exists only if something is dropped and some text remains: an empty p*
+    # would just be "[CLS] title [SEP]", a degenerate pivot.
+    valid = tf.reduce_any(drop) & tf.reduce_any(in_text & ~drop)
+    return drop, valid

@@ -1,0 +1,2 @@
+"""EADPR pseudo-evidence (EADPR §3.1, SPEC §2 ``evidence``): leave-one-out candidates, QA scorers
+and the annotation job."""

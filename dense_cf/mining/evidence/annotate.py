@@ -1,0 +1,207 @@
+"""Pseudo-evidence annotations for the ``evidence`` counterfactual strategy (EADPR §3.1, SPEC §2).
+
+Command::
+
+    python -m dense_cf.mining.evidence.annotate --input data/dpr/biencoder-nq-train.json.gz \\
+        --output data/dpr/biencoder-nq-train.evidence.jsonl --scorer t5:allenai/unifiedqa-t5-base
+
+For every example of the biencoder file, p+ = ``positive_ctxs[0].text`` is split into sentences
+with ``split_sentences`` (the ids the pipeline gives its tokens, ``token_sentence_ids``), every
+leave-one-sentence-out candidate is scored by a QA model (``dense_cf.mining.evidence.scorer``) and the
+sentence whose removal gives the LOWEST confidence is written out.
+
+Output: append-only JSONL, one line per example::
+
+    {"index": i, "sentence": s, "question": q, "source": "biencoder-nq-train.json",
+     "n_sentences": n, "scores": [confidence of each candidate]}
+    {"index": j, "sentence": -1, "question": q, "source": ..., "skip": "single_sentence"}
+
+``index`` is the example's position in ``iter_biencoder(path, skip_bad=True)`` — the order in
+which the pipeline numbers its examples, bad records (skipped by the reader, counted) excluded.
+Both sides use the same reader, so they agree; the ``question`` and ``source`` fields make
+that checkable: the pipeline (:class:`EvidenceMatcher`) ignores records made for another file
+(e.g. the train annotations when it loads the dev split) and raises on a record whose question
+differs from the example at its index (a changed or re-ordered input). ``sentence`` -1 marks an
+example without a usable span (no answers, empty text, a single sentence): it trains without
+a counterfactual, like an example without an answer match under the ``sentence`` strategy.
+
+Resumable: on restart the existing lines are read (a torn last line from a crash is cut off),
+their indices are skipped (their questions checked against the input), and new lines are
+appended and flushed after every chunk. Progress (examples/s) is logged; the summary (counts
+per skip reason, answer matches, time) is printed as JSON at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+from absl import logging
+
+from dense_cf.datasets.evidence_file import EvidenceRecord, read_evidence, source_name
+from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
+from dense_cf.mining.evidence import candidates as cand
+from dense_cf.mining.evidence.scorer import QAItem
+from dense_cf.mining.evidence.scorer import SCORER_HELP, make_scorer
+
+
+
+@dataclasses.dataclass
+class AnnotateStats:
+    examples: int = 0          # examples of this shard read (bad records excluded)
+    already_done: int = 0      # found in the output of an earlier run
+    annotated: int = 0         # written with a sentence this run
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # per reason, this run
+    answer_not_in_passage: int = 0   # annotated although no answer string-matches p+
+    chose_answer_sentence: int = 0   # chosen sentence holds an answer match (agrees with `sentence`)
+    candidates_scored: int = 0
+    seconds: float = 0.0
+
+
+def _write(f, rec: dict[str, Any]) -> None:
+    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
+             answer_mode: str = "string", chunk_examples: int = 64, max_examples: int = 0,
+             log_every_s: float = 30.0, num_shards: int = 1, shard_id: int = 0) -> AnnotateStats:
+    """Writes/extends ``output_path`` (see module docstring); returns this run's counts.
+
+    ``scorer`` is a :class:`dense_cf.mining.evidence.scorer.QAScorer`. ``max_examples`` stops after
+    that many input examples (0 = all), like ``config.data.max_train_examples``. With
+    ``num_shards`` > 1 only examples with ``index % num_shards == shard_id`` are annotated (one
+    process/host per shard, each with its own output); indices stay global, so the shard files
+    concatenated are the full annotation.
+    """
+    if not 0 <= shard_id < num_shards:
+        raise ValueError(f"shard_id must be in [0, {num_shards}), got {shard_id}")
+
+    source = source_name(input_path)
+    done: dict[int, EvidenceRecord] = {}
+    if os.path.exists(output_path):
+        done = read_evidence(output_path, repair_tail=True)
+        wrong = sorted({r.source for r in done.values() if r.source != source}, key=str)
+        if wrong:
+            raise ValueError(f"{output_path} already holds annotations of {wrong[:3]}, not {source}: "
+                             "choose another --output")
+        logging.info("resuming %s: %d examples already annotated", output_path, len(done))
+    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+    stats = AnnotateStats()
+    report = SkipReport()
+    t0 = last_log = time.monotonic()
+    pending: list[tuple[int, BiencoderExample]] = []
+
+    def flush(f) -> None:
+        plans, items, spans = [], [], []
+        for i, ex in pending:
+            plan = cand.plan_example(ex.question, ex.answers, ex.positive_ctxs[0].text,
+                                     max_answers=max_answers, answer_mode=answer_mode)
+            plans.append(plan)
+            if isinstance(plan, str):
+                spans.append(None)
+                continue
+            start = len(items)
+            items.extend(QAItem(ex.question, a, c) for c in plan.candidates for a in plan.answers)
+            spans.append((start, len(items)))
+        scores = scorer.score(items) if items else np.zeros(0)
+        if len(scores) != len(items):
+            raise RuntimeError(f"scorer {scorer.name} returned {len(scores)} scores for {len(items)} items")
+        stats.candidates_scored += len(items)
+        for (i, ex), plan, span in zip(pending, plans, spans):
+            rec: dict[str, Any] = {"index": i}
+            if isinstance(plan, str):
+                rec.update(sentence=-1, question=ex.question, source=source, skip=plan)
+                stats.skipped[plan] = stats.skipped.get(plan, 0) + 1
+            else:
+                grid = scores[span[0]:span[1]].reshape(plan.num_sentences, len(plan.answers))
+                conf = cand.candidate_confidence(grid)
+                rec.update(sentence=cand.select_lowest(conf), question=ex.question, source=source,
+                           n_sentences=plan.num_sentences, scores=[round(float(c), 5) for c in conf])
+                stats.annotated += 1
+                stats.answer_not_in_passage += int(not plan.answer_in_passage)
+                stats.chose_answer_sentence += int(rec["sentence"] in plan.answer_sentences)
+            _write(f, rec)
+        f.flush()
+        os.fsync(f.fileno())  # a chunk is either fully on disk or (torn tail) repaired on resume
+        pending.clear()
+
+    with open(output_path, "a", encoding="utf-8") as f:
+        it = iter_biencoder(input_path, skip_bad=True, report=report)
+        for i, ex in enumerate(it):
+            if max_examples and i >= max_examples:
+                break
+            if i % num_shards != shard_id:
+                continue
+            stats.examples += 1
+            rec = done.get(i)
+            if rec is not None:
+                if rec.question is not None and rec.question != ex.question:
+                    raise ValueError(f"{output_path}: example {i} was annotated for question "
+                                     f"{rec.question!r:.80}, but {input_path} now has {ex.question!r:.80}")
+                stats.already_done += 1
+                continue
+            pending.append((i, ex))
+            if len(pending) >= chunk_examples:
+                flush(f)
+            now = time.monotonic()
+            if now - last_log >= log_every_s:
+                last_log = now
+                new = stats.annotated + sum(stats.skipped.values())
+                logging.info("evidence: %d examples read, %d new (%.2f new examples/s), %d skipped, "
+                             "%d resumed", stats.examples, new, new / max(now - t0, 1e-9),
+                             sum(stats.skipped.values()), stats.already_done)
+        if pending:
+            flush(f)
+    stats.seconds = time.monotonic() - t0
+    if report.total:
+        report.log()
+    stats.skipped["bad_records_in_input"] = report.total
+    return stats
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", required=True, help="DPR biencoder JSON(.gz)")
+    p.add_argument("--output", required=True, help="evidence JSONL (appended to when it exists)")
+    p.add_argument("--scorer", default="minilm", help=SCORER_HELP)
+    p.add_argument("--batch_size", type=int, default=32, help="scorer batch (padded, fixed shape)")
+    p.add_argument("--chunk_examples", type=int, default=64, help="examples scored per flush")
+    p.add_argument("--max_answers", type=int, default=1,
+                   help="answer aliases scored per candidate (passage matches first); confidence = max")
+    p.add_argument("--answer_mode", default="string", choices=("string", "regex"))
+    p.add_argument("--total_loglik", action="store_true",
+                   help="T5: total answer log-likelihood instead of the per-token mean")
+    p.add_argument("--keep_case", action="store_true",
+                   help="T5: do not lower-case the input (UnifiedQA expects lower case; Flan-T5 does not)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="T5 compute dtype (bfloat16 on TPU/GPU; norms and softmax stay float32)")
+    p.add_argument("--max_examples", type=int, default=0)
+    p.add_argument("--num_shards", type=int, default=1,
+                   help="annotate only index %% num_shards == shard_id (one output per shard; cat them)")
+    p.add_argument("--shard_id", type=int, default=0)
+    p.add_argument("--log_every_s", type=float, default=30.0)
+    args = p.parse_args(argv)
+    logging.set_verbosity(logging.INFO)
+    scorer = make_scorer(args.scorer, batch_size=args.batch_size, length_norm=not args.total_loglik,
+                         lowercase=not args.keep_case, dtype=args.dtype)
+    stats = annotate(args.input, args.output, scorer, max_answers=args.max_answers,
+                     answer_mode=args.answer_mode, chunk_examples=args.chunk_examples,
+                     max_examples=args.max_examples, log_every_s=args.log_every_s,
+                     num_shards=args.num_shards, shard_id=args.shard_id)
+    new = stats.annotated + sum(v for k, v in stats.skipped.items() if k != "bad_records_in_input")
+    summary = {"output": args.output, "scorer": scorer.name, **dataclasses.asdict(stats),
+               "new_examples_per_s": round(new / max(stats.seconds, 1e-9), 2),
+               "records_in_output": len(read_evidence(args.output))}
+    print(json.dumps(summary, indent=2), file=sys.stdout)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

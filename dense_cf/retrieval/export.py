@@ -1,0 +1,505 @@
+"""Embedding export: encode a corpus with a run's passage encoder into shards on disk.
+
+Layout of an export directory::
+
+    embeddings-00000.npy   float16/float32 [n_k, D]
+    ids-00000.npy          int64 [n_k]   row of the passage in corpus order
+    pids-00000.txt         the corpus ids (strings, one a line) of the same rows
+    shard-00000.json       the shard's record: sha256 of its rows, settings, row count
+    manifest.json          written last: shard list, dim, dtype, count, model step
+
+DCSR runs (SPEC §4) export one vector per contextual sentence instead
+(:func:`export_sentences`): the same files hold sentence rows, plus ``spids-00000.npy`` (int64
+passage row of every sentence) while ``pids-*.txt`` still lists the shard's passages; the
+manifest has ``unit="sentence"``, ``count`` = sentences and ``passages``.
+
+Shards are written atomically (tmp + rename), so an interrupted export resumes by skipping
+finished shards. Encoding runs on the run's mesh: each batch is split over the ``data`` axis;
+on several hosts every host feeds its slice of the batch and host 0 writes the shards (a shared
+file system is assumed, as for checkpoints).
+
+Reuse is keyed by content, not by row counts. Every shard has a record ``shard-00000.json``
+(written before its embeddings) holding the sha256 of its rows and the encoding settings (unit,
+checkpoint step, dim, dtype, max_p_len, and for DCSR max_sents/title); a shard is reused only
+when the rows being exported hash to the same value under the same settings. The manifest holds
+``corpus`` = the sha256 over all rows in order (see :func:`rows_fingerprint`), the passage count
+and the corpus ``source`` (its path, informational). Hashing the text itself, rather than a
+file's path/size/mtime, works for every row source (TSV, passage store, in-memory corpora), is
+not fooled by two corpora with the same ids and size (synthetic corpora number passages 1..N),
+and costs one sha256 pass over the text (~13 GB for psgs_w100: tens of seconds, against hours
+of encoding); it is computed while the rows stream past, so there is no extra read.
+
+A directory whose manifest records a *complete* export of another corpus is never overwritten:
+the export stops with an error naming both corpora at the first shard whose rows differ, before
+overwriting it (re-exporting in place would destroy hours of encoding; a fresh sibling
+directory would leave callers that read ``RUN/export/step_N`` and ``RUN/index/step_N_<kind>``
+pointing at the other corpus). Deleting its
+``manifest.json`` allows re-exporting in place; shards whose rows are unchanged are kept.
+Partial exports (no manifest) are resumed shard by shard, and shards of other rows overwritten.
+Exports written before fingerprints existed (a manifest without ``corpus``, shards without
+records) cannot be verified and are re-encoded. Changed settings (e.g. dtype) re-encode in
+place. The shard size of an existing directory is kept (it is a layout choice, not a result).
+The model is identified by the checkpoint step only: an export directory belongs to one run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from typing import Iterable, Iterator, Sequence
+
+import jax
+import numpy as np
+from absl import logging
+from flax import linen as nn
+from jax.experimental import multihost_utils
+
+from dense_cf.inputs.tokens import (tokenize_marked_passages, tokenize_passages,  # noqa: F401
+                                    tokenize_questions)
+from dense_cf.parallel import mesh as mesh_lib
+
+# Recorded in export settings: 2 = title-less passages as "[CLS] text [SEP]" (docs/method.md
+# §8). An export made with another format is re-encoded (with a warning), never reused.
+INPUT_FORMAT = 2
+
+
+class Encoder:
+    """Jitted, sharded question/passage encoding of a loaded run (fixed batch → one compile).
+
+    On a DCSR run :meth:`passages` raises (a passage has no single vector there);
+    :meth:`sentences` gives the vectors at given marker positions.
+    """
+
+    def __init__(self, run, batch_size: int):
+        data = run.mesh.shape["data"]
+        self.run = run
+        self.batch_size = max(data, (batch_size + data - 1) // data * data)
+        self.local = self.batch_size // jax.process_count()
+        model = run.model
+        out = mesh_lib.replicated(run.mesh)
+        bsh = mesh_lib.batch_sharding(run.mesh)
+        psh = jax.tree.map(lambda x: x.sharding, run.params)
+
+        def enc(method):
+            def f(params, ids, mask):
+                return model.apply({"params": params}, ids, mask, method=method)
+            return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
+
+        self._q, self._p = enc(model.encode_question), enc(model.encode_passage)
+
+        def sent(params, ids, mask, positions):
+            return model.apply({"params": params}, ids, mask, positions,
+                               method=model.encode_passage_at)
+
+        self._s = jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out)
+
+    def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray) -> np.ndarray:
+        """Encodes the GLOBAL rows ``ids`` (every host passes the same rows)."""
+        n = len(ids)
+        out = []
+        lo_host = jax.process_index() * self.local
+        arrays = (ids, mask) + extra
+        with jax.set_mesh(self.run.mesh), nn.logical_axis_rules(self.run.rules):
+            for start in range(0, n, self.batch_size):
+                parts = [a[start:start + self.batch_size] for a in arrays]
+                pad = self.batch_size - len(parts[0])
+                if pad:  # fixed shapes: pad the tail with empty rows, dropped below
+                    parts = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
+                             for a in parts]
+                local = {str(j): a[lo_host:lo_host + self.local] for j, a in enumerate(parts)}
+                g = mesh_lib.global_batch(local, self.run.mesh)
+                emb = fn(self.run.params, *(g[str(j)] for j in range(len(parts))))
+                emb = np.asarray(multihost_utils.process_allgather(emb, tiled=True)
+                                 if jax.process_count() > 1 else emb)
+                out.append(emb[:len(emb) - pad])
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    def questions(self, ids, mask) -> np.ndarray:
+        return self._encode(self._q, ids, mask)
+
+    def passages(self, ids, mask) -> np.ndarray:
+        if self.run.method.unit != "passage":
+            raise NotImplementedError(
+                f"this is a {self.run.method.unit}-level run ({self.run.method.name}): a passage "
+                "has no single vector (docs/method.md §4). Retrieval works (it ranks passages "
+                "by HasAns over their sentences); passage-level AAR / robustness are not "
+                "supported for such runs (see docs/dcsr.md).")
+        return self._encode(self._p, ids, mask)
+
+    def sentences(self, ids, mask, positions) -> np.ndarray:
+        """float32 [n, S, D]: passage-encoder outputs at ``positions`` [n, S] (SPEC §4)."""
+        return self._encode(self._s, ids, mask, np.asarray(positions, np.int32))
+
+
+def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
+                     encoder: Encoder | None = None) -> np.ndarray:
+    """float32 [Q, D] question embeddings."""
+    encoder = encoder or Encoder(run, batch_size)
+    prefix = None
+    if run.method.unit == "sentence" and run.config.dcsr.question_prefix:
+        prefix = run.tokenizer.token_to_id(run.method.added_tokens[0])
+    ids, mask = tokenize_questions(run.tokenizer, questions, run.config.data.max_q_len,
+                                   prefix_id=prefix)
+    return encoder.questions(ids, mask)
+
+
+def _shard_name(kind: str, k: int, ext: str) -> str:
+    return f"{kind}-{k:05d}.{ext}"
+
+
+def _chunks(rows: Iterable[tuple[str, str, str]], size: int) -> Iterator[list[tuple[str, str, str]]]:
+    chunk = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+FINGERPRINT_FORMAT = "sha256 of netstrings id,title,text per row (v1)"
+_MANIFEST = "manifest.json"
+_SHARD_FILE_RE = re.compile(r"(?:embeddings|ids|pids|spids|shard)-(\d{5})\.(?:npy|txt|json)")
+
+
+def _rows_bytes(chunk: Sequence[tuple[str, str, str]]) -> bytes:
+    """Rows (id, text, title) as netstrings ``len:field`` in the order id, title, text: unambiguous
+    for any text (tabs, newlines, NULs), and one join + encode per shard."""
+    return "".join(f"{len(p)}:{p}{len(ti)}:{ti}{len(tx)}:{tx}" for p, tx, ti in chunk
+                   ).encode("utf-8", "surrogatepass")
+
+
+def rows_fingerprint(rows: Iterable[tuple[str, str, str]], *, source: str | None = None) -> dict:
+    """The content fingerprint an export manifest stores as ``corpus``: sha256 over the rows
+    (id, text, title) in order, their count and ``source`` (a name; not part of the identity)."""
+    h, n = hashlib.sha256(), 0
+    for chunk in _chunks(rows, 10_000):
+        h.update(_rows_bytes(chunk))
+        n += len(chunk)
+    return {"sha256": h.hexdigest(), "passages": n, "format": FINGERPRINT_FORMAT, "source": source}
+
+
+def describe_corpus(fingerprint: dict) -> str:
+    """``source (N passages, sha256 abcdef…)`` for messages."""
+    return (f"{fingerprint.get('source') or 'an unnamed corpus'} ({fingerprint['passages']} "
+            f"passages, sha256 {fingerprint['sha256'][:16]}…)")
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            out = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return out if isinstance(out, dict) else None
+
+
+class _ShardedExport:
+    """Content-keyed, resumable shard bookkeeping shared by both exports (module docstring).
+
+    Host 0 decides whether a shard is reused and broadcasts it (encoding is a collective);
+    every host hashes the rows it streams, so every host can raise the same error.
+    """
+
+    _KEY = ("rows_sha256", "passages", "shard_size", "settings")
+
+    def __init__(self, out_dir: str, settings: dict, shard_size: int, source: str | None):
+        os.makedirs(out_dir, exist_ok=True)
+        self.out_dir, self.settings, self.source = out_dir, settings, source
+        self.writer = jax.process_index() == 0
+        previous = _read_json(self.path(_MANIFEST))
+        if previous is not None and not isinstance(previous.get("corpus"), dict):
+            logging.warning("export: %s predates corpus fingerprints; its shards cannot be "
+                            "verified against this corpus and are re-encoded", out_dir)
+            previous = None
+        self.previous = previous  # a complete export of a known corpus: never overwritten
+        first = _read_json(self.path(_shard_name("shard", 0, "json"))) or {}
+        kept = (previous or {}).get("shard_size") or first.get("shard_size")
+        if kept and int(kept) != shard_size:
+            logging.warning("export: %s was written with shard_size=%d; keeping it (not %d)",
+                            out_dir, kept, shard_size)
+            shard_size = int(kept)
+        self.shard_size = shard_size
+        self.hash = hashlib.sha256()
+        self.passages = 0
+        self._incomplete = False
+        self._warned_settings = False
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.out_dir, name)
+
+    def shards(self, rows: Iterable[tuple[str, str, str]]):
+        return enumerate(_chunks(rows, self.shard_size))
+
+    def names(self, k: int, *kinds: tuple[str, str, str]) -> dict[str, str]:
+        names = {"embeddings": _shard_name("embeddings", k, "npy"), "ids": _shard_name("ids", k, "npy"),
+                 "pids": _shard_name("pids", k, "txt"), "record": _shard_name("shard", k, "json")}
+        names.update({key: _shard_name(prefix, k, ext) for key, prefix, ext in kinds})
+        return names
+
+    def check(self, k: int, chunk: Sequence[tuple[str, str, str]], names: dict[str, str]
+              ) -> tuple[dict | None, dict]:
+        """(stored record if the finished shard holds exactly these rows, else None; new record).
+
+        Raises when the shard would overwrite a shard of a complete export of other rows.
+        """
+        data = _rows_bytes(chunk)
+        self.hash.update(data)
+        record = {"rows_sha256": hashlib.sha256(data).hexdigest(), "passages": len(chunk),
+                  "first_passage": self.passages, "shard_size": self.shard_size,
+                  "settings": self.settings}
+        self.passages += len(chunk)
+        stored, code = None, 0
+        if self.writer:
+            stored, code = self._decide(k, record, names)
+        if jax.process_count() > 1:
+            code = int(multihost_utils.broadcast_one_to_all(np.asarray(code, np.int32)))
+            if code == 1 and stored is None:  # other hosts read the record host 0 accepted
+                stored = _read_json(self.path(names["record"]))
+        if code == 2:
+            raise ValueError(self._conflict(f"differs from it in passages {record['first_passage']}"
+                                            f"-{self.passages - 1} (shard {k})"))
+        return (stored if code == 1 else None), record
+
+    def _decide(self, k: int, record: dict, names: dict[str, str]) -> tuple[dict | None, int]:
+        stored = _read_json(self.path(names["record"]))
+        if stored is not None and all(stored.get(f) == record[f] for f in self._KEY) and \
+                all(os.path.exists(self.path(f)) for f in names.values()):
+            try:
+                rows = len(np.load(self.path(names["embeddings"]), mmap_mode="r"))
+            except (OSError, ValueError):
+                rows = -1
+            if rows == stored.get("rows"):
+                return stored, 1
+        prev = self.previous
+        if prev is not None and k < len(prev.get("shards", [])) and \
+                prev["shards"][k].get("rows_sha256") != record["rows_sha256"]:
+            return None, 2
+        if stored is not None and stored.get("rows_sha256") == record["rows_sha256"] and \
+                stored.get("settings") != record["settings"] and not self._warned_settings:
+            logging.warning("export: %s was encoded with %s; re-encoding with %s", self.out_dir,
+                            stored.get("settings"), record["settings"])
+            self._warned_settings = True
+        return None, 0
+
+    def _conflict(self, how: str) -> str:
+        return (f"{self.out_dir} holds the complete export of another corpus: "
+                f"{describe_corpus(self.previous['corpus'])}. The corpus being exported "
+                f"({self.source or 'rows passed in'}) {how}. Reusing the export would pair vectors "
+                f"with the wrong passages and overwriting it would destroy it: export this corpus "
+                f"into another directory (e.g. another workdir), or delete "
+                f"{self.path(_MANIFEST)} to re-export here (shards of unchanged rows are kept).")
+
+    def write(self, names: dict[str, str], record: dict, emb: np.ndarray, *,
+              arrays: dict[str, np.ndarray], texts: dict[str, str]) -> None:
+        """Host 0 writes a shard; its embeddings go last (their presence marks it done)."""
+        if not self.writer:
+            return
+        if not self._incomplete:  # from now on the directory is no complete export
+            _remove(self.path(_MANIFEST))
+            self._incomplete = True
+        _remove(self.path(names["embeddings"]))  # a crash below must not leave it "done"
+        for key, arr in arrays.items():
+            _atomic_save(self.path(names[key]), arr)
+        for key, text in texts.items():
+            _atomic_text(self.path(names[key]), text)
+        _atomic_text(self.path(names["record"]), json.dumps(dict(record, rows=int(len(emb)))))
+        _atomic_save(self.path(names["embeddings"]), emb)
+
+    def finish(self, shards: list[dict], fields: dict) -> dict:
+        """Writes the manifest (host 0) after removing shards beyond the last one."""
+        corpus = {"sha256": self.hash.hexdigest(), "passages": self.passages,
+                  "format": FINGERPRINT_FORMAT, "source": self.source}
+        prev = self.previous
+        same = prev is not None and prev["corpus"].get("sha256") == corpus["sha256"]
+        if prev is not None and not same and len(prev.get("shards", [])) > len(shards):
+            raise ValueError(self._conflict(f"is a prefix of it ({self.passages} passages)"))
+        if same and not self.source:  # keep the name a caller with a path gave it
+            corpus["source"] = prev["corpus"].get("source")
+        manifest = {"corpus": corpus, "settings": self.settings, "shard_size": self.shard_size,
+                    "shards": shards, **fields}
+        if self.writer:
+            # Index builders list every embeddings-K.npy: leftovers of a longer export must go.
+            for name in os.listdir(self.out_dir):
+                m = _SHARD_FILE_RE.fullmatch(name)
+                if m and int(m.group(1)) >= len(shards):
+                    _remove(self.path(name))
+            _atomic_text(self.path(_MANIFEST), json.dumps(manifest, indent=2))
+        return manifest
+
+
+def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
+                    shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
+                    max_p_len: int | None = None, encoder: Encoder | None = None,
+                    source: str | None = None) -> dict:
+    """Encodes ``rows`` = (id, text, title) into shards in ``out_dir``; reuses finished shards
+    of the same rows and settings (module docstring). ``source`` names the corpus (e.g. its
+    path) in the manifest and in errors.
+
+    Returns the manifest. float16 halves disk and RAM (scores change by ~1e-3 relative); use
+    float32 for exact reproducibility of scores.
+    """
+    if dtype not in ("float16", "float32"):
+        raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
+    max_p_len = max_p_len or run.config.data.max_p_len
+    settings = {"unit": "passage", "input_format": INPUT_FORMAT, "step": int(run.step), "dim": int(run.model.config.hidden_size),
+                "dtype": dtype, "max_p_len": int(max_p_len)}
+    exp = _ShardedExport(out_dir, settings, shard_size, source)
+    encoder = encoder or Encoder(run, batch_size)
+    shards, total, done_rows, t0, encoded = [], 0, 0, time.perf_counter(), 0
+    for k, chunk in exp.shards(rows):
+        names = exp.names(k)
+        stored, record = exp.check(k, chunk, names)
+        shards.append(dict(names, count=len(chunk), rows_sha256=record["rows_sha256"]))
+        if stored is not None:
+            logging.info("export: shard %d already done, skipped", k)
+            total += len(chunk)
+            done_rows += len(chunk)
+            continue
+        ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in chunk], [r[1] for r in chunk],
+                                      max_p_len)
+        emb = encoder.passages(ids, mask).astype(dtype)
+        exp.write(names, record, emb,
+                  arrays={"ids": np.arange(total, total + len(chunk), dtype=np.int64)},
+                  texts={"pids": "".join(r[0] + "\n" for r in chunk)})
+        total += len(chunk)
+        encoded += len(chunk)
+        dt = time.perf_counter() - t0
+        logging.info("export: shard %d written, %d passages (%d this run) at %.1f passages/s",
+                     k, total, encoded, encoded / max(dt, 1e-9))
+    return exp.finish(shards, {
+        "count": total, "dim": settings["dim"], "dtype": dtype, "max_p_len": max_p_len,
+        "step": int(run.step), "encoded_this_run": encoded, "skipped_done": done_rows,
+        "passages_per_s": encoded / max(time.perf_counter() - t0, 1e-9)})
+
+
+def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
+                     shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
+                     max_p_len: int | None = None, max_sents: int | None = None,
+                     encoder: Encoder | None = None, source: str | None = None) -> dict:
+    """DCSR export (SPEC §4): every contextual sentence of ``rows`` = (id, text, title).
+
+    Passages are tokenised as in training (``dense_cf.inputs.tokens``), encoded
+    once, and the vectors at their valid ``<sent>`` markers (at most ``max_sents``) become rows.
+    A passage without any valid sentence (empty text) is indexed by its [CLS] vector so it stays
+    retrievable (counted). Shards hold ``shard_size`` passages; reuse and resume as in
+    :func:`export_passages`. Returns the manifest.
+    """
+    if dtype not in ("float16", "float32"):
+        raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
+    cfg = run.config
+    max_p_len = max_p_len or cfg.data.max_p_len
+    max_sents = max_sents or cfg.dcsr.max_sents
+    settings = {"unit": "sentence", "input_format": INPUT_FORMAT, "step": int(run.step),
+                "dim": int(run.model.config.hidden_size), "dtype": dtype,
+                "max_p_len": int(max_p_len), "max_sents": int(max_sents),
+                "title": bool(cfg.dcsr.title)}
+    exp = _ShardedExport(out_dir, settings, shard_size, source)
+    encoder = encoder or Encoder(run, batch_size)
+    shards: list[dict] = []
+    n_sent = n_pass = done = encoded = dropped = no_sent = 0
+    t0 = time.perf_counter()
+    for k, chunk in exp.shards(rows):
+        names = exp.names(k, ("sentence_pids", "spids", "npy"))
+        stored, record = exp.check(k, chunk, names)
+        if stored is not None:
+            logging.info("export: sentence shard %d already done, skipped", k)
+            shards.append(dict(names, count=int(stored["rows"]), passages=len(chunk),
+                               rows_sha256=record["rows_sha256"]))
+            n_sent += int(stored["rows"])
+            n_pass += len(chunk)
+            done += len(chunk)
+            continue
+        tok = tokenize_marked_passages(run.tokenizer, [r[2] for r in chunk],
+                                       [r[1] for r in chunk], max_len=max_p_len,
+                                       max_sents=max_sents, title=cfg.dcsr.title,
+                                       sent_token=run.method.added_tokens[0])
+        valid = tok["valid"].copy()
+        empty = ~valid.any(axis=1)
+        valid[empty, 0] = True  # positions are 0 there: the [CLS] vector
+        no_sent += int(empty.sum())
+        dropped += tok["dropped"]
+        # Encode in slices and keep only valid rows at once: [n, max_sents, D] for a whole
+        # shard would be ~10 GB at 100k passages x 32 x 768 float32.
+        parts, step = [], encoder.batch_size * 8
+        for lo in range(0, len(chunk), step):
+            sl = slice(lo, lo + step)
+            vecs = encoder.sentences(tok["ids"][sl], tok["mask"][sl], tok["positions"][sl])
+            parts.append(vecs[valid[sl]].astype(dtype))                   # row-major: by passage
+        emb = np.concatenate(parts)
+        exp.write(names, record, emb,
+                  arrays={"ids": np.arange(n_sent, n_sent + len(emb), dtype=np.int64),
+                          "sentence_pids": (n_pass + np.nonzero(valid)[0]).astype(np.int64)},
+                  texts={"pids": "".join(r[0] + "\n" for r in chunk)})
+        shards.append(dict(names, count=len(emb), passages=len(chunk),
+                           rows_sha256=record["rows_sha256"]))
+        n_sent += len(emb)
+        n_pass += len(chunk)
+        encoded += len(chunk)
+        logging.info("export: sentence shard %d written, %d passages / %d sentences (%d passages "
+                     "this run) at %.1f passages/s", k, n_pass, n_sent, encoded,
+                     encoded / max(time.perf_counter() - t0, 1e-9))
+    if dropped:
+        logging.warning("export: %d sentences beyond max_sents=%d were not indexed", dropped,
+                        max_sents)
+    return exp.finish(shards, {
+        "unit": "sentence", "count": n_sent, "passages": n_pass,
+        "mean_sentences_per_passage": n_sent / max(n_pass, 1), "dim": settings["dim"],
+        "dtype": dtype, "max_p_len": max_p_len, "max_sents": max_sents,
+        "title": bool(cfg.dcsr.title), "step": int(run.step), "encoded_this_run": encoded,
+        "skipped_done": done, "dropped_sentences_this_run": dropped,
+        "cls_only_passages_this_run": no_sent,
+        "passages_per_s": encoded / max(time.perf_counter() - t0, 1e-9)})
+
+
+def load_sentence_passages(out_dir: str) -> np.ndarray:
+    """int64 [sentences]: the passage row (corpus order) of every exported sentence row."""
+    with open(os.path.join(out_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    if manifest.get("unit") != "sentence":
+        raise ValueError(f"{out_dir} is a passage export, not a DCSR sentence export")
+    return np.concatenate([np.load(os.path.join(out_dir, s["sentence_pids"]))
+                           for s in manifest["shards"]] or [np.zeros(0, np.int64)])
+
+
+def load_passage_ids(out_dir: str) -> list[str]:
+    """Corpus ids in row order, from an export directory."""
+    with open(os.path.join(out_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    out: list[str] = []
+    for s in manifest["shards"]:
+        with open(os.path.join(out_dir, s["pids"])) as f:
+            out.extend(line.rstrip("\n") for line in f)
+    return out
+
+
+def load_embeddings(out_dir: str) -> np.ndarray:
+    """All embeddings (float32) of an export, in row order (small corpora/tests)."""
+    with open(os.path.join(out_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    return np.concatenate([np.load(os.path.join(out_dir, s["embeddings"])).astype(np.float32)
+                           for s in manifest["shards"]])
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _atomic_save(path: str, arr: np.ndarray) -> None:
+    tmp = path + ".tmp.npy"
+    np.save(tmp, arr)
+    os.replace(tmp, path)
+
+
+def _atomic_text(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,79 @@
+"""Metric sinks: TensorBoard summaries, a JSONL file, and a console progress line.
+
+Only process 0 writes (multi-host runs would otherwise write N copies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from absl import logging
+import logging as py_logging
+
+
+def _scalar(v: Any) -> float:
+    return float(np.asarray(v))
+
+
+class MetricWriter:
+    def __init__(self, workdir: str, *, enabled: bool | None = None, tensorboard: bool = True):
+        self.enabled = jax.process_index() == 0 if enabled is None else enabled
+        self._jsonl = None
+        self._tb = None
+        if not self.enabled:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
+        if tensorboard:
+            import tensorflow as tf  # imported lazily: only the writer process needs it
+            self._tb = tf.summary.create_file_writer(os.path.join(workdir, "tb"))
+
+    def write(self, step: int, metrics: Mapping[str, Any], *, prefix: str = "train") -> dict[str, float]:
+        scalars = {f"{prefix}/{k}": _scalar(v) for k, v in metrics.items()}
+        if not self.enabled:
+            return scalars
+        self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **scalars}) + "\n")
+        if self._tb is not None:
+            import tensorflow as tf
+            with self._tb.as_default(step=int(step)):
+                for k, v in scalars.items():
+                    tf.summary.scalar(k, v)
+            self._tb.flush()
+        return scalars
+
+    def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],
+                label: str = "train") -> None:
+        if not self.enabled:
+            return
+        shown = " ".join(f"{k.split('/', 1)[-1]}={scalars[k]:.4g}" for k in keys if k in scalars)
+        logging.info("[%s] step %d/%d (%.0f%%) %s", label, step, total, 100.0 * step / max(total, 1),
+                     shown)
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+class _QuietLibraries:
+    """Drops INFO records that orbax emits through absl (dozens per save) so that the progress
+    line stays readable; warnings and errors still pass."""
+
+    _NOISY = (f"{os.sep}orbax{os.sep}",)
+
+    def filter(self, record) -> bool:
+        if record.levelno >= py_logging.WARNING:
+            return True
+        return not any(n in record.pathname for n in self._NOISY)
+
+
+def quiet_library_logs() -> None:
+    logger = logging.get_absl_logger()
+    if not any(isinstance(f, _QuietLibraries) for f in logger.filters):
+        logger.addFilter(_QuietLibraries())

@@ -1,0 +1,198 @@
+"""A run directory and the trained run in it: the one place that knows their layout.
+
+Everything to the right of ``train`` (export, retrieval, evaluation, mining) loads runs through
+this module and never imports the training loop. Layout (docs/ARCHITECTURE.md)::
+
+    WORKDIR/config.json            the run's config (merged over the base config on load)
+    WORKDIR/summary.json           final training metrics
+    WORKDIR/metrics.jsonl, tb/     training metrics (JSONL, TensorBoard)
+    WORKDIR/checkpoints/           orbax: train state + data-iterator state
+    WORKDIR/tokenizer/             the run's tokenizer when its method adds tokens
+    ROOT/export/step_N/            embeddings of a corpus (ROOT = WORKDIR for the run's corpus,
+    ROOT/index/step_N_<kind>/      its index             WORKDIR/corpora/<name>-<hash> otherwise)
+    ROOT/eval/step_N/              evaluation reports
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import linen as nn
+
+from dense_cf import methods
+from dense_cf.files import file_key
+from dense_cf.configs.base import base_config
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.models import dual_encoder as de
+from dense_cf.models.bert import axis_rules_for
+from dense_cf.models.hf import resolve_model_dir
+from dense_cf.models.tokenizer import tokenizer_for_run
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train.checkpoint import Checkpointer, abstract_like
+from dense_cf.train.state import TrainState, make_optimizer
+
+__all__ = ["Run", "RunDir", "build_model", "init_state", "load_config", "load_run",
+           "merge_over_base"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """Paths of a run directory (module docstring); ``root`` holds one corpus's artifacts."""
+
+    workdir: str
+    root: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.root:
+            object.__setattr__(self, "root", self.workdir)
+
+    @property
+    def config(self) -> str:
+        return os.path.join(self.workdir, "config.json")
+
+    @property
+    def summary(self) -> str:
+        return os.path.join(self.workdir, "summary.json")
+
+    @property
+    def checkpoints(self) -> str:
+        return os.path.join(self.workdir, "checkpoints")
+
+    def export(self, step: int) -> str:
+        return os.path.join(self.root, "export", f"step_{step}")
+
+    def index(self, step: int, kind: str) -> str:
+        return os.path.join(self.root, "index", f"step_{step}_{kind}")
+
+    def eval(self, step: int) -> str:
+        return os.path.join(self.root, "eval", f"step_{step}")
+
+    def mine(self) -> str:
+        return os.path.join(self.workdir, "mine")
+
+    def for_corpus(self, config, corpus_path: str, subdir: str = "corpora") -> RunDir:
+        """Where artifacts of ``corpus_path`` live: the run's own corpus (config.data.corpus_file)
+        uses the run directory; any other gets ``WORKDIR/<subdir>/<name>-<hash>/`` so the run's
+        own export is never overwritten (reuse is content-keyed either way)."""
+        try:
+            own = os.path.abspath(resolve_data_file(config.data, "corpus_file"))
+        except (ValueError, FileNotFoundError):
+            own = None
+        if own == os.path.abspath(corpus_path):
+            return RunDir(self.workdir)
+        return RunDir(self.workdir, os.path.join(self.workdir, subdir, file_tag(corpus_path)))
+
+
+def file_tag(path: str) -> str:
+    """``<stem>-<hash of path, size, mtime>``: a directory name for artifacts of one file."""
+    h = hashlib.sha1(json.dumps(file_key(path)).encode())
+    return f"{os.path.basename(path).split('.')[0]}-{h.hexdigest()[:10]}"
+
+
+def merge_over_base(saved: dict[str, Any]) -> ml_collections.ConfigDict:
+    """A saved config over the base config: fields added since the run was saved take their
+    defaults, so call sites never carry their own."""
+
+    def merge(base: ml_collections.ConfigDict, over: dict[str, Any]) -> None:
+        for k, v in over.items():
+            if k in base and isinstance(base[k], ml_collections.ConfigDict) and isinstance(v, dict):
+                merge(base[k], v)
+            else:
+                with base.ignore_type():
+                    base[k] = tuple(v) if isinstance(v, list) else v
+
+    cfg = base_config()
+    merge(cfg, saved)
+    return cfg
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+    path = RunDir(workdir).config
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: {workdir} is not a dense_cf run directory")
+    with open(path) as f:
+        return merge_over_base(json.load(f))
+
+
+def build_model(config, load_pretrained: bool = True):
+    """(model, HF params or None for random init / not loaded, tokenizer directory)."""
+    method = methods.get(config.method)
+    model, model_dir = de.model_from_config(config, num_added_tokens=len(method.added_tokens))
+    if config.model.tokenizer:
+        tok_dir = resolve_model_dir(config.model.tokenizer)
+    else:  # a random "tiny" model borrows MiniLM's uncased vocabulary
+        tok_dir = model_dir or resolve_model_dir("minilm")
+    hf_params = None
+    if model_dir and load_pretrained:  # HF weights + rows for the method's added tokens
+        hf_params = de.load_pretrained(model, model_dir, tok_dir, extra=method.added_tokens,
+                                       init=method.added_token_init(config), seed=config.seed)
+    return model, hf_params, tok_dir
+
+
+def run_tokenizer(config, tok_dir: str, workdir: str | None = None, *, save: bool = False):
+    """The run's tokenizer: the base vocabulary plus its method's added tokens."""
+    return tokenizer_for_run(methods.get(config.method).added_tokens, tok_dir, workdir, save=save)
+
+
+def init_state(config, model, hf_params, tx, mesh, rules, rng) -> TrainState:
+    """Params initialised (or loaded) directly into their shardings; optimizer state follows."""
+    lq, lp = config.data.max_q_len, config.data.max_p_len
+    dummy_q = jnp.ones((1, lq), jnp.int32)
+    dummy_p = jnp.ones((1, lp), jnp.int32)
+
+    def init_fn(r):
+        return model.init(r, dummy_q, dummy_q, dummy_p, dummy_p)["params"]
+
+    abstract = jax.eval_shape(init_fn, rng)
+    shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
+    if hf_params is not None:
+        placed = de.pretrained_params(model, hf_params, boxed=False)
+        params = jax.device_put(placed, shardings)
+    else:
+        params = jax.jit(lambda r: nn.meta.unbox(init_fn(r)), out_shardings=shardings)(rng)
+    opt_state = jax.jit(tx.init)(params)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state)
+
+
+@dataclasses.dataclass
+class Run:
+    """A trained run loaded for inference (export, evaluation)."""
+
+    config: ml_collections.ConfigDict
+    model: de.DualEncoder
+    params: Any
+    tokenizer: Any
+    step: int
+    mesh: Any
+    rules: Any
+
+    @property
+    def method(self) -> methods.Method:
+        return methods.get(self.config.method)
+
+
+def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
+    """Restores the latest (or given) checkpoint's params into ``mesh`` (default: all devices)."""
+    config = load_config(workdir)
+    mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
+    model, _, tok_dir = build_model(config, load_pretrained=False)
+    rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
+    ckpt = Checkpointer(RunDir(workdir).checkpoints, async_save=False)
+    if ckpt.latest_step() is None:
+        raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints: train the run first")
+    # The optimizer only shapes the restore target (Adam moments mirror the params).
+    tx, _ = make_optimizer(config.optim, total_steps=max(config.train.num_steps, 1))
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        template = init_state(config, model, None, tx, mesh, rules, jax.random.key(0))
+        state, _, restored_step = ckpt.restore(abstract_like(template), step)
+    ckpt.close()
+    return Run(config=config, model=model, params=state.params,
+               tokenizer=run_tokenizer(config, tok_dir, workdir),
+               step=restored_step, mesh=mesh, rules=rules)
