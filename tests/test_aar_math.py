@@ -128,3 +128,89 @@ def test_report_json_markdown(tmp_path):
     write_markdown(tmp_path / "r.md", "AAR", [("Table", table)])
     text = (tmp_path / "r.md").read_text()
     assert text.startswith("# AAR\n\n## Table\n\n| run | aar | n |")
+
+
+# --- Gold-triplet join (issue 19): every gold record joined with its own answers or counted ---
+
+SMITH = "Where was John Smith born?"
+
+
+def _gold(*questions, **answers_at):
+    return [dict({"question": q, "title": f"T{i}", "context": f"C{i}"},
+                 **({"answers": answers_at[f"a{i}"]} if f"a{i}" in answers_at else {}))
+            for i, q in enumerate(questions)]
+
+
+def test_join_duplicate_question_texts_by_position():
+    from dense_cf.eval.aar_math import join_gold_with_qa
+    gold = _gold(SMITH, "Who wrote Blue Hills?", SMITH, SMITH)
+    qa = [(SMITH, ["Oslo"]), ("who wrote  blue hills", ["Ann Berg"]), (SMITH, ["Lima"]),
+          (SMITH + " ", ["Cairo"])]
+    j = join_gold_with_qa(gold, qa)
+    # The old text join (setdefault) gave all three John Smiths "Oslo".
+    assert j.mode == "position" and j.index == [0, 1, 2, 3]
+    assert j.answers == [["Oslo"], ["Ann Berg"], ["Lima"], ["Cairo"]]
+    assert j.counts.counts == {"joined_by_position": 4, "joined_by_occurrence": 0,
+                               "answers_from_gold": 0, "no_qa_record": 0,
+                               "malformed_gold_record": 0}
+    assert j.counts.total == len(gold) and j.qa_unused == 0
+
+
+def test_join_other_order_by_occurrence_and_missing_partner():
+    from dense_cf.eval.aar_math import join_gold_with_qa
+    gold = _gold(SMITH, "Who wrote Blue Hills?", SMITH, "What is the capital of Narnia?", SMITH)
+    qa = [("Who wrote Blue Hills?", ["Ann Berg"]), (SMITH, ["Oslo"]), ("Who is nobody?", ["x"]),
+          (SMITH, ["Lima"]), (SMITH, ["Cairo"])]
+    j = join_gold_with_qa(gold, qa)
+    assert j.mode == "occurrence"
+    # k-th John Smith of the gold file <-> k-th John Smith of the qa file.
+    assert j.index == [0, 1, 2, 4]
+    assert j.answers == [["Oslo"], ["Ann Berg"], ["Lima"], ["Cairo"]]
+    assert j.counts.counts == {"joined_by_position": 0, "joined_by_occurrence": 4,
+                               "answers_from_gold": 0, "no_qa_record": 1,
+                               "malformed_gold_record": 0}
+    assert j.counts.first["no_qa_record"] == "gold record 3: 'What is the capital of Narnia?'"
+    assert j.counts.lost() == 1 and j.qa_unused == 1
+    assert "no_qa_record 1 (first: gold record 3:" in j.counts.summary(lost_only=True)
+    # Same records, fewer qa rows: a positional join is impossible, the occurrence join still is.
+    j2 = join_gold_with_qa(gold[:3], qa[:2] + qa[3:4])
+    assert j2.mode == "occurrence" and j2.answers == [["Oslo"], ["Ann Berg"], ["Lima"]]
+
+
+def test_join_prefers_answers_carried_by_the_gold_record():
+    from dense_cf.eval.aar_math import join_gold_with_qa
+    gold = _gold(SMITH, SMITH, "Lost?", "Odd?", a0=["Bergen"], a2=["Paris"], a3="not a list")
+    j = join_gold_with_qa(gold, [(SMITH, ["Oslo"]), (SMITH, ["Lima"]), ("Odd?", ["y"])])
+    assert j.index == [0, 1, 2, 3] and j.answers == [["Bergen"], ["Lima"], ["Paris"], ["y"]]
+    assert j.counts.counts["answers_from_gold"] == 2
+    assert j.counts.counts["joined_by_occurrence"] == 2 and j.counts.counts["no_qa_record"] == 0
+    assert j.gold_answers_ignored == 1  # "not a list" falls back to the qa partner
+
+
+def test_reason_counts_invariant_and_table():
+    from dense_cf.eval.aar_math import (AAR_FATES, JOIN_REASONS, LOST_AT_JOIN, ReasonCounts,
+                                        reason_table)
+    join = ReasonCounts(JOIN_REASONS)
+    join.add("joined_by_position", "gold record 0: 'a'", 3)
+    join.add("no_qa_record", "gold record 3: 'b'")
+    join.add("no_qa_record", "gold record 4: 'c'")
+    assert join.total == 5 and join.first["no_qa_record"] == "gold record 3: 'b'"
+    join.check_total(5, "join")
+    with pytest.raises(RuntimeError, match="expected 6"):
+        join.check_total(6, "join")
+    with pytest.raises(KeyError):
+        join.add("scored")
+    with pytest.raises(ValueError):
+        ReasonCounts(JOIN_REASONS, counts={"bogus": 1})
+    fates = join.carry(AAR_FATES, LOST_AT_JOIN)
+    assert fates.counts["no_qa_record"] == 2 and fates.first == {"no_qa_record": join.first[
+        "no_qa_record"]}
+    fates.add("scored", n=2)
+    fates.add("truncated_by_max_p_len", "gold record 1: 'd'")
+    assert list(fates.counts) == list(AAR_FATES) and fates.total == 5 and fates.lost() == 3
+    lines = reason_table({"sentence": fates}, join).splitlines()
+    assert lines[0] == "| stage | reason | sentence |"
+    assert "|  | gold records | 5 |" in lines
+    assert "| join | answers joined by position | 3 |" in lines
+    assert "| fate | lost: answer truncated away by max_p_len | 1 |" in lines
+    assert len(lines) == 2 + 1 + len(JOIN_REASONS) + len(AAR_FATES)

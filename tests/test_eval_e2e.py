@@ -52,8 +52,12 @@ def test_end_to_end_reports(trained):
     assert len(trec) == 20 * len(results) and trec[0].split()[1] == "Q0"
     aar = summary["eval"]["aar"]["strategies"]
     assert set(aar) == {"sentence", "answer"}
+    gold_records = summary["eval"]["aar"]["triplet_stats"]["gold_records"]
+    assert summary["eval"]["aar"]["triplet_stats"]["join_mode"] == "position"
     for e in aar.values():
         assert e["triplets"] > 0 and 0.0 <= e["aar"] <= 1.0
+        assert e["triplet_fates"]["scored"] == e["triplets"]
+        assert sum(e["triplet_fates"].values()) == gold_records  # none leaves uncounted
         assert e["score_diff"]["all"]["count"] == e["triplets"]
     assert os.path.getsize(os.path.join(out, "aar_hist.png")) > 1000
     assert os.path.exists(os.path.join(out, "report.md")) and os.path.exists(os.path.join(out, "aar.md"))
@@ -146,3 +150,95 @@ def test_other_corpus_gets_its_own_export_and_report(trained, tmp_path):
     again = evaluate_run(workdir, corpus_path=str(other), run=run)
     assert again["timing"]["encoded_this_run"] == 0 and again["timing"]["index_reused"]
     assert again["top_k"] == rep["top_k"]
+
+
+class _LengthEncoder:
+    """Stand-in encoder: q = (1, 0), p = (number of word pieces, 1); sim(q, p) = length."""
+
+    def questions(self, ids, mask):
+        return np.tile(np.array([1.0, 0.0], np.float32), (len(ids), 1))
+
+    def passages(self, ids, mask):
+        return np.stack([mask.sum(1).astype(np.float32), np.ones(len(ids), np.float32)], 1)
+
+
+def test_aar_counts_every_gold_record_by_reason(tmp_path, caplog):
+    """Issue 19: three questions share one text ("Where was John Smith born?"), the qa file is in
+    another order, one gold record has no qa partner, one is malformed, and the others are lost
+    for an answer not in the context, one beyond max_p_len, and (sentence only) no p*."""
+    import types
+
+    from dense_cf.configs.base import base_config
+    from dense_cf.datasets.formats import write_qa_csv
+    from dense_cf.eval.aar import evaluate_aar, load_triplets
+    from dense_cf.models.hf import resolve_model_dir
+    from dense_cf.models.tokenizer import load_tokenizer
+
+    smith = "Where was John Smith born?"
+    # The answer lies in word pieces 32-64: kept by preprocessing, cut from p+ by max_p_len=32.
+    filler = " ".join(f"Max Weber read book number {i}." for i in range(4))
+    gold = [  # (question, title, context)
+        (smith, "John Smith (painter)", "John Smith is a painter. He was born in Oslo. He paints."),
+        (smith, "John Smith (farmer)", "John Smith is a farmer. He was born in Lima. He has dogs."),
+        ("Who wrote Blue Hills?", "Blue Hills",
+         "Blue Hills is a novel. Ann Berg wrote it. It is long."),
+        (smith, "John Smith (sailor)", "John Smith is a sailor. He was born in Cairo. He sails."),
+        ("When was the tower built?", "Tower", "The tower is tall. It is grey. It is in a park."),
+        ("What is the capital of Narnia?", "Narnia", "Cair Paravel is the capital of Narnia."),
+        ("Where was Jane Doe born?", "Jane Doe", "Jane Doe was born in Paris."),
+        ("Where did Max Weber die?", "Max Weber", f"Max Weber was a scholar. {filler} "
+                                                  "He died in Munich."),
+    ]
+    records = [{"question": q, "title": t, "context": c} for q, t, c in gold]
+    records.append({"question": "", "title": "Empty", "context": "No question."})  # malformed
+    gold_path = tmp_path / "gold_info.json"
+    gold_path.write_text(json.dumps({"data": records}))
+    qa_path = tmp_path / "test.qa.csv"
+    write_qa_csv(qa_path, [("Who wrote Blue Hills?", ["Ann Berg"]), (smith, ["Oslo"]),
+                           ("When was the tower built?", ["1850"]), (smith, ["Lima"]),
+                           ("Where was Jane Doe born?", ["Paris"]), (smith, ["Cairo"]),
+                           ("Where did Max Weber die?", ["Munich"]), ("Who is nobody?", ["x"])])
+
+    trip = load_triplets(str(gold_path), str(qa_path))
+    assert trip.answers[:4] == [["Oslo"], ["Lima"], ["Ann Berg"], ["Cairo"]]
+    assert trip.gold_index == [0, 1, 2, 3, 4, 6, 7]
+    assert trip.stats["join_mode"] == "occurrence" and trip.stats["qa_records_unused"] == 1
+    assert trip.join.counts == {"joined_by_position": 0, "joined_by_occurrence": 7,
+                                "answers_from_gold": 0, "no_qa_record": 1,
+                                "malformed_gold_record": 1}
+
+    cfg = base_config()
+    cfg.data.max_q_len, cfg.data.max_p_len = 16, 32
+    run = types.SimpleNamespace(config=cfg, step=0,
+                                tokenizer=load_tokenizer(resolve_model_dir("minilm")))
+    with caplog.at_level("INFO"):
+        res = evaluate_aar(str(tmp_path), gold_path=str(gold_path), qa_path=str(qa_path),
+                           run=run, encoder=_LengthEncoder(), out_dir=str(tmp_path / "out"))
+    lost = {"no_qa_record": 1, "malformed_gold_record": 1, "answer_not_in_context": 1,
+            "truncated_by_max_p_len": 1}
+    want = {"sentence": dict(lost, scored=4, no_counterfactual=1),
+            "answer": dict(lost, scored=5, no_counterfactual=0)}
+    for strategy, fates in want.items():
+        e = res["strategies"][strategy]
+        assert e["triplet_fates"] == {k: fates[k] for k in e["triplet_fates"]} and \
+            set(e["triplet_fates"]) == set(fates)
+        assert sum(e["triplet_fates"].values()) == len(records)
+        assert e["triplets"] == fates["scored"] and e["aar"] == 1.0  # p* is always shorter
+        assert e["first_lost"]["truncated_by_max_p_len"] == \
+            "gold record 7: 'Where did Max Weber die?'"
+        scores = np.load(tmp_path / "out" / f"aar_scores_{strategy}.npz")
+        # All three John Smiths are scored, each with its own answer.
+        assert set(scores["gold_index"][:4]) == {0, 1, 2, 3}
+    assert "scored" not in res["strategies"]["sentence"]["first_lost"]
+    assert res["strategies"]["sentence"]["first_lost"]["no_counterfactual"] == \
+        "gold record 6: 'Where was Jane Doe born?'"
+    saved = json.load(open(tmp_path / "out" / "aar.json"))
+    assert saved["triplet_join"]["counts"]["joined_by_occurrence"] == 7
+    assert saved["strategies"]["sentence"]["triplet_fates"] == want["sentence"]
+    md = (tmp_path / "out" / "aar.md").read_text()
+    assert "## Triplets" in md and "| fate | lost: no qa record | 1 | 1 |" in md
+    assert "| fate | lost: no counterfactual under this strategy | 1 | 0 |" in md
+    assert "|  | gold records | 9 | 9 |" in md
+    log = caplog.text
+    assert "gold record 5: 'What is the capital of Narnia?'" in log  # first no_qa_record
+    assert "gold record 4: 'When was the tower built?'" in log       # first answer not found

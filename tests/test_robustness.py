@@ -41,6 +41,29 @@ def test_build_distractors_shared_context_and_missing_answers():
     assert texts == d.variants[0] + d.variants[1] and titles == ["Alpha"] * len(texts)
     assert d.offsets.tolist() == [0, len(d.variants[0]), len(texts)]
     assert build_distractors(trip, 5, seed=0).variants == d.variants
+    assert d.fates.counts == {"evaluated": 2, "no_qa_record": 0, "malformed_gold_record": 0,
+                              "answer_not_in_context": 1, "no_distractor": 0}
+    assert d.fates.first["answer_not_in_context"] == "gold record 2: 'Who is Beta?'"
+
+
+def test_build_distractors_counts_join_losses():
+    """A gold record lost at the join stays counted in the robustness fates (same join as AAR)."""
+    from dense_cf.eval.aar import Triplets
+    from dense_cf.eval.aar_math import JOIN_REASONS, ReasonCounts
+    from dense_cf.eval.robustness import build_distractors
+    join = ReasonCounts(JOIN_REASONS)
+    join.add("joined_by_occurrence", "gold record 0: 'Where was Alpha born?'", 2)
+    join.add("no_qa_record", "gold record 1: 'Where is Gamma?'")
+    trip = Triplets(questions=["Where was Alpha born?", "Who lives in Delta?"],
+                    answers=[["Kaldera"], ["Delta"]], titles=["Alpha", "Delta"],
+                    contexts=["Alpha was born in Kaldera. Alpha wrote 717 works. Alpha died.",
+                              "Delta."], stats={}, gold_index=[0, 2], join=join)
+    d = build_distractors(trip, 3, seed=0)
+    # "Delta." is all answer: no answer-free variant is left of it.
+    assert d.fates.counts == {"evaluated": 1, "no_qa_record": 1, "malformed_gold_record": 0,
+                              "answer_not_in_context": 0, "no_distractor": 1}
+    assert d.fates.first["no_distractor"] == "gold record 2: 'Who lives in Delta?'"
+    assert d.fates.first["no_qa_record"] == "gold record 1: 'Where is Gamma?'"
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +113,11 @@ def test_corpus_grows_by_k_per_question(robust):
     stats = result["distractor_stats"]
     assert n > 0 and stats["questions_evaluated"] == n
     assert stats["questions_evaluated"] + stats["questions_without_distractors"] == stats["triplets"]
+    # Every gold record is counted once by reason, with the same join as AAR.
+    fates = result["triplet_fates"]["counts"]
+    assert fates["evaluated"] == n
+    assert sum(fates.values()) == result["triplet_stats"]["gold_records"]
+    assert result["triplet_stats"]["join_mode"] == "position"
     for K in COUNTS:
         e = result["table"][K]
         # Every synthetic gold passage has >= 3 non-evidence variants, so nothing is short.
@@ -150,6 +178,7 @@ def test_report_files_and_distractor_texts(robust):
     assert saved["table"]["3"]["top_k"] == {str(k): v for k, v in result["table"][3]["top_k"].items()}
     md = open(os.path.join(out, "robustness.md")).read()
     assert "| K |" in md and "top-100" in md and "questions short" in md
+    assert "## Triplets" in md and "| fate | evaluated |" in md
     assert os.path.getsize(os.path.join(out, "robustness.png")) > 1000
     rows = [json.loads(line) for line in open(os.path.join(out, "robustness_distractors.jsonl"))]
     assert [r["question"] for r in rows] == result["questions"]

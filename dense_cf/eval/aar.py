@@ -1,15 +1,24 @@
 """Answer-awareness of a trained run: ``python -m dense_cf.eval.aar --workdir DIR`` (SPEC §5).
 
 Triplets (q, p+, p*) come from gold-passage info (DPR's ``nq-test_gold_info.json`` or the
-synthetic benchmark's): p+ is the gold context; answers are joined from the test qa CSV by
-question text (gold info carries none). p* is built by the SAME counterfactual code as training
+synthetic benchmark's): p+ is the gold context. DPR's gold info carries no answers, so they are
+joined from the test qa CSV by ``aar_math.join_gold_with_qa``: by position when both files list
+the same normalised question texts in the same order, else the k-th occurrence of a text in one
+file with its k-th occurrence in the other (texts repeat when names collide); a gold record's
+own ``answers`` win. p* is built by the SAME counterfactual code as training
 (``data/counterfactual.py`` inside the tf.data pipeline): the ``sentence`` strategy gives PiCL's
-AAR (Def. 3), the ``answer`` strategy EADPR's AA score. Triplets whose answer is not found in
-the gold context have no p* and are counted, not used.
+AAR (Def. 3), the ``answer`` strategy EADPR's AA score.
+
+Every gold record's fate is counted by reason (``aar_math.AAR_FATES``): scored, or lost for
+want of a qa record, a malformed record, an answer not found in the gold context, an answer that
+lies only beyond the encoder's ``max_p_len`` word pieces (or a p* that differs from p+ only
+there), or no counterfactual under the strategy. The counts add up to the gold records; they are
+logged (with the first example of each loss), printed, and written to ``aar.json`` / ``aar.md``.
 
 Reports (``DIR/eval/step_<N>/aar.json``, ``aar.md``, ``aar_hist.png``): AAR per strategy, AAR by
 question type (PiCL Table 6), score differences sim(q,p+) − sim(q,p*) split aware / unaware /
-all (PiCL Table 5) and their histogram (PiCL Fig. 6). Ties count as mismatches.
+all (PiCL Table 5) and their histogram (PiCL Fig. 6), the triplet counts. Ties count as
+mismatches.
 """
 
 from __future__ import annotations
@@ -24,8 +33,10 @@ from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
+from dense_cf.datasets.formats import (BiencoderExample, Passage, SkipReport, read_gold_info,
+                                       read_qa_csv)
 from dense_cf.inputs import dpr as pipeline
-from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
+from dense_cf.text.answers import find_answer_spans
 from dense_cf.eval import aar_math
 from dense_cf.eval import report as report_lib
 from dense_cf.datasets.dpr import resolve_data_file
@@ -41,40 +52,68 @@ class Triplets:
     answers: list[list[str]]
     titles: list[str]
     contexts: list[str]
-    stats: dict[str, int]
+    stats: dict[str, Any]
+    # Position of each triplet among the readable gold records, for logs and score files.
+    gold_index: list[int] = dataclasses.field(default_factory=list)
+    join: aar_math.ReasonCounts | None = None  # JOIN_REASONS over every gold record
 
+    def label(self, i: int) -> str:
+        """``gold record <n>: '<question>'`` of triplet ``i``, for logs."""
+        n = self.gold_index[i] if self.gold_index else i
+        return f"gold record {n}: {self.questions[i]!r}"
 
-def _norm_q(q: str) -> str:
-    return " ".join(q.lower().split()).rstrip("?").strip()
+    def fate_counts(self, reasons: tuple[str, ...]) -> aar_math.ReasonCounts:
+        """Fate counts over ``reasons`` holding the losses of the join (none without one)."""
+        if self.join is None:
+            return aar_math.ReasonCounts(reasons)
+        return self.join.carry(reasons, aar_math.LOST_AT_JOIN)
+
+    @property
+    def gold_records(self) -> int:
+        """Gold records behind these triplets, those lost at the join included."""
+        return self.join.total if self.join is not None else len(self.questions)
 
 
 def load_triplets(gold_path: str, qa_path: str) -> Triplets:
-    """Joins gold info with the qa file's answers by (normalised) question text."""
+    """Gold info joined with the qa file's answers (``aar_math.join_gold_with_qa``); logs the
+    join counts and the first example of each loss."""
     report = SkipReport()
-    answers_by_q: dict[str, list[str]] = {}
-    for q, a in read_qa_csv(qa_path, skip_bad=True, report=report):
-        answers_by_q.setdefault(_norm_q(q), a)
-    out = Triplets([], [], [], [], {"gold_records": 0, "no_answers_for_question": 0,
-                                     "skipped_records": 0})
-    for rec in read_gold_info(gold_path, skip_bad=True, report=report):
-        out.stats["gold_records"] += 1
-        ans = answers_by_q.get(_norm_q(rec["question"]))
-        if ans is None:
-            out.stats["no_answers_for_question"] += 1
-            continue
-        out.questions.append(rec["question"])
-        out.answers.append(ans)
-        out.titles.append(rec["title"])
-        out.contexts.append(rec["context"])
-    out.stats["skipped_records"] = report.total
+    qa = list(read_qa_csv(qa_path, skip_bad=True, report=report))
+    gold = list(read_gold_info(gold_path, skip_bad=True, report=report))
+    joined = aar_math.join_gold_with_qa(gold, qa)
+    malformed = report.count(file=gold_path)
+    if malformed:  # skipped by the reader: counted so that no gold record goes uncounted
+        examples = [m for (f, _), ms in report.examples.items() if f == gold_path for m in ms]
+        joined.counts.add("malformed_gold_record", examples[0] if examples else "", malformed)
+    out = Triplets(
+        questions=[gold[i]["question"] for i in joined.index], answers=joined.answers,
+        titles=[gold[i]["title"] for i in joined.index],
+        contexts=[gold[i]["context"] for i in joined.index],
+        stats={"gold_records": len(gold) + malformed, "qa_records": len(qa),
+               "join_mode": joined.mode, "qa_records_unused": joined.qa_unused,
+               "gold_answers_ignored": joined.gold_answers_ignored,
+               "skipped_records": report.total},
+        gold_index=list(joined.index), join=joined.counts)
     if report.total:
         report.log()
+    logging.info("gold-triplet join (%s): %d gold records, %d qa records (%d unused): %s",
+                 joined.mode, out.gold_records, len(qa), joined.qa_unused,
+                 joined.counts.summary())
+    if joined.counts.lost():
+        logging.warning("gold-triplet join: %d of %d gold records lost: %s", joined.counts.lost(),
+                        out.gold_records, joined.counts.summary(lost_only=True))
     return out
 
 
 def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
                    batch_size: int = 128) -> dict[str, Any]:
-    """sim(q, p+) and sim(q, p*) for every triplet that has a counterfactual under ``strategy``."""
+    """sim(q, p+) and sim(q, p*) of every triplet scored under ``strategy``, and the fate of
+    every gold record (``fates``: ``aar_math.AAR_FATES`` counts, summing to the gold records).
+
+    A triplet is scored when its answer matches the gold context (DPR rules, ``answer_mode``),
+    an answer token lies within the max_p_len word pieces the encoder sees of p+, and p* exists
+    and differs from p+ within them; otherwise it is counted under the first reason that fails.
+    """
     cfg = run.config
     examples = [BiencoderExample(q, a, [Passage(title=t, text=c)], [], [])
                 for q, a, t, c in zip(triplets.questions, triplets.answers, triplets.titles,
@@ -90,22 +129,49 @@ def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
     for batch in pipeline.make_eval_dataset(data, spec).as_numpy_iterator():
         for key in ("q_ids", "q_mask", "pos_ids", "pos_mask", "cf_ids", "cf_mask", "cf_valid"):
             cols.setdefault(key, []).append(batch[key])
+    n = len(examples)
     arr = {k: np.concatenate(v) for k, v in cols.items()}
-    valid = arr["cf_valid"].astype(bool)
-    encoder = encoder or export.Encoder(run, batch_size)
-    q = encoder.questions(arr["q_ids"][valid], arr["q_mask"][valid])
-    pos = encoder.passages(arr["pos_ids"][valid], arr["pos_mask"][valid])
-    cf = encoder.passages(arr["cf_ids"][valid], arr["cf_mask"][valid])
+    cf_valid = arr["cf_valid"].astype(bool)
+    # p+ is cut to its first max_p_len - 1 body word pieces plus [SEP] (pipeline._fix_len).
+    seen = cfg.data.max_p_len - 1
+    fates = triplets.fate_counts(aar_math.AAR_FATES)
+    valid = np.zeros(n, bool)
+    for i in range(n):
+        if not find_answer_spans(triplets.contexts[i], triplets.answers[i],
+                                 mode=cfg.data.answer_mode):
+            reason = "answer_not_in_context"
+        elif not data.pos_ans.row(i)[:seen].any():
+            reason = "truncated_by_max_p_len"
+        elif not cf_valid[i]:
+            reason = "no_counterfactual"
+        elif (np.array_equal(arr["pos_ids"][i], arr["cf_ids"][i])
+              and np.array_equal(arr["pos_mask"][i], arr["cf_mask"][i])):
+            reason = "truncated_by_max_p_len"  # the removed text lies beyond the window
+        else:
+            reason, valid[i] = "scored", True
+        fates.add(reason, triplets.label(i))
+    fates.check_total(triplets.gold_records, f"AAR triplets ({strategy})")
     idx = np.flatnonzero(valid)
-    return {"pos": np.einsum("bd,bd->b", q, pos), "cf": np.einsum("bd,bd->b", q, cf),
-            "questions": [triplets.questions[i] for i in idx], "index": idx,
-            "no_counterfactual": int((~valid).sum())}
+    if len(idx):
+        encoder = encoder or export.Encoder(run, batch_size)
+        q = encoder.questions(arr["q_ids"][valid], arr["q_mask"][valid])
+        pos = encoder.passages(arr["pos_ids"][valid], arr["pos_mask"][valid])
+        cf = encoder.passages(arr["cf_ids"][valid], arr["cf_mask"][valid])
+        pos_s, cf_s = np.einsum("bd,bd->b", q, pos), np.einsum("bd,bd->b", q, cf)
+    else:
+        pos_s = cf_s = np.zeros(0, np.float32)
+    return {"pos": pos_s, "cf": cf_s, "questions": [triplets.questions[i] for i in idx],
+            "index": idx, "no_counterfactual": fates.counts["no_counterfactual"], "fates": fates}
 
 
 def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | None = None,
                  strategies: Sequence[str] | None = None, run=None,
-                 out_dir: str | None = None) -> dict[str, Any]:
-    """AAR / AA score report of a run; returns the report (also written to disk)."""
+                 out_dir: str | None = None, encoder=None) -> dict[str, Any]:
+    """AAR / AA score report of a run; returns the report (also written to disk).
+
+    ``encoder`` (default ``export.Encoder`` of the run) needs ``questions(ids, mask)`` and
+    ``passages(ids, mask)`` returning one vector per row.
+    """
 
     run = run or load_run(workdir)
     cfg = run.config
@@ -113,26 +179,39 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
     triplets = load_triplets(resolve_data_file(cfg.data, "gold_file", gold_path),
                               resolve_data_file(cfg.data, "test_file", qa_path))
     if not triplets.questions:
-        raise ValueError(f"no usable triplets: {triplets.stats}")
-    encoder = export.Encoder(run, cfg.eval.batch_size)
+        raise ValueError(f"no usable triplets: {triplets.stats} {triplets.join}")
+    encoder = encoder or export.Encoder(run, cfg.eval.batch_size)
     out_dir = out_dir or RunDir(workdir).eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
     result: dict[str, Any] = {"workdir": os.path.abspath(workdir), "method": cfg.method,
-                              "step": run.step, "triplet_stats": triplets.stats, "strategies": {}}
+                              "step": run.step, "triplet_stats": triplets.stats,
+                              "triplet_join": triplets.join.to_json() if triplets.join else None,
+                              "strategies": {}}
     diffs = {}
+    fates: dict[str, aar_math.ReasonCounts] = {}
     for strategy in strategies:
         s = triplet_scores(run, triplets, strategy, encoder=encoder)
-        entry = {"triplets": int(len(s["pos"])), "no_counterfactual": s["no_counterfactual"]}
+        fates[strategy] = s["fates"]
+        entry = {"triplets": int(len(s["pos"])), "no_counterfactual": s["no_counterfactual"],
+                 "triplet_fates": s["fates"].counts,
+                 "first_lost": {r: x for r, x in s["fates"].first.items()
+                                if r in aar_math.LOSS_REASONS}}
         if len(s["pos"]):
             entry["aar"] = aar_math.aar(s["pos"], s["cf"])
             entry["by_type"] = aar_math.aar_by_type(s["questions"], s["pos"], s["cf"])
             entry["score_diff"] = aar_math.score_diff_stats(s["pos"], s["cf"])
             diffs[strategy] = aar_math.score_diffs(s["pos"], s["cf"])
+        gold_index = np.asarray(triplets.gold_index or range(len(triplets.questions)), np.int64)
         np.savez(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), pos=s["pos"], cf=s["cf"],
-                 index=s["index"])
+                 index=s["index"], gold_index=gold_index[s["index"]])
         result["strategies"][strategy] = entry
-        logging.info("AAR %s (%s): %s over %d triplets (%d without p*)", cfg.method, strategy,
-                     entry.get("aar"), entry["triplets"], entry["no_counterfactual"])
+        logging.info("AAR %s (%s): %s over %d of %d gold records; %s", cfg.method, strategy,
+                     entry.get("aar"), entry["triplets"], triplets.gold_records,
+                     s["fates"].summary())
+        if s["fates"].lost():
+            logging.warning("AAR %s (%s): %d of %d gold records not scored: %s", cfg.method,
+                            strategy, s["fates"].lost(), triplets.gold_records,
+                            s["fates"].summary(lost_only=True))
     if diffs:
         aar_math.histogram_plot({f"{cfg.method} ({k})": v for k, v in diffs.items()},
                                 os.path.join(out_dir, "aar_hist.png"),
@@ -153,6 +232,8 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
         type_rows = [{"type": t, "count": v["count"], "AAR (%)": 100 * v["aar"]}
                      for t, v in first["by_type"].items()]
         sections.append(("AAR by question type", report_lib.markdown_table(type_rows, list(type_rows[0]))))
+    sections.append(("Triplets (every gold record counted once per strategy)",
+                     aar_math.reason_table(fates, triplets.join)))
     report_lib.write_markdown(os.path.join(out_dir, "aar.md"), f"Answer-awareness: {workdir}", sections)
     return result
 
@@ -163,7 +244,8 @@ def main(argv: Sequence[str]) -> None:
     tf.config.set_visible_devices([], "GPU")
     res = evaluate_aar(FLAGS.workdir, gold_path=FLAGS.gold, qa_path=FLAGS.qa,
                        strategies=FLAGS.strategies)
-    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("aar", "triplets")}
+    print(json.dumps({k: {kk: vv for kk, vv in v.items()
+                          if kk in ("aar", "triplets", "triplet_fates")}
                       for k, v in res["strategies"].items()}, indent=2, default=float))
 
 

@@ -10,24 +10,39 @@ formula on different p*; which one you get depends only on the p* you score.
 
 Empty inputs and non-finite scores raise ``ValueError``: an AAR over nothing is undefined and
 ``NaN <= x`` is False, so a NaN score would silently count as "aware".
+
+Triplets come from gold records joined with the test qa file (:func:`join_gold_with_qa`);
+every gold record's fate is counted by reason (:class:`ReasonCounts`), so none leaves an
+evaluation uncounted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from dense_cf.eval.report import atomic_open, markdown_table
 from dense_cf.text.answers import question_type
-from dense_cf.eval.report import atomic_open
 
 __all__ = [
+    "AAR_FATES",
+    "JOIN_REASONS",
+    "LOSS_REASONS",
+    "LOST_AT_JOIN",
     "QUESTION_TYPES",
+    "REASON_LABELS",
+    "GoldJoin",
+    "ReasonCounts",
     "aar",
     "aar_by_type",
     "histogram_plot",
+    "join_gold_with_qa",
     "mismatches",
+    "norm_question",
+    "reason_table",
     "score_diff_stats",
     "score_diffs",
     "topk_vs_distractors_plot",
@@ -188,3 +203,174 @@ def topk_vs_distractors_plot(table: Mapping[str, Mapping[Any, Mapping[Any, float
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", ncol=2)
     _save_png(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gold-triplet join and the fate of every gold record (SPEC §5).
+
+# Where a gold record's answers came from; the join-stage counts sum to the gold records.
+JOIN_REASONS: tuple[str, ...] = ("joined_by_position", "joined_by_occurrence",
+                                 "answers_from_gold", "no_qa_record", "malformed_gold_record")
+# Losses decided at the join, carried into every evaluation's fate counts.
+LOST_AT_JOIN: tuple[str, ...] = ("no_qa_record", "malformed_gold_record")
+# Fate of a gold record in an AAR / AA-score evaluation (one strategy); sums to the gold records.
+AAR_FATES: tuple[str, ...] = ("scored", *LOST_AT_JOIN, "answer_not_in_context",
+                              "truncated_by_max_p_len", "no_counterfactual")
+REASON_LABELS: dict[str, str] = {
+    "joined_by_position": "answers joined by position",
+    "joined_by_occurrence": "answers joined by k-th occurrence of the question text",
+    "answers_from_gold": "answers carried by the gold record",
+    "no_qa_record": "lost: no qa record",
+    "malformed_gold_record": "lost: malformed gold record (skipped by the reader)",
+    "answer_not_in_context": "lost: answer not found in the gold context",
+    "truncated_by_max_p_len": "lost: answer truncated away by max_p_len",
+    "no_counterfactual": "lost: no counterfactual under this strategy",
+    "no_distractor": "lost: no answer-free distractor",
+    "scored": "scored",
+    "evaluated": "evaluated",
+}
+# Reasons under which a gold record leaves an evaluation (named with an example in the log).
+LOSS_REASONS: frozenset[str] = frozenset(r for r, label in REASON_LABELS.items()
+                                         if label.startswith("lost"))
+
+
+@dataclasses.dataclass
+class ReasonCounts:
+    """Records counted by reason (fixed keys in report order) with the first example of each."""
+
+    reasons: tuple[str, ...]
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    first: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.counts) - set(self.reasons)
+        if unknown:
+            raise ValueError(f"unknown reasons {sorted(unknown)}; expected {self.reasons}")
+        self.counts = {r: int(self.counts.get(r, 0)) for r in self.reasons}
+
+    def add(self, reason: str, example: str = "", n: int = 1) -> None:
+        """Counts ``n`` records under ``reason``; the first non-empty example is kept."""
+        if reason not in self.counts:
+            raise KeyError(f"unknown reason {reason!r}; expected one of {self.reasons}")
+        self.counts[reason] += n
+        if n and example and reason not in self.first:
+            self.first[reason] = example
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def check_total(self, expected: int, what: str) -> None:
+        """Raises unless the counts add up to ``expected`` records (none uncounted)."""
+        if self.total != expected:
+            raise RuntimeError(f"{what}: {self.total} records counted by reason, expected "
+                               f"{expected}: {self.counts}")
+
+    def carry(self, reasons: tuple[str, ...], keys: Sequence[str]) -> "ReasonCounts":
+        """New counts over ``reasons`` starting with ``keys``' counts and examples from here."""
+        out = ReasonCounts(reasons)
+        for key in keys:
+            out.add(key, self.first.get(key, ""), self.counts[key])
+        return out
+
+    def summary(self, lost_only: bool = False) -> str:
+        """One line: ``reason n (first: example)``, zero counts left out."""
+        parts = []
+        for r, n in self.counts.items():
+            lost = r in LOSS_REASONS
+            if n and (lost or not lost_only):
+                ex = f" (first: {self.first[r]})" if lost and r in self.first else ""
+                parts.append(f"{r} {n}{ex}")
+        return "; ".join(parts) or "none"
+
+    def lost(self) -> int:
+        """Records under a loss reason."""
+        return sum(n for r, n in self.counts.items() if r in LOSS_REASONS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "first": dict(self.first)}
+
+
+def reason_table(columns: Mapping[str, ReasonCounts], join: ReasonCounts | None = None) -> str:
+    """Markdown table: one row per reason (join stage first), one count column per entry."""
+    rows: list[dict[str, Any]] = []
+    total = next(iter(columns.values())).total if columns else (join.total if join else 0)
+    rows.append({"stage": "", "reason": "gold records", **{c: total for c in columns}})
+    if join is not None:
+        for r in join.reasons:
+            rows.append({"stage": "join", "reason": REASON_LABELS.get(r, r),
+                         **{c: join.counts[r] for c in columns}})
+    reasons = [r for c in columns.values() for r in c.reasons]
+    for r in dict.fromkeys(reasons):
+        rows.append({"stage": "fate", "reason": REASON_LABELS.get(r, r),
+                     **{c: counts.counts.get(r, 0) for c, counts in columns.items()}})
+    return markdown_table(rows, ["stage", "reason", *columns])
+
+
+def norm_question(question: str) -> str:
+    """Question text as joined: lower-cased, whitespace collapsed, trailing '?' dropped."""
+    return " ".join(question.lower().split()).rstrip("?").strip()
+
+
+def _gold_answers(record: Mapping[str, Any]) -> list[str] | None:
+    # DPR's gold info has no answers; a record that carries a non-empty list of str uses it.
+    ans = record.get("answers")
+    if isinstance(ans, list) and ans and all(isinstance(a, str) for a in ans):
+        return list(ans)
+    return None
+
+
+@dataclasses.dataclass
+class GoldJoin:
+    """Result of :func:`join_gold_with_qa`: gold records that have answers, in gold order."""
+
+    index: list[int]            # position of each joined record among the gold records
+    answers: list[list[str]]
+    mode: str                   # "position" or "occurrence"
+    counts: ReasonCounts        # JOIN_REASONS; sums to the number of gold records
+    qa_unused: int              # qa records that no gold record was joined to
+    gold_answers_ignored: int   # gold "answers" fields that are not a non-empty list of str
+
+
+def join_gold_with_qa(gold_records: Sequence[Mapping[str, Any]],
+                      qa_records: Sequence[tuple[str, Sequence[str]]]) -> GoldJoin:
+    """Answers for every gold record (``question``, optional ``answers``) from the qa records.
+
+    By position when both have the same length and the normalised question texts
+    (:func:`norm_question`) agree at every position; otherwise the k-th occurrence of a text
+    among the gold records is joined with its k-th occurrence among the qa records (texts
+    repeat when names collide: "Where was John Smith born?" of three John Smiths). A gold
+    record's own ``answers`` (a non-empty list of str) win over its qa partner's; a record
+    with neither is counted as ``no_qa_record``. Every gold record is counted once.
+    """
+    g_norm = [norm_question(r["question"]) for r in gold_records]
+    q_norm = [norm_question(q) for q, _ in qa_records]
+    partner: list[int | None]
+    if len(g_norm) == len(q_norm) and g_norm == q_norm:
+        mode, partner = "position", list(range(len(g_norm)))
+    else:
+        mode = "occurrence"
+        queues: dict[str, list[int]] = {}
+        for j in reversed(range(len(q_norm))):  # reversed: pop() yields occurrences in order
+            queues.setdefault(q_norm[j], []).append(j)
+        partner = [queues[t].pop() if queues.get(t) else None for t in g_norm]
+    counts = ReasonCounts(JOIN_REASONS)
+    out = GoldJoin([], [], mode, counts, len(qa_records) - sum(p is not None for p in partner),
+                   0)
+    for i, (rec, p) in enumerate(zip(gold_records, partner)):
+        example = f"gold record {i}: {rec['question']!r}"
+        own = _gold_answers(rec)
+        out.gold_answers_ignored += int(own is None and "answers" in rec)
+        if own is not None:
+            counts.add("answers_from_gold", example)
+            answers = own
+        elif p is None:
+            counts.add("no_qa_record", example)
+            continue
+        else:
+            counts.add(f"joined_by_{mode}", example)
+            answers = list(qa_records[p][1])
+        out.index.append(i)
+        out.answers.append(answers)
+    counts.check_total(len(gold_records), "gold-triplet join")
+    return out

@@ -10,12 +10,16 @@ sentences reordered / one more dropped; every one checked answer-free with DPR `
 
 Set-up and decisions:
 
-* Questions = the AAR triplets (``aar.load_triplets``: gold info joined with the qa answers).
+* Questions = the AAR triplets (``aar.load_triplets``: gold info joined with the qa answers by
+  ``aar_math.join_gold_with_qa``, the same join as AAR).
   When several questions share one gold context, their distractors must lack ALL their answers
   (they share one corpus), so the variants are built with the union of those answers.
-  Questions whose gold context has no answer match get no distractor and are left out of the
-  evaluation (counted as ``questions_without_distractors``); the question set is the same for
-  every K. Questions with fewer than K distinct variants get all they have (counted per K as
+  Questions whose gold context has no answer match, or that get no answer-free variant, are
+  left out of the evaluation (counted as ``questions_without_distractors``); the question set
+  is the same for every K. ``triplet_fates`` counts every gold record once by reason
+  (``ROBUSTNESS_FATES``: evaluated, or lost at the join / for want of an answer match / of a
+  distractor), in ``robustness.json`` and ``robustness.md``; the log names the first of each.
+  Questions with fewer than K distinct variants get all they have (counted per K as
   ``questions_short``; ``distractors_per_question_actual`` is the mean actually added).
 * Base corpus embeddings are the run's export (``DIR/export/step_<N>``, shared with
   ``retrieval.ensure_index``; finished shards are never re-encoded). Distractors (title = the
@@ -63,10 +67,13 @@ from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.train.run import RunDir, load_run
 
-__all__ = ["DEFAULT_COUNTS", "DistractorSet", "build_distractors", "evaluate_robustness",
-           "plot_runs", "robustness_table"]
+__all__ = ["DEFAULT_COUNTS", "ROBUSTNESS_FATES", "DistractorSet", "build_distractors",
+           "evaluate_robustness", "plot_runs", "robustness_table"]
 
 DEFAULT_COUNTS: tuple[int, ...] = (0, 1, 2, 5, 10, 20)
+# Fate of a gold record in the robustness evaluation; the counts sum to the gold records.
+ROBUSTNESS_FATES: tuple[str, ...] = ("evaluated", *aar_math.LOST_AT_JOIN, "answer_not_in_context",
+                                     "no_distractor")
 
 
 @dataclasses.dataclass
@@ -79,6 +86,7 @@ class DistractorSet:
     titles: list[str]
     variants: list[list[str]]
     stats: dict[str, Any]
+    fates: aar_math.ReasonCounts | None = None  # ROBUSTNESS_FATES over every gold record
 
     @property
     def offsets(self) -> np.ndarray:
@@ -106,18 +114,22 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
         group = by_context.setdefault((t, c), [])
         group.extend(x for x in a if x not in group)
     gen: dict[str, int] = {}
-    out = DistractorSet([], [], [], [], [], {})
+    fates = triplets.fate_counts(ROBUSTNESS_FATES)
+    out = DistractorSet([], [], [], [], [], {}, fates)
     without, sizes = 0, []
     for i, (q, a, t, c) in enumerate(zip(triplets.questions, triplets.answers, triplets.titles,
                                          triplets.contexts)):
         if not find_answer_spans(c, a, mode=mode):  # the gold context lacks this question's answer
             without += 1
+            fates.add("answer_not_in_context", triplets.label(i))
             continue
         v = distractor_variants(c, by_context[(t, c)], max_distractors, _question_seed(seed, q),
                                 mode=mode, window_words=window_words, stats=gen)
         if not v:
             without += 1
+            fates.add("no_distractor", triplets.label(i))
             continue
+        fates.add("evaluated", triplets.label(i))
         out.index.append(i)
         out.questions.append(q)
         out.answers.append(list(a))
@@ -133,6 +145,7 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
                  "variants_per_question": ({"min": int(min(sizes)), "mean": float(np.mean(sizes)),
                                             "max": int(max(sizes))} if sizes else {}),
                  "total_distractors": int(sum(sizes)), **gen}
+    fates.check_total(triplets.gold_records, "robustness questions")
     return out
 
 
@@ -213,11 +226,15 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     dset = build_distractors(triplets, max_distractors, seed=seed, mode=mode,
                              window_words=window_words)
     if not dset.questions:
-        raise ValueError(f"no question has a distractor: {triplets.stats} {dset.stats}")
-    if dset.stats["questions_without_distractors"] or dset.stats["questions_below_max"]:
-        logging.warning("robustness: %d of %d questions have no distractor (no answer match in "
-                        "the gold context) and are left out; %d have fewer than %d variants",
-                        dset.stats["questions_without_distractors"], dset.stats["triplets"],
+        raise ValueError(f"no question has a distractor: {triplets.stats} {dset.stats} "
+                         f"{dset.fates}")
+    logging.info("robustness: %d of %d gold records evaluated; %s", len(dset.questions),
+                 triplets.gold_records, dset.fates.summary())
+    if dset.fates.lost():
+        logging.warning("robustness: %d of %d gold records not evaluated: %s", dset.fates.lost(),
+                        triplets.gold_records, dset.fates.summary(lost_only=True))
+    if dset.stats["questions_below_max"]:
+        logging.warning("robustness: %d questions have fewer than %d variants",
                         dset.stats["questions_below_max"], max_distractors)
 
     corpus = load_corpus(resolve_data_file(cfg.data, "corpus_file", corpus_path))
@@ -287,6 +304,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
               "k": k, "ks": list(ks), "counts": counts, "max_distractors": max_distractors,
               "seed": seed, "mode": mode, "base_corpus_size": n_base,
               "n_questions": len(dset.questions), "triplet_stats": triplets.stats,
+              "triplet_join": triplets.join.to_json() if triplets.join else None,
+              "triplet_fates": dset.fates.to_json(),
               "distractor_stats": dset.stats, "export": {
                   "dir": export_dir, "encoded_this_run": manifest["encoded_this_run"],
                   "dtype": manifest["dtype"]},
@@ -317,11 +336,14 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
          ("Distractors in the index and in the results", report_lib.markdown_table(detail, list(detail[0]))),
          ("Setup", f"{len(dset.questions)} questions (of {s['triplets']} triplets; "
                    f"{s['questions_without_distractors']} without an answer match in the gold "
-                   f"context, left out); base corpus {n_base} passages; up to {max_distractors} "
-                   f"synthetic near-duplicates per question (variants per question "
+                   f"context or without a distractor, left out); base corpus {n_base} "
+                   f"passages; up to {max_distractors} synthetic near-duplicates per question "
+                   f"(variants per question "
                    f"{s['variants_per_question']}; {s['questions_below_max']} questions below "
                    f"{max_distractors}; {s['dropped_with_answer']} candidates dropped because "
-                   f"they still contained an answer); Flat index, k={k}, seed={seed}.")])
+                   f"they still contained an answer); Flat index, k={k}, seed={seed}."),
+         ("Triplets (every gold record counted once)",
+          aar_math.reason_table({"questions": dset.fates}, triplets.join))])
     return result
 
 
