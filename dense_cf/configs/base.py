@@ -59,7 +59,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.loss.tau1 = 0.0
     c.loss.tau2 = 0.0
 
-    # DCSR (SPEC §4; used when method == "dcsr"; docs/dcsr.md).
+    # DCSR (SPEC §4; read by the dcsr method and its inputs; docs/dcsr.md).
     c.dcsr = ml_collections.ConfigDict()
     c.dcsr.negatives = "in_passage"             # Table 4: in_passage | bm25 | bm25x2 | in_batch
     c.dcsr.question_prefix = True               # "[CLS] <sent> q [SEP]" (the authors' code)

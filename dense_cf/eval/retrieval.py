@@ -13,7 +13,7 @@ corpora, never reused. The index records the export it was built from (``export_
 corpus fingerprint, settings, row count) and is rebuilt when that differs (or is missing, as
 in indexes built before it existed).
 
-DCSR runs (``method == "dcsr"``, SPEC §4) go through the same command and reports: the export
+Sentence-level runs (DCSR, SPEC §4) go through the same command and reports: the export
 holds one vector per contextual sentence, the top ``ceil(k · k̄)`` sentences are retrieved
 (k̄ = mean sentences per passage), softmaxed per question and aggregated into passage scores
 HasAns(P) = 1 − Π(1 − p_i) (:mod:`dense_cf.retrieval.sentence_ranking`); the top k passages are then
