@@ -128,8 +128,8 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
             entry["by_type"] = aar_math.aar_by_type(s["questions"], s["pos"], s["cf"])
             entry["score_diff"] = aar_math.score_diff_stats(s["pos"], s["cf"])
             diffs[strategy] = aar_math.score_diffs(s["pos"], s["cf"])
-        np.savez(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), pos=s["pos"], cf=s["cf"],
-                 index=s["index"])
+        with report_lib.atomic_open(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), "wb") as f:
+            np.savez(f, pos=s["pos"], cf=s["cf"], index=s["index"])
         result["strategies"][strategy] = entry
         logging.info("AAR %s (%s): %s over %d triplets (%d without p*)", cfg.method, strategy,
                      entry.get("aar"), entry["triplets"], entry["no_counterfactual"])
