@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import hashlib
+import io
 import json
 import math
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["TMP_MARKER", "atomic_open", "atomic_save_npy", "atomic_write", "content_sha256",
-           "file_key", "is_tmp_name", "read_json", "remove_if_exists", "sha256_hex",
-           "to_jsonable", "write_json"]
+__all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "atomic_write",
+           "content_sha256", "file_key", "is_tmp_name", "read_json", "remove_if_exists",
+           "sha256_hex", "tmp_path", "to_jsonable", "write_json"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -46,6 +49,13 @@ def _umask() -> int:
 def is_tmp_name(name: str) -> bool:
     """True for a leftover of :func:`atomic_open` (safe to delete when no writer runs)."""
     return name.startswith(".") and name.endswith(TMP_MARKER)
+
+
+def tmp_path(path: str | os.PathLike) -> str:
+    """A fresh temporary name next to ``path`` in the :data:`TMP_MARKER` scheme, for what
+    :func:`atomic_open` cannot create (a symlink or hard link renamed into place)."""
+    path = Path(path)
+    return os.fspath(path.parent / f".{path.name}.{secrets.token_hex(6)}{TMP_MARKER}")
 
 
 @contextlib.contextmanager
@@ -70,6 +80,38 @@ def atomic_open(path: str | os.PathLike, mode: str = "w",
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_open_gz(path: str | os.PathLike, mode: str = "w", *, compresslevel: int = 9,
+                   newline: str | None = None) -> Iterator[IO]:
+    """:func:`atomic_open`, gzip-compressed when ``path`` ends in ``.gz``.
+
+    The gzip header has mtime 0 and no file name, so reruns write identical bytes. Text modes
+    are UTF-8 with ``newline`` as for :func:`open`; ``mode`` is ``"w"`` or ``"wb"``.
+    """
+    with atomic_open(path, "wb") as raw:
+        gz = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                            compresslevel=compresslevel)
+              if os.fspath(path).endswith(".gz") else None)
+        stream: IO = gz if gz is not None else raw
+        text = None if "b" in mode else io.TextIOWrapper(stream, encoding="utf-8",
+                                                          newline=newline)
+        try:
+            yield stream if text is None else text
+            if text is not None:
+                text.detach()  # flushes, and leaves ``raw`` open for atomic_open's fsync
+            if gz is not None:
+                gz.close()  # writes the trailer; a GzipFile never closes a passed fileobj
+        except BaseException:
+            # Else their finalisers would later write to the closed file; the temp file goes.
+            with contextlib.suppress(Exception):
+                if text is not None:
+                    text.detach()
+            with contextlib.suppress(Exception):
+                if gz is not None:
+                    gz.close()
+            raise
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], binary: bool = True) -> None:
@@ -138,6 +180,7 @@ def read_json(path: str | os.PathLike) -> Any | None:
 
 
 def remove_if_exists(path: str | os.PathLike) -> None:
+    """``os.remove`` that ignores a missing file."""
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
 

@@ -137,13 +137,18 @@ def test_unfinished_or_unfingerprinted_exports_are_re_encoded(run, tmp_path):
     os.remove(os.path.join(str(tmp_path), "index", "step_0_flat", INDEX_SOURCE))
     _, timing = _ensure(run, b, tmp_path, enc)
     assert timing["encoded_this_run"] == N and not timing["index_reused"]
-    # A longer leftover export is trimmed to this corpus's shards (index builders list them all).
+    # A longer leftover export is trimmed to this corpus's shards (index builders list them all),
+    # and temp files of a killed writer (export and index) are removed.
     short = Corpus(b.ids[:10], b.texts[:10], b.titles[:10], path="/data/b10.tsv")
     os.remove(os.path.join(exp, "manifest.json"))
+    index_dir = os.path.join(str(tmp_path), "index", "step_0_flat")
+    for d, name in ((exp, "embeddings-00003.npy"), (index_dir, "shard-00000.faiss")):
+        open(os.path.join(d, f".{name}.k1ll3d.tmp"), "wb").close()
     index, timing = _ensure(run, short, tmp_path, enc)
     assert index.ntotal == 10 and timing["encoded_this_run"] == 2   # shard 0 kept, shard 1 new
     assert sorted(n for n in os.listdir(exp) if n.startswith("embeddings-")) == [
         "embeddings-00000.npy", "embeddings-00001.npy"]
+    assert not [n for d in (exp, index_dir) for n in os.listdir(d) if n.endswith(".tmp")]
 
 
 def test_dcsr_sentence_export_is_keyed_by_the_corpus(tmp_path):

@@ -169,3 +169,34 @@ def test_cache_round_trip(tmp_path, tok):
     assert a.stats["no_answer_match"] == b.stats["no_answer_match"] == 1
     with pytest.raises(FileNotFoundError, match="missing.json"):
         pipeline.load_biencoder_split(str(tmp_path / "missing.json"), tok, **kw)
+
+
+def test_cache_key_is_unchanged(tmp_path, tok):
+    """The key (and the evidence fingerprint inside it) built on dense_cf.files equals the
+    formula of the caches already on disk, so they stay valid."""
+    import hashlib
+    import json
+    import os
+
+    from dense_cf.datasets.evidence_file import EvidenceMatcher
+
+    path = str(tmp_path / "train.json")
+    write_biencoder(path, _examples())
+    ev = tmp_path / "evidence.jsonl"
+    ev.write_text('{"index": 0, "sentence": 1}\n')
+    ev_st = os.stat(ev)
+    old_ev = f"{os.path.abspath(ev)}:{ev_st.st_size}:{ev_st.st_mtime_ns}"
+    assert EvidenceMatcher(str(ev), path).fingerprint == old_ev
+    kw = dict(max_q_len=16, max_p_len=32, max_hard=2, answer_mode="string", max_examples=0,
+              evidence=old_ev)
+    st = os.stat(path)
+    h = hashlib.sha256()  # the formula before dense_cf.files (inputs/dpr.py at ac85aa7)
+    h.update(json.dumps({"path": os.path.abspath(path), "size": st.st_size,
+                         "mtime": st.st_mtime_ns, "vocab": tok.get_vocab_size(),
+                         "version": pipeline.CACHE_VERSION, **kw}, sort_keys=True).encode())
+    h.update(tok.to_str().encode())
+    assert pipeline._fingerprint(path, tok, **kw) == h.hexdigest()[:16]
+    pipeline.load_biencoder_split(path, tok, cache_dir=str(tmp_path / "cache"),
+                                  max_q_len=16, max_p_len=32, max_hard=2, evidence_file=str(ev))
+    want = f"train.json.{h.hexdigest()[:16]}.npz"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [want]

@@ -37,7 +37,6 @@ import fcntl
 import gzip
 import hashlib
 import http.client
-import json
 import os
 import random
 import re
@@ -49,6 +48,8 @@ import zlib
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from absl import logging
+
+from dense_cf import files
 
 __all__ = [
     "FileSpec", "DownloadOptions", "DownloadError", "ChecksumError", "ManualFilesMissingError",
@@ -189,19 +190,13 @@ def scan_file(path: str, *, check_gzip: bool = False, chunk_size: int = 1 << 20,
 
 
 def gunzip_file(src: str, dst: str, chunk_size: int = 1 << 20) -> int:
-    """Decompress ``src`` into ``dst`` via a temp file + rename; returns the bytes written."""
-    tmp = f"{dst}{_PART}"
+    """Decompress ``src`` into ``dst`` atomically (:mod:`dense_cf.files`); returns the bytes
+    written."""
     n = 0
-    try:
-        with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
-            while chunk := fin.read(chunk_size):
-                fout.write(chunk)
-                n += len(chunk)
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    with gzip.open(src, "rb") as fin, files.atomic_open(dst, "wb") as fout:
+        while chunk := fin.read(chunk_size):
+            fout.write(chunk)
+            n += len(chunk)
     return n
 
 
@@ -248,12 +243,10 @@ class ChecksumStore:
         entries = self._read()
         entries[name] = (digest, source)
         self.entries = entries
-        tmp = f"{self.path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with files.atomic_open(self.path) as f:
             f.write(self.HEADER)
             for n, (d, src) in sorted(entries.items()):
                 f.write(f"{n}\t{d.size}\t{d.sha256}\t{d.md5}\t{src}\n")
-        os.replace(tmp, self.path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,16 +287,12 @@ def _content_range(value: str | None) -> tuple[int, int | None] | None:
 
 
 def _load_meta(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    meta = files.read_json(path)
+    return meta if isinstance(meta, dict) else {}
 
 
 def _save_meta(path: str, meta: Mapping) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(dict(meta), f)
+    files.write_json(path, dict(meta), indent=None)
 
 
 def _request_once(url: str, part: str, meta_path: str, opts: DownloadOptions,
@@ -554,18 +543,23 @@ def _find_manual(spec: FileSpec, manual_dir: str) -> tuple[str, bool] | None:
 
 
 def _place(src: str, dst: str, link: str) -> None:
-    tmp = f"{dst}.tmp-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(tmp)
+    """``dst`` as a symlink, hard link or copy of ``src``, appearing at once (temp + rename)."""
+    if link == "copy":
+        with open(src, "rb") as fin, files.atomic_open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+        return
+    if link not in ("symlink", "hardlink"):
+        raise ValueError(f"link must be symlink | hardlink | copy, got {link!r}")
+    tmp = files.tmp_path(dst)
     if link == "symlink":
         os.symlink(os.path.abspath(src), tmp)
-    elif link == "hardlink":
-        os.link(src, tmp)
-    elif link == "copy":
-        shutil.copyfile(src, tmp)
     else:
-        raise ValueError(f"link must be symlink | hardlink | copy, got {link!r}")
-    os.replace(tmp, dst)
+        os.link(src, tmp)
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        files.remove_if_exists(tmp)
+        raise
 
 
 def _existing_target(spec: FileSpec, data_dir: str, gunzip: bool) -> str | None:
@@ -575,11 +569,6 @@ def _existing_target(spec: FileSpec, data_dir: str, gunzip: bool) -> str | None:
         if os.path.lexists(p):
             return p
     return None
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
 
 
 def fetch(spec: FileSpec, data_dir: str, *, manual_dir: str | None = None, force: bool = False,
@@ -611,7 +600,7 @@ def _file_lock(path: str) -> Iterator[None]:
     just before its previous holder unlinked it retries instead of locking a dead inode.
     """
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, like open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -641,7 +630,7 @@ def _fetch_locked(spec: FileSpec, data_dir: str, *, manual_dir: str | None, forc
         # Records are kept: a forced re-fetch is verified against the last known-good hash.
         for p in {final, os.path.join(data_dir, spec.uncompressed_name), final + _PART,
                   final + _PART_META}:
-            _remove(p)
+            files.remove_if_exists(p)
     existing = _existing_target(spec, data_dir, gunzip)
     if existing is not None:
         if os.path.islink(existing) and not os.path.exists(existing):
@@ -684,10 +673,10 @@ def _fetch_locked(spec: FileSpec, data_dir: str, *, manual_dir: str | None, forc
         digest = _verify_new(part, spec, store, spec.name, origin=spec.url,
                              etag=meta.get("etag"), opts=opts, delete_on_error=True)
     except ChecksumError:
-        _remove(final + _PART_META)
+        files.remove_if_exists(final + _PART_META)
         raise
     os.replace(part, final)
-    _remove(final + _PART_META)
+    files.remove_if_exists(final + _PART_META)
     store.put(spec.name, digest, spec.url)
     logging.info("%s: downloaded and verified (%s, sha256 %s)", final, human_bytes(digest.size),
                  digest.sha256)

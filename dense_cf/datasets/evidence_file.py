@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
-import numpy as np
 from absl import logging
 
-from dense_cf.datasets.formats import BiencoderExample, iter_biencoder
+from dense_cf import files
+from dense_cf.datasets.formats import BiencoderExample
 
 
 def source_name(path: str) -> str:
@@ -88,9 +88,9 @@ class EvidenceMatcher:
                                     "python -m dense_cf.mining.evidence.annotate)")
         self.path, self.source = evidence_path, source_name(biencoder_path)
         self.biencoder_path = biencoder_path
-        st = os.stat(evidence_path)
-        # The pipeline's cache key: appended annotations (a resumed run) invalidate the cache.
-        self.fingerprint = f"{os.path.abspath(evidence_path)}:{st.st_size}:{st.st_mtime_ns}"
+        # Part of the tokenised cache's key: appended annotations (a resumed run) invalidate
+        # the cache. "path:size:mtime" of files.file_key, as written before (caches stay valid).
+        self.fingerprint = ":".join(map(str, files.file_key(evidence_path)))
         records = read_evidence(evidence_path)
         other = {r.source for r in records.values() if r.source is not None and r.source != self.source}
         self.other = sum(1 for r in records.values() if r.source in other)

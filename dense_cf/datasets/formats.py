@@ -24,7 +24,6 @@ import ast
 import contextlib
 import csv
 import gzip
-import io
 import json
 import os
 import re
@@ -34,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, TextIO, Union
 
 from absl import logging
+
+from dense_cf import files
 
 __all__ = [
     "Passage", "BiencoderExample", "DataFormatError", "SkipReport",
@@ -171,34 +172,6 @@ def _open_text(path: PathLike, newline: str | None = None) -> TextIO:
     if _is_gz(path):
         return gzip.open(path, "rt", encoding="utf-8", newline=newline)
     return open(path, "r", encoding="utf-8", newline=newline)
-
-
-@contextlib.contextmanager
-def _open_write(path: PathLike, newline: str | None = None) -> Iterator[TextIO]:
-    """Text file for writing via temp file + rename; gzip (mtime 0, no name) for ``.gz``."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    raw = open(tmp, "wb")
-    text = None
-    try:
-        if _is_gz(path):
-            # mtime=0 and no stored name keep outputs byte-identical across runs.
-            gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
-            text = io.TextIOWrapper(gz, encoding="utf-8", newline=newline)
-        else:
-            text = io.TextIOWrapper(raw, encoding="utf-8", newline=newline)
-        yield text
-        text.close()  # closes the gzip stream (writing its trailer) / the raw file
-        raw.close()
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            if text is not None:
-                text.close()
-        raw.close()
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 def _handle_bad(error: DataFormatError, skip_bad: bool, report: SkipReport) -> None:
@@ -512,7 +485,7 @@ def write_biencoder(path: PathLike,
     """
     file = os.fspath(path)
     n = 0
-    with _open_write(path) as f:
+    with files.atomic_open_gz(path) as f:
         f.write("[")
         for n_, ex in enumerate(examples):
             d = _example_to_dict(ex)
@@ -574,7 +547,7 @@ def read_corpus_tsv(path: PathLike, *, skip_bad: bool = True,
 def write_corpus_tsv(path: PathLike, rows: Iterable[tuple[str, str, str]]) -> int:
     """Write (id, text, title) rows with DPR's ``id\\ttext\\ttitle`` header; returns the count."""
     n = 0
-    with _open_write(path, newline="") as f:
+    with files.atomic_open_gz(path, newline="") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
         writer.writerow(["id", "text", "title"])
         for pid, text, title in rows:
@@ -629,7 +602,7 @@ def read_qa_csv(path: PathLike, *, skip_bad: bool = True,
 def write_qa_csv(path: PathLike, rows: Iterable[tuple[str, Iterable[str]]]) -> int:
     """Write (question, answers) rows; answers as ``repr(list_of_str)`` like DPR's files."""
     n = 0
-    with _open_write(path, newline="") as f:
+    with files.atomic_open_gz(path, newline="") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
         for i, (question, answers) in enumerate(rows):
             if isinstance(answers, str):
@@ -701,7 +674,7 @@ def write_gold_info(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int
     """Write ``{"data": [...]}`` streaming, one record per line; returns the count."""
     file = os.fspath(path)
     n = 0
-    with _open_write(path) as f:
+    with files.atomic_open_gz(path) as f:
         f.write('{"data": [')
         for i, rec in enumerate(records):
             rec = dict(rec)

@@ -202,8 +202,9 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
             entry["score_diff"] = aar_math.score_diff_stats(s["pos"], s["cf"])
             diffs[strategy] = aar_math.score_diffs(s["pos"], s["cf"])
         gold_index = np.asarray(triplets.gold_index or range(len(triplets.questions)), np.int64)
-        np.savez(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), pos=s["pos"], cf=s["cf"],
-                 index=s["index"], gold_index=gold_index[s["index"]])
+        with report_lib.atomic_open(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), "wb") as f:
+            np.savez(f, pos=s["pos"], cf=s["cf"], index=s["index"],
+                     gold_index=gold_index[s["index"]])
         result["strategies"][strategy] = entry
         logging.info("AAR %s (%s): %s over %d of %d gold records; %s", cfg.method, strategy,
                      entry.get("aar"), entry["triplets"], triplets.gold_records,

@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import os
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 

@@ -39,11 +39,13 @@ import math
 import os
 import re
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 import faiss
 import numpy as np
 from absl import logging
+
+from dense_cf import files
 
 __all__ = [
     "GPU_KINDS",
@@ -288,6 +290,11 @@ def _reserve(index: faiss.Index, kind: str, n: int) -> None:
     index.id_map.resize(0)
 
 
+def _write_index(index: faiss.Index, f: IO[bytes]) -> None:
+    """``faiss.write_index`` into an open binary file (faiss streams it through ``f.write``)."""
+    faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
+
+
 def _train(index: faiss.Index, sample: np.ndarray, spec: IndexSpec, use_gpu: bool) -> None:
     clustering = None
     if use_gpu and spec.kind in _IVF_KINDS:
@@ -413,26 +420,23 @@ class DenseIndex:
 
     def save(self, directory: str) -> dict[str, Any]:
         """Writes ``shard-XXXXX.faiss`` per shard (CPU form) and ``index.json``; returns the
-        manifest. Files are written to a temp name and renamed, the manifest last."""
+        manifest. Every file is written atomically (:mod:`dense_cf.files`), the manifest last."""
         os.makedirs(directory, exist_ok=True)
-        files = []
+        shards = []
         for s, ix in enumerate(self._cpu_indexes()):
             name = f"shard-{s:05d}.faiss"
-            tmp = os.path.join(directory, name + ".tmp")
-            faiss.write_index(ix, tmp)
-            os.replace(tmp, os.path.join(directory, name))
-            files.append({"file": name, "ntotal": int(ix.ntotal)})
+            with files.atomic_open(os.path.join(directory, name), "wb") as f:
+                _write_index(ix, f)
+            shards.append({"file": name, "ntotal": int(ix.ntotal)})
         manifest = {"format": _FORMAT, "version": _FORMAT_VERSION, "kind": self.kind,
                     "dim": self.dim, "ntotal": self.ntotal, "spec": self.spec.to_dict(),
-                    "shards": files, "faiss_version": faiss.__version__}
-        tmp = os.path.join(directory, MANIFEST_NAME + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=2)
-        os.replace(tmp, os.path.join(directory, MANIFEST_NAME))
-        keep = {x["file"] for x in files}
-        for name in os.listdir(directory):  # shards of an earlier, larger save
-            if re.fullmatch(r"shard-\d+\.faiss", name) and name not in keep:
-                os.remove(os.path.join(directory, name))
+                    "shards": shards, "faiss_version": faiss.__version__}
+        files.write_json(os.path.join(directory, MANIFEST_NAME), manifest)
+        keep = {x["file"] for x in shards}
+        for name in os.listdir(directory):  # shards of an earlier, larger save; killed writers'
+            if (re.fullmatch(r"shard-\d+\.faiss", name) and name not in keep) or \
+                    files.is_tmp_name(name):
+                files.remove_if_exists(os.path.join(directory, name))
         return manifest
 
     @classmethod

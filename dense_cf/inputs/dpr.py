@@ -16,15 +16,15 @@ run (the skip happens on indices, before any tokens are gathered).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from dense_cf import files
 from dense_cf.inputs import cf_masks as cf_lib
 from dense_cf.datasets.evidence_file import EvidenceMatcher
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
@@ -59,11 +59,10 @@ class Preprocessed:
         for name in _ARRAYS:
             r = getattr(self, name)
             arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
-        # A per-process temp name: hosts sharing a file system may write the same cache at once.
-        tmp = f"{path}.{os.getpid()}.tmp.npz"
-        np.savez(tmp, pos_pid=self.pos_pid, evidence_sent=self.evidence_sent,
-                 stats=np.asarray(json.dumps(self.stats)), **arrays)
-        os.replace(tmp, path)
+        # A unique temp name per writer: hosts sharing a file system may write it at once.
+        with files.atomic_open(path, "wb") as f:
+            np.savez(f, pos_pid=self.pos_pid, evidence_sent=self.evidence_sent,
+                     stats=np.asarray(json.dumps(self.stats)), **arrays)
 
     @classmethod
     def load(cls, path: str) -> "Preprocessed":
@@ -151,13 +150,14 @@ def preprocess(examples: Iterable[BiencoderExample], tokenizer, *, max_q_len: in
 
 
 def _fingerprint(path: str, tokenizer, **kw) -> str:
-    st = os.stat(path)
-    h = hashlib.sha256()
-    h.update(json.dumps({"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
-                         "vocab": tokenizer.get_vocab_size(), "version": CACHE_VERSION, **kw},
-                        sort_keys=True).encode())
-    h.update(tokenizer.to_str().encode())
-    return h.hexdigest()[:16]
+    """The tokenised cache's key: the file as on disk (:func:`files.file_key`), the tokenizer
+    and the settings ``kw``. The exact JSON bytes are part of the key (existing caches stay
+    valid), hence the json.dumps here rather than :func:`files.sha256_hex`'s canonical form."""
+    abspath, size, mtime = files.file_key(path)
+    settings = {"path": abspath, "size": size, "mtime": mtime, "vocab": tokenizer.get_vocab_size(),
+                "version": CACHE_VERSION, **kw}
+    return files.content_sha256([json.dumps(settings, sort_keys=True).encode(),
+                                 tokenizer.to_str().encode()])[:16]
 
 
 def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_len: int,

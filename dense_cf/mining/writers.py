@@ -15,13 +15,12 @@ with different settings refuses to mix them.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import json
 import os
 import shutil
 from typing import Any, Iterable, Iterator, Mapping
 
+from dense_cf import files
 
 __all__ = ["ShardedParts", "SettingsMismatchError"]
 
@@ -31,10 +30,8 @@ class SettingsMismatchError(ValueError):
 
 
 def _atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with files.atomic_open(path) as f:
         f.write(text)
-    os.replace(tmp, path)
 
 
 class ShardedParts:
@@ -104,29 +101,16 @@ class ShardedParts:
         for shard in range(num_shards):
             if not self.is_done(shard):
                 raise FileNotFoundError(f"{self._path(shard, 'jsonl')}: shard {shard} not done")
-        tmp = f"{output}.tmp-{os.getpid()}"
         n = 0
-        try:
-            with open(tmp, "wb") as raw:
-                gz = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                                    compresslevel=compresslevel)
-                      if output.endswith(".gz") else None)
-                out = gz if gz is not None else raw
-                out.write(b"[")
-                for shard in range(num_shards):
-                    with open(self._path(shard, "jsonl"), "rb") as f:
-                        for line in f:
-                            out.write(b",\n" if n else b"\n")
-                            out.write(line.rstrip(b"\n"))
-                            n += 1
-                out.write(b"\n]\n")
-                if gz is not None:
-                    gz.close()
-            os.replace(tmp, output)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
+        with files.atomic_open_gz(output, "wb", compresslevel=compresslevel) as out:
+            out.write(b"[")
+            for shard in range(num_shards):
+                with open(self._path(shard, "jsonl"), "rb") as f:
+                    for line in f:
+                        out.write(b",\n" if n else b"\n")
+                        out.write(line.rstrip(b"\n"))
+                        n += 1
+            out.write(b"\n]\n")
         return n
 
     def remove(self) -> None:

@@ -14,6 +14,8 @@ from typing import Sequence
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
+from dense_cf.files import atomic_open, write_json
+
 SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"}
 
 # DCSR's sentence marker (SPEC §4): a new special token appended to the vocabulary.
@@ -114,8 +116,7 @@ def tokenizer_for_run(extra: Sequence[str], tok_dir: str, workdir: str | None = 
                              f"{dict(zip(extra, ids))} (vocab {tok.get_vocab_size()}) of {tok_dir}")
         return saved
     if save:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tok.save(path)
-        with open(os.path.join(os.path.dirname(path), "added_tokens.json"), "w") as f:
-            json.dump(dict(zip(extra, ids)), f, indent=2)
+        write_json(os.path.join(os.path.dirname(path), "added_tokens.json"), dict(zip(extra, ids)))
+        with atomic_open(path) as f:  # last: its presence marks a saved tokenizer
+            f.write(tok.to_str(pretty=True))  # = tok.save(path)
     return tok

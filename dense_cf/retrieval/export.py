@@ -57,6 +57,7 @@ from absl import logging
 from flax import linen as nn
 from jax.experimental import multihost_utils
 
+from dense_cf import files
 from dense_cf.inputs.tokens import (tokenize_marked_passages, tokenize_passages,  # noqa: F401
                                     tokenize_questions)
 from dense_cf.parallel import mesh as mesh_lib
@@ -176,11 +177,16 @@ def _rows_bytes(chunk: Sequence[tuple[str, str, str]]) -> bytes:
 def rows_fingerprint(rows: Iterable[tuple[str, str, str]], *, source: str | None = None) -> dict:
     """The content fingerprint an export manifest stores as ``corpus``: sha256 over the rows
     (id, text, title) in order, their count and ``source`` (a name; not part of the identity)."""
-    h, n = hashlib.sha256(), 0
-    for chunk in _chunks(rows, 10_000):
-        h.update(_rows_bytes(chunk))
-        n += len(chunk)
-    return {"sha256": h.hexdigest(), "passages": n, "format": FINGERPRINT_FORMAT, "source": source}
+    n = 0
+
+    def blobs() -> Iterator[bytes]:
+        nonlocal n
+        for chunk in _chunks(rows, 10_000):
+            n += len(chunk)
+            yield _rows_bytes(chunk)
+
+    sha = files.content_sha256(blobs())
+    return {"sha256": sha, "passages": n, "format": FINGERPRINT_FORMAT, "source": source}
 
 
 def describe_corpus(fingerprint: dict) -> str:
@@ -190,11 +196,8 @@ def describe_corpus(fingerprint: dict) -> str:
 
 
 def _read_json(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            out = json.load(f)
-    except (OSError, ValueError):
-        return None
+    """:func:`files.read_json`, but only a JSON object counts (anything else is foreign)."""
+    out = files.read_json(path)
     return out if isinstance(out, dict) else None
 
 
@@ -224,7 +227,7 @@ class _ShardedExport:
                             out_dir, kept, shard_size)
             shard_size = int(kept)
         self.shard_size = shard_size
-        self.hash = hashlib.sha256()
+        self.hash = hashlib.sha256()  # = rows_fingerprint's, fed shard by shard
         self.passages = 0
         self._incomplete = False
         self._warned_settings = False
@@ -249,7 +252,7 @@ class _ShardedExport:
         """
         data = _rows_bytes(chunk)
         self.hash.update(data)
-        record = {"rows_sha256": hashlib.sha256(data).hexdigest(), "passages": len(chunk),
+        record = {"rows_sha256": files.content_sha256([data]), "passages": len(chunk),
                   "first_passage": self.passages, "shard_size": self.shard_size,
                   "settings": self.settings}
         self.passages += len(chunk)
@@ -300,15 +303,16 @@ class _ShardedExport:
         if not self.writer:
             return
         if not self._incomplete:  # from now on the directory is no complete export
-            _remove(self.path(_MANIFEST))
+            files.remove_if_exists(self.path(_MANIFEST))
             self._incomplete = True
-        _remove(self.path(names["embeddings"]))  # a crash below must not leave it "done"
+        files.remove_if_exists(self.path(names["embeddings"]))  # a crash below: not "done"
         for key, arr in arrays.items():
-            _atomic_save(self.path(names[key]), arr)
+            files.atomic_save_npy(self.path(names[key]), arr)
         for key, text in texts.items():
-            _atomic_text(self.path(names[key]), text)
-        _atomic_text(self.path(names["record"]), json.dumps(dict(record, rows=int(len(emb)))))
-        _atomic_save(self.path(names["embeddings"]), emb)
+            with files.atomic_open(self.path(names[key])) as f:
+                f.write(text)
+        files.write_json(self.path(names["record"]), dict(record, rows=int(len(emb))), indent=None)
+        files.atomic_save_npy(self.path(names["embeddings"]), emb)
 
     def finish(self, shards: list[dict], fields: dict) -> dict:
         """Writes the manifest (host 0) after removing shards beyond the last one."""
@@ -323,12 +327,13 @@ class _ShardedExport:
         manifest = {"corpus": corpus, "settings": self.settings, "shard_size": self.shard_size,
                     "shards": shards, **fields}
         if self.writer:
-            # Index builders list every embeddings-K.npy: leftovers of a longer export must go.
+            # Index builders list every embeddings-K.npy: leftovers of a longer export must go,
+            # and so must temp files of a killed writer (this host is the directory's only one).
             for name in os.listdir(self.out_dir):
                 m = _SHARD_FILE_RE.fullmatch(name)
-                if m and int(m.group(1)) >= len(shards):
-                    _remove(self.path(name))
-            _atomic_text(self.path(_MANIFEST), json.dumps(manifest, indent=2))
+                if (m and int(m.group(1)) >= len(shards)) or files.is_tmp_name(name):
+                    files.remove_if_exists(self.path(name))
+            files.write_json(self.path(_MANIFEST), manifest)
         return manifest
 
 
@@ -483,23 +488,3 @@ def load_embeddings(out_dir: str) -> np.ndarray:
         manifest = json.load(f)
     return np.concatenate([np.load(os.path.join(out_dir, s["embeddings"])).astype(np.float32)
                            for s in manifest["shards"]])
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def _atomic_save(path: str, arr: np.ndarray) -> None:
-    tmp = path + ".tmp.npy"
-    np.save(tmp, arr)
-    os.replace(tmp, path)
-
-
-def _atomic_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -21,7 +21,7 @@ from flax import linen as nn
 
 from dense_cf import methods
 from dense_cf.datasets.dpr import resolve_data_file
-from dense_cf.files import write_json
+from dense_cf.files import atomic_open, write_json
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
@@ -94,7 +94,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     quiet_library_logs()
     method = methods.get(config.method)
     if is_host0():
-        with open(rd.config, "w") as f:
+        with atomic_open(rd.config) as f:
             f.write(config.to_json_best_effort(indent=2))
     mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.model)
     model, hf_params, tok_dir = build_model(config)
