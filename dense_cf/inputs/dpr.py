@@ -33,7 +33,8 @@ from dense_cf.inputs.tokens import (Ragged, encode_texts, passage_rows, question
                                     token_answer_flags)
 from dense_cf.text.sentences import large_re_cache
 
-CACHE_VERSION = 1
+# 2: passages with an empty title are "[CLS] text" (docs/method.md §8); older caches are rebuilt.
+CACHE_VERSION = 2
 _ARRAYS = ("q", "body", "sent", "pos_ans", "hard")
 
 
