@@ -2,19 +2,23 @@
 
 ``python -m dense_cf.demo --workdir=runs/demo`` (``make demo``). Re-running resumes finished or
 interrupted runs from their checkpoints. The report compares retrieval (top-k, MRR),
-answer-awareness (AAR, AA score) and robustness to near-duplicate distractors.
+answer-awareness (AAR, AA score) and robustness to near-duplicate distractors, each figure with
+its 95 % interval, and pairs the first method with each other one on the same test items
+(``dense_cf.eval.compare``), saying whether each difference is significant at 0.05.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 from absl import app, flags, logging
 
 from dense_cf.configs.presets import demo_config
 from dense_cf.eval import aar_math
+from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
@@ -28,8 +32,19 @@ def load_demo_config(method: str):
     return demo_config(method)
 
 
+def _with_ci(value: float, ci: Any, scale: float = 1.0, digits: int = 2) -> str | float:
+    """``value [lo, hi]`` (95 % interval) as a cell; the bare value when no interval was saved."""
+    if not ci:
+        return value
+    lo, hi = (scale * x for x in ci)
+    return f"{value:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
 def report_rows(results: dict[str, dict]) -> list[dict]:
-    """One row per method: training losses, dev ranking, retrieval top-k/MRR, AAR / AA score."""
+    """One row per method: training losses, dev ranking, retrieval top-k/MRR, AAR / AA score.
+
+    Evaluation figures carry their 95 % intervals (``[95% CI]`` columns: Wilson for top-k, AAR
+    and AA score; percentile bootstrap for MRR and the mean score gap)."""
     rows = []
     for method, s in results.items():
         t, d = s["train"], s["dev"]
@@ -38,18 +53,46 @@ def report_rows(results: dict[str, dict]) -> list[dict]:
                "dev loss": d.get("loss"), "dev rank_acc": d.get("rank_acc")}
         ev = s.get("eval", {})
         ret = ev.get("retrieval", {})
+        top_ci = {int(k): v for k, v in ret.get("top_k_ci", {}).items()}
         for k, v in ret.get("top_k", {}).items():
-            row[f"top-{k}"] = v
+            row[f"top-{k} [95% CI]"] = _with_ci(v, top_ci.get(int(k)))
         if ret:
-            row["MRR"] = 100 * ret["mrr"]
+            row["MRR [95% CI]"] = _with_ci(100 * ret["mrr"], ret.get("mrr_ci"), 100.0)
         strategies = ev.get("aar", {}).get("strategies", {})
         if "sentence" in strategies:
-            row["AAR"] = 100 * strategies["sentence"].get("aar", float("nan"))
-            row["mean sim(q,p+)-sim(q,p*)"] = strategies["sentence"]["score_diff"]["all"]["mean"]
+            e = strategies["sentence"]
+            row["AAR [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")), e.get("aar_ci"),
+                                           100.0)
+            row["mean sim(q,p+)-sim(q,p*) [95% CI]"] = _with_ci(
+                e["score_diff"]["all"]["mean"], e.get("score_diff_ci"), digits=4)
         if "answer" in strategies:
-            row["AA score"] = 100 * strategies["answer"].get("aar", float("nan"))
+            e = strategies["answer"]
+            row["AA score [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")),
+                                                e.get("aar_ci"), 100.0)
         rows.append(row)
     return rows
+
+
+def paired_sections(workdir: str, results: dict[str, dict], seed: int = 0) -> str:
+    """Markdown: the first method (the baseline, DPR in the demo) against each other method on
+    the same test items (``dense_cf.eval.compare``: McNemar on top-k hits and AAR / AA outcomes,
+    paired bootstrap on MRR and the mean score gap), each row saying whether the difference is
+    significant at 0.05."""
+    methods = list(results)
+    parts = []
+    for other in methods[1:]:
+        base = methods[0]
+        try:
+            res = compare_lib.compare(os.path.join(workdir, base), os.path.join(workdir, other),
+                                      step_a=results[base].get("step"),
+                                      step_b=results[other].get("step"), seed=seed,
+                                      names=(base, other), verbose=False)
+        except (ValueError, FileNotFoundError) as e:
+            parts.append(f"## Paired comparison: {base} vs {other}\n\nnot compared: {e}")
+            continue
+        parts.append(f"## Paired comparison: {base} (A) vs {other} (B) on the same test items\n\n"
+                     + compare_lib.markdown(res, title=False))
+    return "\n\n".join(parts)
 
 
 def main(argv) -> None:
@@ -82,6 +125,9 @@ def main(argv) -> None:
         aar_math.histogram_plot(diffs, os.path.join(workdir, "aar_hist.png"),
                                 title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
         table += "\n\nAAR triplets: " + ", ".join(f"{m}: {len(d)}" for m, d in diffs.items())
+    paired = paired_sections(workdir, results)
+    if paired:
+        table += "\n\n" + paired
     robust = {m: r["eval"]["robustness"] for m, r in results.items()
               if "robustness" in r.get("eval", {})}
     if robust:
