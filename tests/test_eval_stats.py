@@ -304,3 +304,21 @@ def test_demo_report_rows_and_paired_sections(two_runs, tmp_path):
     assert "- AAR: picl is higher than dpr by 50 points; the difference is significant" in md
     missing = demo.paired_sections(workdir, {"dpr": {"step": 3}, "eadpr": {"step": 3}})
     assert "not compared" in missing
+
+
+# ---- several seeds ----
+
+def test_seed_spread_and_table():
+    sp = stats.seed_spread([40.0, 50.0, 60.0])
+    assert sp == {"n": 3, "mean": 50.0, "std": 10.0, "min": 40.0, "max": 60.0}
+    assert stats.seed_spread([7.0])["std"] == 0.0
+    rows = [{"method": "dpr", "seed": 0, "top-1": 40.0, "MRR": 1.0},
+            {"method": "picl", "seed": 0, "top-1": 45.0, "MRR": 2.0},
+            {"method": "dpr", "seed": 1, "top-1": 50.0, "MRR": 3.0},
+            {"method": "picl", "seed": 1, "top-1": 45.0, "MRR": 2.0}]
+    table = stats.seed_table(rows, ("method",), ("top-1", "MRR"))
+    assert table == [
+        {"method": "dpr", "seeds": 2, "top-1": "45.00 ± 7.07 [40.00, 50.00]",
+         "MRR": "2.00 ± 1.41 [1.00, 3.00]"},
+        {"method": "picl", "seeds": 2, "top-1": "45.00 ± 0.00 [45.00, 45.00]",
+         "MRR": "2.00 ± 0.00 [2.00, 2.00]"}]

@@ -29,6 +29,8 @@ __all__ = [
     "mcnemar_exact",
     "paired_bootstrap_ci",
     "rank_intervals",
+    "seed_spread",
+    "seed_table",
     "significance_sentence",
     "wilson_interval",
 ]
@@ -172,6 +174,35 @@ def rank_intervals(first_hit_rank: Sequence[int | None], ks: Sequence[int], *, s
     rr = [0.0 if r is None else 1.0 / r for r in first_hit_rank]
     boot = bootstrap_mean_ci(rr, seed=seed, n_resamples=n_resamples, conf=conf)
     return {"top_k_ci": top, "mrr_ci": [boot["lo"], boot["hi"]]}
+
+
+def seed_spread(values: Any) -> dict[str, float]:
+    """Mean and spread of one figure over training seeds: ``{"n", "mean", "std", "min",
+    "max"}`` (``std`` the sample standard deviation, ddof=1; 0 for a single seed)."""
+    x = _as_values(values, "values")
+    return {"n": int(x.size), "mean": float(x.mean()),
+            "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+            "min": float(x.min()), "max": float(x.max())}
+
+
+def seed_table(rows: Sequence[dict[str, Any]], by: Sequence[str], metrics: Sequence[str],
+               digits: int = 2) -> list[dict[str, Any]]:
+    """One row per group of ``rows`` (grouped by the ``by`` keys, in first-seen order): the
+    number of seeds and, per metric, ``mean ± std [min, max]`` over the group's rows (one row
+    per seed; :func:`seed_spread`)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in by), []).append(r)
+    out = []
+    for key, members in groups.items():
+        row: dict[str, Any] = dict(zip(by, key))
+        row["seeds"] = len(members)
+        for m in metrics:
+            sp = seed_spread([r[m] for r in members])
+            row[m] = (f"{sp['mean']:.{digits}f} ± {sp['std']:.{digits}f} "
+                      f"[{sp['min']:.{digits}f}, {sp['max']:.{digits}f}]")
+        out.append(row)
+    return out
 
 
 def significance_sentence(metric: str, name_a: str, name_b: str, diff: float, p_value: float,
