@@ -93,7 +93,7 @@ def test_demo_report_on_trained_runs(two_runs):
         for col in ("MRR [95% CI]", "AAR [95% CI]", "AA score [95% CI]",
                     "mean sim(q,p+)-sim(q,p*) [95% CI]"):
             assert isinstance(row[col], str) and "[" in row[col]
-    md = demo.paired_sections(os.path.dirname(two_runs["dpr"][0]), results)
+    md = demo.paired_sections({m: d for m, (d, _) in two_runs.items()}, results)
     assert md.startswith("## Paired comparison: dpr (A) vs picl (B) on the same test items")
     for metric in ("top-1", "top-20", "MRR (×100)", "AAR", "AA score"):
         assert f"| {metric} |" in md and f"- {metric}: " in md

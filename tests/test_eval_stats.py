@@ -156,6 +156,8 @@ def test_compare_outcomes_mean_row():
     assert row["stats"]["diff"] == pytest.approx(0.1)
     assert row["B − A"] == "+10.00 [10.00, 10.00]"
     assert row["significant at 0.05"] == "yes" and row["test"] == "paired bootstrap"
+    tiny = stats.compare_outcomes("gap", a, a + 2e-6, kind="mean", digits=4, n_resamples=100)
+    assert tiny["B − A"] == "+2e-06 [2e-06, 2e-06]"
     # Auto kind: floats are means, booleans rates.
     assert stats.compare_outcomes("x", a, a, n_resamples=100)["stats"]["kind"] == "mean"
     assert stats.compare_outcomes("x", a, a, n_resamples=100)["significant at 0.05"] == "no"
@@ -297,13 +299,25 @@ def test_demo_report_rows_and_paired_sections(two_runs, tmp_path):
     assert rows[1]["top-1 [95% CI]"] == 40.0  # no saved interval: the bare figure
     # The paired section reads the two runs' eval directories (workdir/<method>/eval/step_N).
     workdir = os.path.dirname(two_runs[0])
-    md = demo.paired_sections(workdir, {"dpr": {"step": 3}, "picl": {"step": 3}})
+    dirs = {m: os.path.join(workdir, m) for m in ("dpr", "picl", "eadpr")}
+    md = demo.paired_sections(dirs, {"dpr": {"step": 3}, "picl": {"step": 3}})
     assert md.startswith("## Paired comparison: dpr (A) vs picl (B) on the same test items")
     assert "| metric | n | dpr | picl | B − A | test | p | significant at 0.05 |" in md
     assert "- top-1: picl is higher than dpr by 25 points; the difference is significant" in md
     assert "- AAR: picl is higher than dpr by 50 points; the difference is significant" in md
-    missing = demo.paired_sections(workdir, {"dpr": {"step": 3}, "eadpr": {"step": 3}})
+    missing = demo.paired_sections(dirs, {"dpr": {"step": 3}, "eadpr": {"step": 3}})
     assert "not compared" in missing
+    # Several seeds: named runs, explicit pairs (the baseline against the other method per seed).
+    named = {"dpr (seed 0)": dirs["dpr"], "picl (seed 0)": dirs["picl"]}
+    md = demo.paired_sections(named, {n: {"step": 3} for n in named},
+                              pairs=[("dpr (seed 0)", "picl (seed 0)")])
+    assert "## Paired comparison: dpr (seed 0) (A) vs picl (seed 0) (B)" in md
+    numeric = demo.seed_rows({"dpr (seed 0)": _summary(3), "dpr (seed 1)": _summary(3)},
+                             {"dpr (seed 0)": ("dpr", 0), "dpr (seed 1)": ("dpr", 1)})
+    assert numeric[1] == {"method": "dpr", "seed": 1, "top-1": 40.0, "top-5": 70.0,
+                          "MRR": 50.0, "AAR": 75.0, "AA score": 50.0}
+    assert stats.seed_table(numeric, ("method",), ("top-1", "AAR"))[0]["AAR"] == \
+        "75.00 ± 0.00 [75.00, 75.00]"
 
 
 # ---- several seeds ----

@@ -265,7 +265,11 @@ def compare_outcomes(metric: str, a: Any, b: Any, *, kind: str | None = None,
         p, diff = pb["p_value"], pb["diff"]
         test_cell = "paired bootstrap"
         raw = {"kind": kind, "a": ra, "b": rb, "a_ci": ca, "b_ci": cb, "n": n, **pb}
-        diff_cell = _fmt_ci(scale * diff, scale * pb["lo"], scale * pb["hi"], digits, "+")
+        d, lo, hi = scale * diff, scale * pb["lo"], scale * pb["hi"]
+        if d != 0 and abs(d) < 10 ** -digits:  # too small for ``digits``: 3 significant digits
+            diff_cell = f"{d:+.3g} [{lo:.3g}, {hi:.3g}]"
+        else:
+            diff_cell = _fmt_ci(d, lo, hi, digits, "+")
     else:
         raise ValueError(f"kind must be 'binary' or 'mean', got {kind!r}")
     significant = p < alpha
