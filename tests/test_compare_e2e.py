@@ -62,7 +62,8 @@ def test_compare_two_trained_runs(two_runs):
     rows = {r["metric"]: r for r in res["rows"]}
     n_q = sa["eval"]["retrieval"]["n_questions"]
     assert list(rows)[:4] == ["top-1", "top-5", "top-20", "MRR (×100)"]
-    assert {"AAR", "AA score", "K=2 distractors: top-5", "K=2 distractors: MRR (×100)"} <= set(rows)
+    assert {"AAR", "AA score", "K=2 distractors: top-5",
+            "K=2 distractors: MRR (×100)"} <= set(rows)
     for k in (1, 5, 20):  # each run's figure over the paired questions is its reported top-k
         r = rows[f"top-{k}"]
         assert r["n"] == n_q and r["test"].startswith("McNemar exact")

@@ -17,9 +17,9 @@ passages by HasAns over retrieved sentences) and prints one table, then per sett
 comparison of ``dense_cf.eval.compare`` (95 % intervals, McNemar on top-k hits, paired
 bootstrap on MRR, significance at 0.05 in words). ``--seeds`` trains every run once per seed
 (``config.seed``: initialisation of new weights, dropout, data order; runs of seed N > 0 go to
-``<setting>_<method>_seedN``) and adds the mean ± std [min, max] over seeds. The ``many_q`` setting needs
-``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it only ``default``
-runs (said in the output). Runs are kept in ``--out`` (resumable, reused when re-run).
+``<setting>_<method>_seedN``) and adds the mean ± std [min, max] over seeds. The ``many_q``
+setting needs ``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it
+only ``default`` runs (said in the output). Runs are kept in ``--out`` (resumable, reused when re-run).
 """
 
 from __future__ import annotations
