@@ -19,7 +19,8 @@ bootstrap on MRR, significance at 0.05 in words). ``--seeds`` trains every run o
 (``config.seed``: initialisation of new weights, dropout, data order; runs of seed N > 0 go to
 ``<setting>_<method>_seedN``) and adds the mean ± std [min, max] over seeds. The ``many_q``
 setting needs ``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it
-only ``default`` runs (said in the output). Runs are kept in ``--out`` (resumable, reused when re-run).
+only ``default`` runs (said in the output). Runs are kept in ``--out`` (resumable, reused when
+re-run).
 """
 
 from __future__ import annotations
