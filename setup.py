@@ -12,6 +12,7 @@ INSTALL_REQUIRES = [
     "ml-collections>=1.0,<2",
     "absl-py>=2.1,<3",
     "numpy>=2.0,<3",
+    "scipy>=1.11,<2",
     "tensorflow-cpu>=2.21,<2.22",
     "tensorflow-datasets>=4.9.9,<5",
     "faiss-cpu>=1.15,<1.16",

@@ -2,34 +2,54 @@
 
 ``python -m dense_cf.demo --workdir=runs/demo`` (``make demo``). Re-running resumes finished or
 interrupted runs from their checkpoints. The report compares retrieval (top-k, MRR),
-answer-awareness (AAR, AA score) and robustness to near-duplicate distractors.
+answer-awareness (AAR, AA score) and robustness to near-duplicate distractors, each figure with
+its 95 % interval, and pairs the first method with each other one on the same test items
+(``dense_cf.eval.compare``), saying whether each difference is significant at 0.05.
+``--seeds 0,1,2`` trains every method once per seed (seed N > 0 in ``<method>_seedN``) and adds
+the mean ± std [min, max] over seeds; the paired tables are then per seed.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 from absl import app, flags, logging
 
 from dense_cf.configs.presets import demo_config
 from dense_cf.eval import aar_math
+from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list("methods", ["dpr", "picl"], "Demo configs to train (configs/demo.py).")
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): each method is trained "
+                           "once per seed; with several, the mean and spread over seeds too.")
 
 
 def load_demo_config(method: str):
     return demo_config(method)
 
 
+def _with_ci(value: float, ci: Any, scale: float = 1.0, digits: int = 2) -> str | float:
+    """``value [lo, hi]`` (95 % interval) as a cell; the bare value when no interval was saved."""
+    if not ci:
+        return value
+    lo, hi = (scale * x for x in ci)
+    return f"{value:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
 def report_rows(results: dict[str, dict]) -> list[dict]:
-    """One row per method: training losses, dev ranking, retrieval top-k/MRR, AAR / AA score."""
+    """One row per method: training losses, dev ranking, retrieval top-k/MRR, AAR / AA score.
+
+    Evaluation figures carry their 95 % intervals (``[95% CI]`` columns: Wilson for top-k, AAR
+    and AA score; percentile bootstrap for MRR and the mean score gap)."""
     rows = []
     for method, s in results.items():
         t, d = s["train"], s["dev"]
@@ -38,18 +58,67 @@ def report_rows(results: dict[str, dict]) -> list[dict]:
                "dev loss": d.get("loss"), "dev rank_acc": d.get("rank_acc")}
         ev = s.get("eval", {})
         ret = ev.get("retrieval", {})
+        top_ci = {int(k): v for k, v in ret.get("top_k_ci", {}).items()}
         for k, v in ret.get("top_k", {}).items():
-            row[f"top-{k}"] = v
+            row[f"top-{k} [95% CI]"] = _with_ci(v, top_ci.get(int(k)))
+        if ret:
+            row["MRR [95% CI]"] = _with_ci(100 * ret["mrr"], ret.get("mrr_ci"), 100.0)
+        strategies = ev.get("aar", {}).get("strategies", {})
+        if "sentence" in strategies:
+            e = strategies["sentence"]
+            row["AAR [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")), e.get("aar_ci"),
+                                           100.0)
+            row["mean sim(q,p+)-sim(q,p*) [95% CI]"] = _with_ci(
+                e["score_diff"]["all"]["mean"], e.get("score_diff_ci"), digits=4)
+        if "answer" in strategies:
+            e = strategies["answer"]
+            row["AA score [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")),
+                                                e.get("aar_ci"), 100.0)
+        rows.append(row)
+    return rows
+
+
+def seed_rows(results: dict[str, dict], method_seed: dict[str, tuple[str, int]]) -> list[dict]:
+    """Numeric figures per run for the spread over seeds: method, seed, top-k (%), MRR (×100),
+    AAR and AA score (%)."""
+    rows = []
+    for name, s in results.items():
+        method, seed = method_seed[name]
+        ev = s.get("eval", {})
+        ret = ev.get("retrieval", {})
+        row = {"method": method, "seed": seed,
+               **{f"top-{k}": v for k, v in ret.get("top_k", {}).items()}}
         if ret:
             row["MRR"] = 100 * ret["mrr"]
         strategies = ev.get("aar", {}).get("strategies", {})
-        if "sentence" in strategies:
-            row["AAR"] = 100 * strategies["sentence"].get("aar", float("nan"))
-            row["mean sim(q,p+)-sim(q,p*)"] = strategies["sentence"]["score_diff"]["all"]["mean"]
-        if "answer" in strategies:
-            row["AA score"] = 100 * strategies["answer"].get("aar", float("nan"))
+        for strategy, label in (("sentence", "AAR"), ("answer", "AA score")):
+            if "aar" in strategies.get(strategy, {}):
+                row[label] = 100 * strategies[strategy]["aar"]
         rows.append(row)
     return rows
+
+
+def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
+                    pairs: list[tuple[str, str]] | None = None, seed: int = 0) -> str:
+    """Markdown: each ``(A, B)`` of ``pairs`` (default: the first run, the baseline, DPR in the
+    demo, against each other run) on the same test items (``dense_cf.eval.compare``: McNemar on
+    top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean score gap), each row
+    saying whether the difference is significant at 0.05. ``run_dirs``: name → run directory;
+    ``results``: name → training summary (its ``step`` picks the evaluation)."""
+    names = list(results)
+    parts = []
+    for base, other in (pairs if pairs is not None else [(names[0], n) for n in names[1:]]):
+        try:
+            res = compare_lib.compare(run_dirs[base], run_dirs[other],
+                                      step_a=results[base].get("step"),
+                                      step_b=results[other].get("step"), seed=seed,
+                                      names=(base, other), verbose=False)
+        except (ValueError, FileNotFoundError) as e:
+            parts.append(f"## Paired comparison: {base} vs {other}\n\nnot compared: {e}")
+            continue
+        parts.append(f"## Paired comparison: {base} (A) vs {other} (B) on the same test items\n\n"
+                     + compare_lib.markdown(res, title=False))
+    return "\n\n".join(parts)
 
 
 def main(argv) -> None:
@@ -58,30 +127,50 @@ def main(argv) -> None:
     tf.config.set_visible_devices([], "GPU")
 
     workdir = os.path.abspath(_WORKDIR.value)
-    results = {}
-    for method in _METHODS.value:
-        cfg = load_demo_config(method)
-        cfg.data.data_dir = os.path.join(workdir, "synthetic")
-        if _STEPS.value:
-            cfg.train.num_steps = _STEPS.value
-        logging.info("=== demo: training %s ===", method)
-        summary = train(cfg, os.path.join(workdir, method))
-        summary.pop("run")
-        results[method] = summary
+    seeds = [int(x) for x in _SEEDS.value]
+    results, run_dirs, method_seed = {}, {}, {}
+    for seed in seeds:
+        for method in _METHODS.value:
+            cfg = load_demo_config(method)
+            cfg.data.data_dir = os.path.join(workdir, "synthetic")
+            cfg.seed = seed
+            if _STEPS.value:
+                cfg.train.num_steps = _STEPS.value
+            # One seed: the run is named by its method; seed N > 0 trains in <method>_seedN.
+            name = method if len(seeds) == 1 else f"{method} (seed {seed})"
+            run_dirs[name] = os.path.join(workdir, method + (f"_seed{seed}" if seed else ""))
+            method_seed[name] = (method, seed)
+            logging.info("=== demo: training %s ===", name)
+            summary = train(cfg, run_dirs[name])
+            summary.pop("run")
+            results[name] = summary
     rows = report_rows(results)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     table = report_lib.markdown_table(rows, columns)
+    if len(seeds) > 1:
+        numeric = seed_rows(results, method_seed)
+        spread = stats.seed_table(numeric, ("method",),
+                                  [c for c in dict.fromkeys(k for r in numeric for k in r)
+                                   if c not in ("method", "seed")])
+        table += (f"\n\n## Mean ± std [min, max] over seeds {seeds}\n\n"
+                  + report_lib.markdown_table(spread, list(spread[0])))
     diffs = {}
-    for method in results:
-        path = os.path.join(workdir, method, "eval", f"step_{results[method]['step']}",
+    for name in results:
+        path = os.path.join(run_dirs[name], "eval", f"step_{results[name]['step']}",
                             "aar_scores_sentence.npz")
         if os.path.exists(path):
             with np.load(path) as z:
-                diffs[method] = aar_math.score_diffs(z["pos"], z["cf"])
+                diffs[name] = aar_math.score_diffs(z["pos"], z["cf"])
     if diffs:
         aar_math.histogram_plot(diffs, os.path.join(workdir, "aar_hist.png"),
                                 title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
         table += "\n\nAAR triplets: " + ", ".join(f"{m}: {len(d)}" for m, d in diffs.items())
+    methods = list(_METHODS.value)
+    pairs = ([(f"{methods[0]} (seed {s})", f"{o} (seed {s})") for s in seeds for o in methods[1:]]
+             if len(seeds) > 1 else None)  # per seed: the baseline against each other method
+    paired = paired_sections(run_dirs, results, pairs)
+    if paired:
+        table += "\n\n" + paired
     robust = {m: r["eval"]["robustness"] for m, r in results.items()
               if "robustness" in r.get("eval", {})}
     if robust:

@@ -117,6 +117,18 @@ def test_marginalize_end_to_end(two_runs, tmp_path):
     assert np.allclose(saved["matrix"]["5"], rep["matrix"][5])
     md = open(os.path.join(out, "report.md")).read()
     assert "marginalised contributions" in md and names[1] in md
+    # Statistics (issue 16): every cell's Wilson interval, per-question outcomes of every pair,
+    # and each cross pair tested against its question encoder's tandem.
+    assert set(saved["first_hit_rank"]) == {"0,0", "0,1", "1,0", "1,1"}
+    assert all(len(v) == rep["n_questions"] for v in saved["first_hit_rank"].values())
+    for k in (1, 5, 20):
+        for i in range(2):
+            for j in range(2):
+                lo, hi = rep["matrix_ci"][k][i][j]
+                assert lo <= rep["matrix"][k][i, j] <= hi
+    assert "Cross pairs vs. the question encoder's tandem" in md
+    assert f"| top-5: Q {names[0]} × P {names[1]} |" in md and "McNemar exact" in md
+    assert md.count("significant at 0.05") >= 6
     assert os.path.getsize(os.path.join(out, "heatmap.png")) > 1000
     text = mg.summary_text(rep)
     assert "top-20 (%)" in text and "P-marg" in text

@@ -1,6 +1,7 @@
 """DPR vs DCSR on the synthetic benchmark, one question per passage vs many (SPEC §4).
 
-``python -m dense_cf.bench.dcsr [--steps 40] [--num_passages 800] [--qpp 3] [--out DIR]``
+``python -m dense_cf.bench.dcsr [--steps 40] [--num_passages 800] [--qpp 3] [--out DIR]
+[--seeds 0,1,2]``
 
 Trains DPR (in-batch + 1 BM25 passage) and DCSR (answer sentence, 1 in-passage + 1 BM25
 sentence, in-batch sentences) from MiniLM with the same budget (steps, global batch, learning
@@ -12,9 +13,14 @@ rate, max lengths; both encode 2 passages per question), on
   positive passage (SQuAD-like; DCSR Table 1's "contrastive conflicts"),
 
 then evaluates both through ``dense_cf.eval.retrieval`` (the same top-k/MRR report; DCSR ranks
-passages by HasAns over retrieved sentences) and prints one table. The ``many_q`` setting needs
-``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it only ``default``
-runs (said in the output). Runs are kept in ``--out`` (resumable, reused when re-run).
+passages by HasAns over retrieved sentences) and prints one table, then per setting the paired
+comparison of ``dense_cf.eval.compare`` (95 % intervals, McNemar on top-k hits, paired
+bootstrap on MRR, significance at 0.05 in words). ``--seeds`` trains every run once per seed
+(``config.seed``: initialisation of new weights, dropout, data order; runs of seed N > 0 go to
+``<setting>_<method>_seedN``) and adds the mean ± std [min, max] over seeds. The ``many_q``
+setting needs ``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it
+only ``default`` runs (said in the output). Runs are kept in ``--out`` (resumable, reused when
+re-run).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import time
 
 from absl import app, flags, logging
 from dense_cf.configs.base import base_config
+from dense_cf.eval import compare as compare_lib
+from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.experiment import train_and_evaluate as train
 
@@ -38,6 +47,8 @@ _TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per setting.
 _MODEL = flags.DEFINE_string("model", "minilm", "model.name_or_path.")
 _OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).")
 _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both methods).")
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): every run is trained "
+                           "once per seed; with several, the mean and spread over seeds too.")
 
 
 def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: str, lr: float):
@@ -74,7 +85,8 @@ def main(argv) -> None:
     settings = [("default", 1)] + ([("many_q", _QPP.value)] if has_qpp else [])
     if not has_qpp:
         print("synthetic.generate has no questions_per_passage: only the default setting runs")
-    rows = []
+    seeds = [int(x) for x in _SEEDS.value]
+    rows, runs = [], {}
     for name, qpp in settings:
         data_dir = os.path.join(out, f"data_{name}")
         if not os.path.exists(os.path.join(data_dir, "psgs_synth.tsv")):
@@ -86,13 +98,17 @@ def main(argv) -> None:
         positives = [(ex["positive_ctxs"][0]["title"], ex["positive_ctxs"][0]["text"])
                      for ex in train_set]
         q_per_p = len(positives) / max(len(set(positives)), 1)
-        for method in ("dpr", "dcsr"):
+        for seed, method in [(s, m) for s in seeds for m in ("dpr", "dcsr")]:
             cfg = bench_config(method, data_dir, steps=_STEPS.value, batch=_BATCH.value,
                                model=_MODEL.value, lr=_LR.value)
+            cfg.seed = seed
             t0 = time.perf_counter()
-            summary = train(cfg, os.path.join(out, f"{name}_{method}"))
+            workdir = os.path.join(out, f"{name}_{method}" + (f"_seed{seed}" if seed else ""))
+            summary = train(cfg, workdir)
             ret = summary["eval"]["retrieval"]
+            runs[name, method, seed] = (workdir, summary["step"])
             rows.append({"setting": name, "q/passage": round(q_per_p, 2), "method": method,
+                         "seed": seed,
                          **{f"top-{k}": round(ret["top_k"][k], 2) for k in (1, 5, 20, 100)},
                          "MRR": round(100 * ret["mrr"], 2),
                          "loss": round(summary["train"].get("train/loss", float("nan")), 3),
@@ -104,6 +120,18 @@ def main(argv) -> None:
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
+    if len(seeds) > 1:
+        spread = stats.seed_table(rows, ("setting", "method"),
+                                  [c for c in cols if c.startswith("top-") or c == "MRR"])
+        print(f"\n## Mean ± std [min, max] over seeds {seeds}\n\n"
+              + report_lib.markdown_table(spread, list(spread[0])))
+    for name, seed in [(n, s) for n, _ in settings for s in seeds]:
+        # Paired on the same test questions (McNemar, paired bootstrap), one seed at a time.
+        (a, step_a), (b, step_b) = runs[name, "dpr", seed], runs[name, "dcsr", seed]
+        res = compare_lib.compare(a, b, step_a=step_a, step_b=step_b, names=("dpr", "dcsr"),
+                                  verbose=False)
+        print(f"\n## {name}, seed {seed}: DPR (A) vs DCSR (B) on the same test questions\n\n"
+              + compare_lib.markdown(res, title=False))
     print(json.dumps(rows))
 
 

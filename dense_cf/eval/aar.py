@@ -16,7 +16,8 @@ there), or no counterfactual under the strategy. The counts add up to the gold r
 logged (with the first example of each loss), printed, and written to ``aar.json`` / ``aar.md``.
 
 Reports (``DIR/eval/step_<N>/aar.json``, ``aar.md``, ``aar_hist.png``): AAR per strategy, AAR by
-question type (PiCL Table 6), score differences sim(q,p+) − sim(q,p*) split aware / unaware /
+question type (PiCL Table 6), 95 % intervals (Wilson for AAR, bootstrap for the mean score
+difference), score differences sim(q,p+) − sim(q,p*) split aware / unaware /
 all (PiCL Table 5) and their histogram (PiCL Fig. 6), the triplet counts. Ties count as
 mismatches.
 """
@@ -39,6 +40,7 @@ from dense_cf.inputs import dpr as pipeline
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.eval import aar_math
 from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.retrieval import export
 from dense_cf.train.run import RunDir, load_run
@@ -72,6 +74,16 @@ class Triplets:
     def gold_records(self) -> int:
         """Gold records behind these triplets, those lost at the join included."""
         return self.join.total if self.join is not None else len(self.questions)
+
+
+def single_run_intervals(pos: Any, cf: Any, *, seed: int = 0) -> dict[str, list[float]]:
+    """95 % intervals of one run's answer-awareness (docs/method.md §5): ``aar_ci`` (Wilson,
+    fraction; aware = pos > cf) and ``score_diff_ci`` (percentile bootstrap of the mean gap
+    sim(q,p+) − sim(q,p*) over triplets)."""
+    aware = ~aar_math.mismatches(pos, cf)
+    boot = stats.bootstrap_mean_ci(aar_math.score_diffs(pos, cf), seed=seed)
+    return {"aar_ci": list(stats.wilson_interval(int(aware.sum()), int(aware.size))),
+            "score_diff_ci": [boot["lo"], boot["hi"]]}
 
 
 def load_triplets(gold_path: str, qa_path: str) -> Triplets:
@@ -198,13 +210,17 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
                                 if r in aar_math.LOSS_REASONS}}
         if len(s["pos"]):
             entry["aar"] = aar_math.aar(s["pos"], s["cf"])
+            entry.update(single_run_intervals(s["pos"], s["cf"]))
             entry["by_type"] = aar_math.aar_by_type(s["questions"], s["pos"], s["cf"])
             entry["score_diff"] = aar_math.score_diff_stats(s["pos"], s["cf"])
             diffs[strategy] = aar_math.score_diffs(s["pos"], s["cf"])
         gold_index = np.asarray(triplets.gold_index or range(len(triplets.questions)), np.int64)
+        # Per-triplet outcomes for paired comparisons (dense_cf.eval.compare pairs triplets by
+        # gold record and checks the question texts).
         with report_lib.atomic_open(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), "wb") as f:
             np.savez(f, pos=s["pos"], cf=s["cf"], index=s["index"],
-                     gold_index=gold_index[s["index"]])
+                     gold_index=gold_index[s["index"]],
+                     questions=np.asarray(s["questions"], dtype=str))
         result["strategies"][strategy] = entry
         logging.info("AAR %s (%s): %s over %d of %d gold records; %s", cfg.method, strategy,
                      entry.get("aar"), entry["triplets"], triplets.gold_records,
@@ -221,9 +237,14 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
     rows = []
     for strategy, e in result["strategies"].items():
         sd = e.get("score_diff", {})
+        ci, gap_ci = e.get("aar_ci"), e.get("score_diff_ci")
         rows.append({"strategy": strategy, "triplets": e["triplets"],
                      "AAR (%)": 100 * e.get("aar", float("nan")),
+                     "AAR 95% CI (Wilson)": "[{:.2f}, {:.2f}]".format(*(100 * x for x in ci))
+                     if ci else None,
                      "mean diff (all)": sd.get("all", {}).get("mean", float("nan")),
+                     "mean diff 95% CI (bootstrap)": "[{:.4f}, {:.4f}]".format(*gap_ci)
+                     if gap_ci else None,
                      "mean diff (aware)": sd.get("aware", {}).get("mean", float("nan")),
                      "mean diff (unaware)": sd.get("unaware", {}).get("mean", float("nan"))})
     sections = [("Answer-awareness (AAR: sentence strategy; AA score: answer strategy)",

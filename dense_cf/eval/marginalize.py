@@ -21,7 +21,10 @@ encoder and cached beside them. Cross-pairing needs equal embedding dimensions i
 A DCSR run's passage side retrieves as ``dense_cf.eval.retrieval`` does for it (sentence index,
 passages ranked by HasAns, SPEC §4), so its tandem cell equals its own retrieval report.
 
-Writes ``report.json``, ``report.md`` and ``heatmap.png`` into ``--out``.
+Writes ``report.json``, ``report.md`` and ``heatmap.png`` into ``--out``. ``report.json`` holds
+each cell's 95 % Wilson interval (``matrix_ci``) and the per-question first-hit ranks of every
+pair (``first_hit_rank["i,j"]``); ``report.md`` tests every cross pair against its question
+encoder's tandem on the same questions (exact McNemar, significance at 0.05 in words).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from absl import logging
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
 from dense_cf.files import atomic_save_npy
 from dense_cf.index.faiss_index import DenseIndex, is_saved_index
 from dense_cf.retrieval import export
@@ -285,6 +289,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
         # Phase 2: one passage index at a time against every question encoder.
         mats = {k: np.zeros((K, K)) for k in ks}
         mrr = np.zeros((K, K))
+        firsts: dict[str, list[int | None]] = {}  # "i,j" -> per-question first-hit rank
         cache: dict[tuple[int, int], bool] = {}
         t0 = time.perf_counter()
         row_of = None
@@ -304,6 +309,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
                 for k in ks:
                     mats[k][i, j] = 100.0 * acc[k]
                 mrr[i, j] = metrics_lib.mrr(hits)
+                firsts[f"{i},{j}"] = metrics_lib.per_question(hits)
             del index
         attr = {k: attribution(mats[k], d_idx) for k in ks}
         report = {
@@ -315,6 +321,11 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
             "in_domain": names[d_idx] if d_idx is not None else None,
             "rows": "question encoder", "cols": "passage encoder",
             "matrix": {k: mats[k] for k in ks}, "mrr_matrix": mrr,
+            # 95 % Wilson intervals of every cell, and the per-question outcomes behind them.
+            "matrix_ci": {k: [[[100 * x for x in stats.wilson_interval(
+                sum(1 for r in firsts[f"{i},{j}"] if r is not None and r <= k),
+                len(st["questions"]))] for j in range(K)] for i in range(K)] for k in ks},
+            "first_hit_rank": firsts,
             "attribution": attr,
             "timing": {"per_run": {n: {"load_encode_index_s": t["load_encode_index_s"],
                                        **t[st["tag"]]} for n, t in timing["per_run"].items()},
@@ -346,6 +357,27 @@ def format_matrix(names: Sequence[str], matrix: np.ndarray) -> str:
     return report_lib.markdown_table(rows, ["Q \\ P", *names])
 
 
+def cross_pair_table(names: Sequence[str], firsts: dict[str, Sequence[int | None]],
+                     ks: Sequence[int]) -> str:
+    """Markdown: every cross pair (question encoder i, passage encoder j ≠ i) against the tandem
+    (i, i) on the same questions, per k: top-k of each with its 95 % interval, the exact
+    McNemar test and whether the difference is significant at 0.05 (``stats.compare_outcomes``)."""
+    rows = []
+    for k in ks:
+        for i, q in enumerate(names):
+            tandem = np.array([r is not None and r <= k for r in firsts[f"{i},{i}"]])
+            for j, p in enumerate(names):
+                if j == i:
+                    continue
+                pair = np.array([r is not None and r <= k for r in firsts[f"{i},{j}"]])
+                rows.append(stats.compare_outcomes(f"top-{k}: Q {q} × P {p}", tandem, pair,
+                                                   names=("tandem (Q×Q)", "cross pair")))
+    cols = ["metric", "n", "tandem (Q×Q)", "cross pair", "B − A", "test", "p",
+            f"significant at {stats.ALPHA:g}"]
+    return (report_lib.markdown_table(rows, cols) + "\n\n"
+            + "\n".join(f"- {r['sentence']}" for r in rows))
+
+
 def markdown_sections(names: Sequence[str], mats: dict[int, np.ndarray],
                       attr: dict[int, dict[str, np.ndarray]], d_idx: int | None,
                       rep: dict[str, Any]) -> list[tuple[str, str]]:
@@ -366,6 +398,11 @@ def markdown_sections(names: Sequence[str], mats: dict[int, np.ndarray],
                          format_matrix(names, m)))
         sections.append((f"Top-{k}: marginalised contributions (eq. 7, mean over all K "
                          f"encoders of the other side)", table))
+    firsts = rep.get("first_hit_rank")
+    if firsts and len(names) > 1:
+        sections.append(("Cross pairs vs. the question encoder's tandem, paired on the same "
+                         "questions (95 % Wilson intervals, exact McNemar)",
+                         cross_pair_table(names, firsts, list(mats))))
     sections.append(("Setup", f"{rep['n_questions']} questions from {rep['test']}; corpus "
                               f"{rep['corpus']} ({rep['corpus_size']} passages); index "
                               f"{rep['index']}; answer matching {rep['answer_mode']}; "

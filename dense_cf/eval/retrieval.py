@@ -4,7 +4,8 @@
 
 Writes to ``DIR/eval/step_<N>/``: ``retrieval.json`` (DPR's result format: question, answers,
 ctxs with id/title/text/score/has_answer), ``run.trec`` + ``qrels.trec`` (pyserini/trec_eval),
-``report.json`` (top-k, MRR, per-question first-hit ranks) and ``report.md``. Embeddings go to
+``report.json`` (top-k, MRR, their 95 % intervals, the questions and their first-hit ranks, so
+that ``python -m dense_cf.eval.compare`` can pair two runs) and ``report.md``. Embeddings go to
 ``DIR/export/step_<N>/`` and the index to ``DIR/index/step_<N>_<kind>/``; both are reused (and
 an interrupted export resumes) when the command is run again on the same corpus. Reuse is keyed
 by the corpus content (sha256 over ids, titles and texts, see :mod:`dense_cf.retrieval.export`), not by
@@ -33,6 +34,7 @@ from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
+from dense_cf.eval import stats
 from dense_cf.retrieval.corpus import load_corpus, load_qa
 from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.train.run import RunDir, load_run
@@ -68,15 +70,25 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     results_lib.write_trec_run(os.path.join(out_dir, "run.trec"), qids, retrieved,
                                run_name=f"dense_cf_{cfg.method}")
     results_lib.write_trec_qrels(os.path.join(out_dir, "qrels.trec"), qids, rep["hits"], retrieved)
+    intervals = stats.rank_intervals(rep["first_hit_rank"], ks)
     summary = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
                "index": kind, "k": k, "corpus_size": len(corpus), "n_questions": rep["n_questions"],
-               "top_k": rep["top_k"], "mrr": rep["mrr"], "mode": rep["mode"], "timing": timing,
-               **extra}
+               "top_k": rep["top_k"], "mrr": rep["mrr"], **intervals, "mode": rep["mode"],
+               "timing": timing, **extra}
+    # Per-question outcomes, in question order, so that runs can be compared afterwards
+    # (dense_cf.eval.compare pairs questions by text).
     report_lib.write_json(os.path.join(out_dir, "report.json"),
-                          dict(summary, first_hit_rank=rep["first_hit_rank"]))
+                          dict(summary, questions=list(questions),
+                               first_hit_rank=rep["first_hit_rank"]))
     row = {"method": cfg.method, "step": run.step, **{f"top-{kk}": rep["top_k"][kk] for kk in ks},
            "MRR": 100 * rep["mrr"]}
+    ci_row = {"method": cfg.method, "step": run.step,
+              **{f"top-{kk}": "[{:.2f}, {:.2f}]".format(*intervals["top_k_ci"][kk]) for kk in ks},
+              "MRR": "[{:.2f}, {:.2f}]".format(*(100 * x for x in intervals["mrr_ci"]))}
     table = report_lib.markdown_table([row], list(row))
+    table += ("\n\n95 % intervals (Wilson for top-k, percentile bootstrap for MRR, "
+              f"{stats.DEFAULT_RESAMPLES} resamples, seed 0):\n\n"
+              + report_lib.markdown_table([ci_row], list(ci_row)))
     report_lib.write_markdown(os.path.join(out_dir, "report.md"), f"Retrieval: {workdir}",
                               [("Top-k accuracy (%) and MRR (×100)", table),
                                ("Setup", f"index={kind}, k={k}, corpus={len(corpus)} passages, "

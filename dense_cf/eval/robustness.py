@@ -60,6 +60,7 @@ from dense_cf.text.counterfactuals import distractor_variants
 from dense_cf.eval import aar_math
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import aar
 from dense_cf.index.faiss_index import IndexSpec, build_index
@@ -208,7 +209,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
 
     Returns (and writes as ``robustness.json``) ``{"table": {K: {"top_k", "mrr",
     "distractors_per_question_actual", "corpus_size", "questions_short", "top_k_corpus",
-    "retrieved_distractors_with_answer", ...}}, "first_hit_rank": {K: [...]},
+    "retrieved_distractors_with_answer", "top_k_ci", "mrr_ci", ...}}, "first_hit_rank": {K: [...]},
     "first_corpus_hit_rank": {K: [...]}, "questions", "distractor_stats", ...}`` (top-k in %,
     per-question ranks in ``questions`` order). ``k`` = retrieval depth (default config).
     """
@@ -283,7 +284,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
         entry = {"top_k": rep["top_k"], "mrr": rep["mrr"],
                  "distractors_per_question_actual": float(len(sel) / len(dset.questions)),
                  "distractors_added": int(len(sel)), "corpus_size": int(index.ntotal),
-                 "questions_short": int((n_var < K).sum())}
+                 "questions_short": int((n_var < K).sum()),
+                 **stats.rank_intervals(rep["first_hit_rank"], ks)}  # 95 %: Wilson, bootstrap
         counted, corpus_first = _count_stats(rows, rep["hits"], d_owner[sel], n_base, ks)
         entry.update(counted)
         entry["search_s"] = time.perf_counter() - t0

@@ -1,0 +1,284 @@
+"""Intervals and paired tests for evaluation reports (docs/method.md §5/§6; issue 16).
+
+* Single-run figures: :func:`wilson_interval` for rates (top-k accuracy, AAR / AA score) and
+  :func:`bootstrap_mean_ci` (percentile bootstrap) for means (MRR, the mean score gap
+  sim(q,p+) − sim(q,p*)).
+* Two runs on the same items: :func:`mcnemar_exact` for paired binary outcomes (per-question
+  top-k hits, per-triplet AAR outcomes) and :func:`paired_bootstrap_ci` for the difference of
+  two means (MRR from reciprocal ranks, mean score gaps).
+* :func:`compare_outcomes` turns one paired metric into a report row with the run's intervals,
+  the test, its p-value and, in words, whether the difference is significant at ``alpha``.
+
+Every bootstrap takes a seed and is deterministic given it. Differences are always B − A.
+Pure numpy + scipy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy import stats as sp_stats
+
+__all__ = [
+    "ALPHA",
+    "DEFAULT_RESAMPLES",
+    "bootstrap_mean_ci",
+    "compare_outcomes",
+    "mcnemar_exact",
+    "paired_bootstrap_ci",
+    "rank_intervals",
+    "seed_spread",
+    "seed_table",
+    "significance_sentence",
+    "wilson_interval",
+]
+
+ALPHA = 0.05
+DEFAULT_RESAMPLES = 10_000
+_CHUNK_ELEMENTS = 4_000_000  # resample indices drawn per chunk (bounds memory for large n)
+
+
+def _z(conf: float) -> float:
+    if not 0.0 < conf < 1.0:
+        raise ValueError(f"conf must lie in (0, 1), got {conf}")
+    return float(sp_stats.norm.ppf(0.5 + conf / 2.0))
+
+
+def wilson_interval(successes: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial rate ``successes / n`` (fractions in [0, 1]).
+
+    ``(p̂ + z²/2n ± z·sqrt(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n)``, z the normal quantile of
+    ``0.5 + conf/2``. Unlike the normal (Wald) interval it stays inside [0, 1] and is not
+    degenerate at 0/n or n/n. ``n == 0`` raises: a rate over nothing has no interval.
+    """
+    successes, n = int(successes), int(n)
+    if n <= 0:
+        raise ValueError(f"a rate needs n >= 1 items, got n={n}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must lie in [0, n={n}], got {successes}")
+    z = _z(conf)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # At 0/n and n/n the bound is exactly 0 / 1; rounding must not exclude the estimate.
+    lo = 0.0 if successes == 0 else max(0.0, min(p, centre - half))
+    hi = 1.0 if successes == n else min(1.0, max(p, centre + half))
+    return lo, hi
+
+
+def mcnemar_exact(a: Any, b: Any) -> dict[str, Any]:
+    """Exact (binomial) two-sided McNemar test of two paired binary outcome vectors.
+
+    ``a[i]`` / ``b[i]``: whether run A / run B got item i right. ``b01`` counts items only B got
+    right, ``b10`` items only A got right. Under H0 (equal success rates) each of the
+    ``b01 + b10`` discordant pairs is B's with probability 1/2, so
+    ``p = min(1, 2 · P[Bin(b01 + b10, 1/2) <= min(b01, b10)])``; p = 1 without discordant pairs.
+    Returns ``{"b01", "b10", "p_value", "n"}`` (``n``: paired items).
+    """
+    a = np.asarray(a, dtype=bool)
+    b = np.asarray(b, dtype=bool)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"need two 1-D outcome vectors of equal length, got {a.shape} and "
+                         f"{b.shape}")
+    b01 = int((~a & b).sum())
+    b10 = int((a & ~b).sum())
+    m = b01 + b10
+    p = 1.0 if m == 0 else min(1.0, 2.0 * float(sp_stats.binom.cdf(min(b01, b10), m, 0.5)))
+    return {"b01": b01, "b10": b10, "p_value": p, "n": int(a.size)}
+
+
+def _as_values(x: Any, name: str = "x") -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"{name}: need a non-empty 1-D array, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name}: values must be finite")
+    return x
+
+
+def _resampled_means(x: np.ndarray, seed: int, n_resamples: int) -> np.ndarray:
+    """Means of ``n_resamples`` bootstrap resamples of the rows of ``x`` ([n] or [n, c]),
+    drawn in chunks; the draws depend only on ``seed``, ``n`` and ``n_resamples``."""
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    n = x.shape[0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMENTS // n)
+    out = []
+    for start in range(0, n_resamples, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, n_resamples - start), n))
+        out.append(x[idx].mean(axis=1))
+    return np.concatenate(out)
+
+
+def _percentiles(values: np.ndarray, conf: float) -> tuple[float, float]:
+    _z(conf)  # validates conf
+    lo, hi = np.quantile(values, [(1 - conf) / 2, (1 + conf) / 2])
+    return float(lo), float(hi)
+
+
+def bootstrap_mean_ci(x: Any, seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES,
+                      conf: float = 0.95) -> dict[str, float]:
+    """Percentile bootstrap interval of the mean of ``x``: ``{"mean", "lo", "hi"}``.
+
+    Used for MRR (mean reciprocal rank, 0 for a question without a hit) and the mean score gap
+    sim(q,p+) − sim(q,p*). Deterministic given ``seed``.
+    """
+    x = _as_values(x)
+    lo, hi = _percentiles(_resampled_means(x, seed, n_resamples), conf)
+    return {"mean": float(x.mean()), "lo": lo, "hi": hi}
+
+
+def paired_bootstrap_ci(a: Any, b: Any, stat: Callable[[np.ndarray], float] | None = None,
+                        seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES,
+                        conf: float = 0.95) -> dict[str, float]:
+    """Paired bootstrap of ``stat(b) − stat(a)`` over items (the same resampled items for both).
+
+    ``stat`` defaults to the mean (vectorised); any other callable is applied per resample.
+    Returns ``{"diff", "lo", "hi", "p_value"}``: the observed difference, its percentile
+    interval and a two-sided bootstrap p-value ``min(1, 2 · (1 + min(#[d* <= 0], #[d* >= 0]))
+    / (1 + n_resamples))`` over the resampled differences d* (never 0; 1 when every d* is 0,
+    e.g. identical runs).
+    """
+    a = _as_values(a, "a")
+    b = _as_values(b, "b")
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need equal lengths, got {a.size} and {b.size}")
+    if stat is None or stat is np.mean:
+        diff = float(b.mean() - a.mean())
+        d = _resampled_means(b - a, seed, n_resamples)
+    else:
+        diff = float(stat(b) - stat(a))
+        rng = np.random.default_rng(seed)
+        d = np.empty(n_resamples)
+        for r in range(n_resamples):
+            idx = rng.integers(0, a.size, size=a.size)
+            d[r] = stat(b[idx]) - stat(a[idx])
+    lo, hi = _percentiles(d, conf)
+    extreme = min(int((d <= 0).sum()), int((d >= 0).sum()))
+    p = min(1.0, 2.0 * (extreme + 1) / (d.size + 1))
+    return {"diff": diff, "lo": lo, "hi": hi, "p_value": p}
+
+
+def rank_intervals(first_hit_rank: Sequence[int | None], ks: Sequence[int], *, seed: int = 0,
+                   n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95) -> dict[str, Any]:
+    """Intervals of one run's retrieval figures from its per-question first-hit ranks (None: no
+    hit; docs/method.md §6): ``top_k_ci`` {k: [lo, hi]} in percent (Wilson) and ``mrr_ci``
+    [lo, hi] as a fraction (percentile bootstrap over reciprocal ranks, 0 without a hit)."""
+    n = len(first_hit_rank)
+    top = {int(k): [100 * x for x in wilson_interval(
+        sum(1 for r in first_hit_rank if r is not None and r <= k), n, conf)] for k in ks}
+    rr = [0.0 if r is None else 1.0 / r for r in first_hit_rank]
+    boot = bootstrap_mean_ci(rr, seed=seed, n_resamples=n_resamples, conf=conf)
+    return {"top_k_ci": top, "mrr_ci": [boot["lo"], boot["hi"]]}
+
+
+def seed_spread(values: Any) -> dict[str, float]:
+    """Mean and spread of one figure over training seeds: ``{"n", "mean", "std", "min",
+    "max"}`` (``std`` the sample standard deviation, ddof=1; 0 for a single seed)."""
+    x = _as_values(values, "values")
+    return {"n": int(x.size), "mean": float(x.mean()),
+            "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+            "min": float(x.min()), "max": float(x.max())}
+
+
+def seed_table(rows: Sequence[dict[str, Any]], by: Sequence[str], metrics: Sequence[str],
+               digits: int = 2) -> list[dict[str, Any]]:
+    """One row per group of ``rows`` (grouped by the ``by`` keys, in first-seen order): the
+    number of seeds and, per metric, ``mean ± std [min, max]`` over the group's rows (one row
+    per seed; :func:`seed_spread`)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in by), []).append(r)
+    out = []
+    for key, members in groups.items():
+        row: dict[str, Any] = dict(zip(by, key))
+        row["seeds"] = len(members)
+        for m in metrics:
+            sp = seed_spread([r[m] for r in members])
+            row[m] = (f"{sp['mean']:.{digits}f} ± {sp['std']:.{digits}f} "
+                      f"[{sp['min']:.{digits}f}, {sp['max']:.{digits}f}]")
+        out.append(row)
+    return out
+
+
+def significance_sentence(metric: str, name_a: str, name_b: str, diff: float, p_value: float,
+                          test: str, unit: str = "", alpha: float = ALPHA) -> str:
+    """One sentence saying whether B − A on ``metric`` is significant at ``alpha``."""
+    verdict = "significant" if p_value < alpha else "not significant"
+    if diff == 0:
+        return (f"{metric}: {name_a} and {name_b} are equal ({verdict} at {alpha:g}; {test}, "
+                f"p = {p_value:.3g}).")
+    return (f"{metric}: {name_b} is {'higher' if diff > 0 else 'lower'} than {name_a} by "
+            f"{abs(diff):.3g}{unit}; the difference is {verdict} at {alpha:g} ({test}, "
+            f"p = {p_value:.3g}).")
+
+
+def _fmt_ci(value: float, lo: float, hi: float, digits: int, sign: str = "") -> str:
+    return f"{value:{sign}.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def compare_outcomes(metric: str, a: Any, b: Any, *, kind: str | None = None,
+                     scale: float | None = None, seed: int = 0,
+                     n_resamples: int = DEFAULT_RESAMPLES, conf: float = 0.95,
+                     alpha: float = ALPHA, names: tuple[str, str] = ("A", "B"),
+                     digits: int = 2) -> dict[str, Any]:
+    """One report row comparing paired per-item outcomes of runs A and B.
+
+    ``kind="binary"`` (the default for boolean inputs): the rates with Wilson intervals, the
+    exact McNemar test. ``kind="mean"``: the means with bootstrap intervals, the paired
+    bootstrap interval and p-value of B − A. ``scale`` multiplies the displayed figures (100 for
+    rates by default: percent). The row has the display cells (``metric``, ``n``, the two
+    ``names``, ``B − A``, ``test``, ``p``, ``significant at 0.05``) and the raw numbers under
+    ``stats``; ``sentence`` says in words whether the difference is significant.
+    """
+    a_arr, b_arr = np.asarray(a), np.asarray(b)
+    if a_arr.shape != b_arr.shape or a_arr.ndim != 1 or a_arr.size == 0:
+        raise ValueError(f"{metric}: need two non-empty paired 1-D arrays, got {a_arr.shape} "
+                         f"and {b_arr.shape}")
+    if kind is None:
+        kind = "binary" if a_arr.dtype == bool and b_arr.dtype == bool else "mean"
+    n = int(a_arr.size)
+    na, nb = names
+    if na == nb or "B − A" in names:
+        raise ValueError(f"names must be two distinct labels other than 'B − A', got {names}")
+    if kind == "binary":
+        scale = 100.0 if scale is None else scale
+        a_b, b_b = a_arr.astype(bool), b_arr.astype(bool)
+        ra, rb = float(a_b.mean()), float(b_b.mean())
+        ca, cb = wilson_interval(int(a_b.sum()), n, conf), wilson_interval(int(b_b.sum()), n, conf)
+        test = mcnemar_exact(a_b, b_b)
+        p = test["p_value"]
+        diff = rb - ra
+        test_cell = f"McNemar exact ({test['b10']} vs {test['b01']} discordant)"
+        raw = {"kind": kind, "a": ra, "b": rb, "a_ci": ca, "b_ci": cb, "diff": diff, **test}
+        diff_cell = f"{scale * diff:+.{digits}f}"
+    elif kind == "mean":
+        scale = 1.0 if scale is None else scale
+        ba = bootstrap_mean_ci(a_arr, seed, n_resamples, conf)
+        bb = bootstrap_mean_ci(b_arr, seed, n_resamples, conf)
+        pb = paired_bootstrap_ci(a_arr, b_arr, seed=seed, n_resamples=n_resamples, conf=conf)
+        ra, rb, ca, cb = ba["mean"], bb["mean"], (ba["lo"], ba["hi"]), (bb["lo"], bb["hi"])
+        p, diff = pb["p_value"], pb["diff"]
+        test_cell = "paired bootstrap"
+        raw = {"kind": kind, "a": ra, "b": rb, "a_ci": ca, "b_ci": cb, "n": n, **pb}
+        d, lo, hi = scale * diff, scale * pb["lo"], scale * pb["hi"]
+        if d != 0 and abs(d) < 10 ** -digits:  # too small for ``digits``: 3 significant digits
+            diff_cell = f"{d:+.3g} [{lo:.3g}, {hi:.3g}]"
+        else:
+            diff_cell = _fmt_ci(d, lo, hi, digits, "+")
+    else:
+        raise ValueError(f"kind must be 'binary' or 'mean', got {kind!r}")
+    significant = p < alpha
+    unit = " points" if kind == "binary" and scale == 100.0 else ""
+    return {"metric": metric, "n": n,
+            na: _fmt_ci(scale * ra, scale * ca[0], scale * ca[1], digits),
+            nb: _fmt_ci(scale * rb, scale * cb[0], scale * cb[1], digits),
+            "B − A": diff_cell, "test": test_cell, "p": f"{p:.3g}",
+            f"significant at {alpha:g}": "yes" if significant else "no",
+            "sentence": significance_sentence(metric, na, nb, scale * diff, p,
+                                              test_cell.split(" (")[0], unit, alpha),
+            "stats": raw}

@@ -1,0 +1,101 @@
+"""``eval.compare`` on two tiny trained runs (DPR and PiCL, 3 steps, tiny random BERT): the
+evaluations save per-item outcomes and single-run intervals, and the two runs pair up."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dense_cf.configs.presets import DPR_LOSS
+from dense_cf.eval import compare as compare_lib
+from dense_cf.synthetic import generate as synthetic
+from helpers import tiny_synthetic_config
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    from dense_cf.experiment import train_and_evaluate as train
+    data_dir = tmp_path_factory.mktemp("synth")
+    synthetic.generate(str(data_dir), num_passages=200, seed=1, test_questions=60)
+    common = {"train.num_steps": 3, "eval.after_training": True,
+              "eval.robustness_counts": (0, 2)}
+    base = tmp_path_factory.mktemp("runs")  # the demo's layout: <workdir>/<method>
+    runs = {}
+    for method, loss in (("dpr", DPR_LOSS), ("picl", None)):
+        cfg = tiny_synthetic_config(data_dir, **common)
+        cfg.method = method
+        if loss is not None:
+            cfg.loss.update(loss)
+        workdir = str(base / method)
+        summary = train(cfg, workdir)
+        summary.pop("run")
+        runs[method] = (workdir, summary)
+    return runs
+
+
+def test_single_run_intervals_and_saved_outcomes(two_runs):
+    workdir, summary = two_runs["picl"]
+    ret = summary["eval"]["retrieval"]
+    for k, v in ret["top_k"].items():
+        lo, hi = ret["top_k_ci"][k]
+        assert 0.0 <= lo <= v <= hi <= 100.0
+    assert ret["mrr_ci"][0] <= ret["mrr"] <= ret["mrr_ci"][1]
+    out = os.path.join(workdir, "eval", "step_3")
+    rep = json.load(open(os.path.join(out, "report.json")))
+    assert len(rep["questions"]) == len(rep["first_hit_rank"]) == ret["n_questions"]
+    assert "95 % intervals" in open(os.path.join(out, "report.md")).read()
+    for strategy, e in summary["eval"]["aar"]["strategies"].items():
+        assert e["aar_ci"][0] <= e["aar"] <= e["aar_ci"][1]
+        assert e["score_diff_ci"][0] <= e["score_diff"]["all"]["mean"] <= e["score_diff_ci"][1]
+        with np.load(os.path.join(out, f"aar_scores_{strategy}.npz")) as z:
+            assert len(z["questions"]) == len(z["pos"]) == len(z["gold_index"]) == e["triplets"]
+    assert "AAR 95% CI (Wilson)" in open(os.path.join(out, "aar.md")).read()
+    table = summary["eval"]["robustness"]["table"]
+    assert set(table[2]["top_k_ci"]) == set(table[2]["top_k"])
+
+
+def test_compare_two_trained_runs(two_runs):
+    (a, sa), (b, sb) = two_runs["dpr"], two_runs["picl"]
+    res = compare_lib.compare(a, b, n_resamples=2000, verbose=False)
+    print(res["markdown"])
+    rows = {r["metric"]: r for r in res["rows"]}
+    n_q = sa["eval"]["retrieval"]["n_questions"]
+    assert list(rows)[:4] == ["top-1", "top-5", "top-20", "MRR (×100)"]
+    assert {"AAR", "AA score", "K=2 distractors: top-5",
+            "K=2 distractors: MRR (×100)"} <= set(rows)
+    for k in (1, 5, 20):  # each run's figure over the paired questions is its reported top-k
+        r = rows[f"top-{k}"]
+        assert r["n"] == n_q and r["test"].startswith("McNemar exact")
+        assert 100 * r["stats"]["a"] == pytest.approx(sa["eval"]["retrieval"]["top_k"][k])
+        assert 100 * r["stats"]["b"] == pytest.approx(sb["eval"]["retrieval"]["top_k"][k])
+        assert r["significant at 0.05"] == ("yes" if r["stats"]["p_value"] < 0.05 else "no")
+    assert rows["MRR (×100)"]["stats"]["a"] == pytest.approx(sa["eval"]["retrieval"]["mrr"])
+    for label, strategy in (("AAR", "sentence"), ("AA score", "answer")):
+        ea, eb = (s["eval"]["aar"]["strategies"][strategy] for s in (sa, sb))
+        assert rows[label]["n"] <= min(ea["triplets"], eb["triplets"])
+        if ea["triplets"] == eb["triplets"] == rows[label]["n"]:
+            assert rows[label]["stats"]["a"] == pytest.approx(ea["aar"])
+            assert rows[label]["stats"]["b"] == pytest.approx(eb["aar"])
+    assert len(res["markdown"].split("\n- ")) > len(res["rows"])  # one sentence per row
+    # A run against itself: nothing differs, nothing is significant.
+    same = compare_lib.compare(b, b, n_resamples=500, verbose=False)
+    assert all(r["significant at 0.05"] == "no" and float(r["p"]) == 1.0 for r in same["rows"])
+
+
+def test_demo_report_on_trained_runs(two_runs):
+    from dense_cf import demo
+    results = {m: s for m, (_, s) in two_runs.items()}
+    rows = demo.report_rows(results)
+    for row, (method, s) in zip(rows, results.items()):
+        assert row["method"] == method
+        top5, ci = row["top-5 [95% CI]"], s["eval"]["retrieval"]["top_k_ci"][5]
+        assert top5 == f"{s['eval']['retrieval']['top_k'][5]:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+        for col in ("MRR [95% CI]", "AAR [95% CI]", "AA score [95% CI]",
+                    "mean sim(q,p+)-sim(q,p*) [95% CI]"):
+            assert isinstance(row[col], str) and "[" in row[col]
+    md = demo.paired_sections({m: d for m, (d, _) in two_runs.items()}, results)
+    assert md.startswith("## Paired comparison: dpr (A) vs picl (B) on the same test items")
+    for metric in ("top-1", "top-20", "MRR (×100)", "AAR", "AA score"):
+        assert f"| {metric} |" in md and f"- {metric}: " in md
+    assert md.count("significant at 0.05") >= 10

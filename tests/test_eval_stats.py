@@ -1,0 +1,338 @@
+"""Report statistics (dense_cf/eval/stats.py), paired comparison of saved per-item outcomes
+(dense_cf/eval/compare.py, the compare binary) and the demo report's interval and paired
+columns, all on hand-made data (no training; tests/test_compare_e2e.py compares trained runs)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dense_cf.eval import compare as compare_lib
+from dense_cf.eval import stats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _paired(b01, b10, both=3, neither=2):
+    """Outcome vectors with the given discordant counts (b01: only B right, b10: only A)."""
+    a = [False] * b01 + [True] * b10 + [True] * both + [False] * neither
+    b = [True] * b01 + [False] * b10 + [True] * both + [False] * neither
+    return np.array(a), np.array(b)
+
+
+# ---- McNemar (exact) ----
+
+@pytest.mark.parametrize("b01,b10,p", [
+    (0, 6, 2 * 0.5 ** 6),                     # 0.03125
+    (6, 0, 2 * 0.5 ** 6),
+    (1, 5, 2 * (1 + 6) / 64),                 # 0.21875
+    (2, 8, 2 * (1 + 10 + 45) / 1024),         # 0.109375
+    (3, 3, 1.0),                              # capped at 1
+    (0, 0, 1.0),                              # no discordant pair
+    (0, 1, 1.0),
+])
+def test_mcnemar_exact_hand_computed(b01, b10, p):
+    a, b = _paired(b01, b10)
+    r = stats.mcnemar_exact(a, b)
+    assert (r["b01"], r["b10"], r["n"]) == (b01, b10, len(a))
+    assert r["p_value"] == pytest.approx(p, abs=1e-12)
+
+
+def test_mcnemar_rejects_unpaired():
+    with pytest.raises(ValueError):
+        stats.mcnemar_exact([True, False], [True])
+
+
+# ---- Wilson ----
+
+def _wilson_formula(k, n, z=1.959963984540054):
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+@pytest.mark.parametrize("k,n", [(8, 10), (0, 10), (10, 10), (1, 3), (512, 1000)])
+def test_wilson_interval(k, n):
+    lo, hi = stats.wilson_interval(k, n)
+    want = _wilson_formula(k, n)
+    assert lo == pytest.approx(max(0.0, want[0]), abs=1e-12)
+    assert hi == pytest.approx(min(1.0, want[1]), abs=1e-12)
+    assert 0.0 <= lo <= k / n <= hi <= 1.0
+
+
+def test_wilson_8_of_10_and_errors():
+    lo, hi = stats.wilson_interval(8, 10)
+    assert (round(lo, 4), round(hi, 4)) == (0.4902, 0.9433)
+    assert stats.wilson_interval(8, 10, conf=0.99)[0] < lo  # wider at 99 %
+    assert stats.wilson_interval(0, 10)[0] == 0.0 and stats.wilson_interval(10, 10)[1] == 1.0
+    for bad in [(1, 0), (11, 10), (-1, 10)]:
+        with pytest.raises(ValueError):
+            stats.wilson_interval(*bad)
+
+
+# ---- bootstrap ----
+
+def test_bootstrap_mean_ci_deterministic_and_contains_mean():
+    x = np.random.default_rng(3).normal(1.0, 2.0, size=200)
+    r1 = stats.bootstrap_mean_ci(x, seed=7, n_resamples=2000)
+    r2 = stats.bootstrap_mean_ci(x, seed=7, n_resamples=2000)
+    assert r1 == r2
+    assert r1["mean"] == pytest.approx(x.mean())
+    assert r1["lo"] < x.mean() < r1["hi"]
+    # Close to the normal-theory interval mean ± 1.96 · s/sqrt(n).
+    se = x.std(ddof=1) / math.sqrt(len(x))
+    assert r1["lo"] == pytest.approx(x.mean() - 1.96 * se, abs=0.1 * se * 1.96 + 0.05)
+    assert stats.bootstrap_mean_ci(x, seed=8, n_resamples=2000) != r1
+    # Chunked draws give the same answer as long as seed, n and n_resamples are the same.
+    assert stats.bootstrap_mean_ci([2.5] * 5, seed=0) == {"mean": 2.5, "lo": 2.5, "hi": 2.5}
+    with pytest.raises(ValueError):
+        stats.bootstrap_mean_ci([], seed=0)
+
+
+def test_bootstrap_hand_computed_small_case():
+    # x = [0, 1]: every resample mean is 0, 1/2 or 1 with probabilities 1/4, 1/2, 1/4; with
+    # 4000 resamples the 2.5 % and 97.5 % quantiles are 0 and 1.
+    r = stats.bootstrap_mean_ci([0.0, 1.0], seed=0, n_resamples=4000)
+    assert (r["mean"], r["lo"], r["hi"]) == (0.5, 0.0, 1.0)
+
+
+def test_paired_bootstrap_ci():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.0, 1.0, 300)
+    b = a + 0.5 + rng.normal(0.0, 0.1, 300)      # B better by 0.5 on every item
+    r = stats.paired_bootstrap_ci(a, b, seed=1, n_resamples=2000)
+    assert r == stats.paired_bootstrap_ci(a, b, seed=1, n_resamples=2000)
+    assert r["diff"] == pytest.approx(b.mean() - a.mean())
+    assert 0.45 < r["lo"] < r["diff"] < r["hi"] < 0.55
+    assert r["p_value"] == pytest.approx(2 / 2001)  # no resample crosses 0: the floor
+    same = stats.paired_bootstrap_ci(a, a, seed=1, n_resamples=500)
+    assert (same["diff"], same["lo"], same["hi"], same["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+    # A custom statistic (median) goes through the per-resample path.
+    med = stats.paired_bootstrap_ci(a, b, stat=np.median, seed=1, n_resamples=300)
+    assert med["diff"] == pytest.approx(np.median(b) - np.median(a))
+    assert med["lo"] < med["diff"] < med["hi"]
+    with pytest.raises(ValueError):
+        stats.paired_bootstrap_ci(a, b[:-1], seed=0)
+
+
+def test_rank_intervals():
+    ranks = [1, None, 3, 2, None, 1, 7, 1]
+    r = stats.rank_intervals(ranks, [1, 5], n_resamples=1000)
+    assert r["top_k_ci"][1] == pytest.approx([100 * x for x in stats.wilson_interval(3, 8)])
+    assert r["top_k_ci"][5] == pytest.approx([100 * x for x in stats.wilson_interval(5, 8)])
+    mrr = (1 + 1 / 3 + 1 / 2 + 1 + 1 / 7 + 1) / 8
+    assert r["mrr_ci"][0] < mrr < r["mrr_ci"][1]
+
+
+# ---- report rows ----
+
+def test_compare_outcomes_binary_row():
+    a, b = _paired(6, 0, both=3, neither=1)  # n = 10: A 3/10, B 9/10
+    row = stats.compare_outcomes("top-5", a, b, names=("A: dpr", "B: picl"))
+    assert row["n"] == 10
+    assert row["A: dpr"] == "30.00 [{:.2f}, {:.2f}]".format(
+        *(100 * x for x in stats.wilson_interval(3, 10)))
+    assert row["B: picl"].startswith("90.00 [")
+    assert row["B − A"] == "+60.00"
+    assert row["p"] == "0.0312" and row["significant at 0.05"] == "yes"
+    assert "McNemar exact (0 vs 6 discordant)" == row["test"]
+    assert row["sentence"] == ("top-5: B: picl is higher than A: dpr by 60 points; the "
+                               "difference is significant at 0.05 (McNemar exact, p = 0.0312).")
+    a, b = _paired(1, 5)
+    row = stats.compare_outcomes("AAR", a, b)
+    assert row["significant at 0.05"] == "no" and "not significant at 0.05" in row["sentence"]
+    assert row["stats"]["p_value"] == pytest.approx(0.21875)
+
+
+def test_compare_outcomes_mean_row():
+    a = np.array([1.0, 0.5, 0.0, 1 / 3, 1.0, 0.25] * 10)
+    row = stats.compare_outcomes("MRR (×100)", a, a + 0.1, kind="mean", scale=100.0,
+                                 n_resamples=1000)
+    assert row["stats"]["diff"] == pytest.approx(0.1)
+    assert row["B − A"] == "+10.00 [10.00, 10.00]"
+    assert row["significant at 0.05"] == "yes" and row["test"] == "paired bootstrap"
+    tiny = stats.compare_outcomes("gap", a, a + 2e-6, kind="mean", digits=4, n_resamples=100)
+    assert tiny["B − A"] == "+2e-06 [2e-06, 2e-06]"
+    # Auto kind: floats are means, booleans rates.
+    assert stats.compare_outcomes("x", a, a, n_resamples=100)["stats"]["kind"] == "mean"
+    assert stats.compare_outcomes("x", a, a, n_resamples=100)["significant at 0.05"] == "no"
+
+
+# ---- eval.compare on hand-written eval directories ----
+
+def _write_eval(d, method, questions, ranks, aar=None, k=20, step=3, with_questions=True):
+    """A run directory with ``eval/step_<step>/`` holding report.json and score files."""
+    out = os.path.join(d, "eval", f"step_{step}")
+    os.makedirs(out, exist_ok=True)
+    rep = {"method": method, "step": step, "k": k, "top_k": {"1": 0.0, "5": 0.0, "20": 0.0},
+           "first_hit_rank": ranks}
+    if with_questions:
+        rep["questions"] = questions
+    else:  # a report written before issue 16: the questions come from retrieval.json
+        with open(os.path.join(out, "retrieval.json"), "w") as f:
+            json.dump([{"question": q, "answers": [], "ctxs": []} for q in questions], f)
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(rep, f)
+    for strategy, (pos, cf, gold) in (aar or {}).items():
+        np.savez(os.path.join(out, f"aar_scores_{strategy}.npz"), pos=np.asarray(pos),
+                 cf=np.asarray(cf), index=np.arange(len(pos)), gold_index=np.asarray(gold),
+                 questions=np.asarray([f"q{g}" for g in gold], dtype=str))
+    return str(d)
+
+
+QS = [f"q{i}" for i in range(40)]
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    rng = np.random.default_rng(0)
+    ranks_a = [None if i % 4 == 0 else (i % 7) + 1 for i in range(40)]
+    ranks_b = [1 if i % 4 == 0 else r for i, r in enumerate(ranks_a)]  # B: 10 more top-1 hits
+    pos = rng.normal(0.6, 0.1, 30)
+    # A: aware on the first 15 triplets; B aware on all, scored on gold records 0..29 and 35.
+    a = _write_eval(tmp_path / "dpr", "dpr", QS, ranks_a, k=20,
+                    aar={"sentence": (pos, np.r_[pos[:15] - 0.1, pos[15:] + 0.1], np.arange(30))})
+    b = _write_eval(tmp_path / "picl", "picl", QS, ranks_b, k=20, with_questions=False,
+                    aar={"sentence": (np.r_[pos, 0.5], np.r_[pos - 0.2, 0.1],
+                                      np.r_[np.arange(30), 35])})
+    return a, b
+
+
+def test_compare_two_hand_made_runs(two_runs, tmp_path):
+    a, b = two_runs
+    res = compare_lib.compare(a, b, n_resamples=1000, verbose=False)
+    rows = {r["metric"]: r for r in res["rows"]}
+    assert list(rows) == ["top-1", "top-5", "top-20", "MRR (×100)", "AAR",
+                          "mean sim(q,p+) − sim(q,p*) (sentence)"]
+    assert rows["top-1"]["stats"]["b01"] == 10 and rows["top-1"]["stats"]["b10"] == 0
+    assert rows["top-1"]["stats"]["p_value"] == pytest.approx(2 * 0.5 ** 10)
+    assert rows["top-1"]["significant at 0.05"] == "yes"
+    assert rows["top-20"]["stats"]["b01"] == 10
+    aar = rows["AAR"]
+    assert aar["n"] == 30 and (aar["stats"]["b01"], aar["stats"]["b10"]) == (15, 0)
+    assert aar["stats"]["a"] == pytest.approx(0.5) and aar["stats"]["b"] == 1.0
+    assert rows["mean sim(q,p+) − sim(q,p*) (sentence)"]["stats"]["diff"] == pytest.approx(
+        0.2 - 0.0, abs=1e-9)
+    assert any("30 triplets paired" in n and "1 only in B" in n for n in res["notes"])
+    md = res["markdown"]
+    assert "| metric | n | A: dpr (step 3) | B: picl (step 3) |" in md
+    assert "significant at 0.05" in md and "McNemar exact" in md and "paired bootstrap" in md
+    assert "- top-1: B: picl (step 3) is higher than A: dpr (step 3) by 25 points; the " \
+           "difference is significant at 0.05" in md
+    # The eval directory itself, or an explicit step, works as well.
+    again = compare_lib.compare(os.path.join(a, "eval", "step_3"), b, step_b=3,
+                                n_resamples=1000, verbose=False)
+    assert [r["p"] for r in again["rows"]] == [r["p"] for r in res["rows"]]
+
+
+def test_compare_pairs_reordered_questions(tmp_path):
+    ranks = list(range(1, 11))
+    a = _write_eval(tmp_path / "a", "dpr", QS[:10], ranks)
+    b = _write_eval(tmp_path / "b", "dpr", QS[:10][::-1], ranks[::-1])
+    res = compare_lib.compare(a, b, n_resamples=200, verbose=False)
+    for r in res["rows"]:  # the same outcomes once paired by text
+        assert r["stats"].get("b01", 0) == 0 and r["stats"].get("b10", 0) == 0
+        assert r["significant at 0.05"] == "no"
+    assert "10 questions paired (by text)" in res["notes"][0]
+
+
+def test_compare_refuses_different_question_sets(tmp_path):
+    a = _write_eval(tmp_path / "a", "dpr", QS[:10], [1] * 10)
+    b = _write_eval(tmp_path / "b", "picl", QS[1:11], [1] * 10)
+    with pytest.raises(ValueError, match="different question sets") as e:
+        compare_lib.compare(a, b, verbose=False)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert os.path.join(a, "eval", "step_3", "report.json") in msg
+    assert os.path.join(b, "eval", "step_3", "report.json") in msg
+    with pytest.raises(FileNotFoundError):
+        compare_lib.compare(str(tmp_path / "nothing"), b, verbose=False)
+
+
+def test_compare_binary_and_alias(two_runs, tmp_path):
+    a, b = two_runs
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = tmp_path / "cmp.md"
+    r = subprocess.run([sys.executable, "-m", "dense_cf.eval.compare", a, b, "--n_resamples=500",
+                        f"--out={out}", f"--json_out={tmp_path / 'cmp.json'}"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| top-1 |" in r.stdout and "significant at 0.05" in r.stdout
+    assert out.read_text().strip() == r.stdout.strip()
+    rows = json.loads((tmp_path / "cmp.json").read_text())["rows"]
+    assert rows[0]["metric"] == "top-1" and rows[0]["stats"]["b01"] == 10
+    c = _write_eval(tmp_path / "other", "picl", QS[5:], [1] * 35)
+    r = subprocess.run([sys.executable, "-m", "dense_cf.cli.compare", a, c], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "different question sets" in err and a in err and c in err
+
+
+# ---- the demo report ----
+
+def _summary(step, top_ci=True):
+    ret = {"top_k": {1: 40.0, 5: 70.0}, "mrr": 0.5}
+    sent = {"aar": 0.75, "score_diff": {"all": {"mean": 0.0123}}}
+    if top_ci:
+        ret.update(top_k_ci={"1": [30.0, 50.0], "5": [60.0, 78.0]}, mrr_ci=[0.45, 0.55])
+        sent.update(aar_ci=[0.7, 0.8], score_diff_ci=[0.01, 0.015])
+    return {"step": step, "train": {"train/loss": 1.0}, "dev": {"loss": 2.0},
+            "eval": {"retrieval": ret, "aar": {"strategies": {
+                "sentence": sent, "answer": {"aar": 0.5, "aar_ci": [0.4, 0.6]}}}}}
+
+
+def test_demo_report_rows_and_paired_sections(two_runs, tmp_path):
+    from dense_cf import demo
+    rows = demo.report_rows({"dpr": _summary(3), "picl": _summary(3, top_ci=False)})
+    assert rows[0]["top-1 [95% CI]"] == "40.00 [30.00, 50.00]"
+    assert rows[0]["top-5 [95% CI]"] == "70.00 [60.00, 78.00]"
+    assert rows[0]["MRR [95% CI]"] == "50.00 [45.00, 55.00]"
+    assert rows[0]["AAR [95% CI]"] == "75.00 [70.00, 80.00]"
+    assert rows[0]["AA score [95% CI]"] == "50.00 [40.00, 60.00]"
+    assert rows[0]["mean sim(q,p+)-sim(q,p*) [95% CI]"] == "0.0123 [0.0100, 0.0150]"
+    assert rows[1]["top-1 [95% CI]"] == 40.0  # no saved interval: the bare figure
+    # The paired section reads the two runs' eval directories (workdir/<method>/eval/step_N).
+    workdir = os.path.dirname(two_runs[0])
+    dirs = {m: os.path.join(workdir, m) for m in ("dpr", "picl", "eadpr")}
+    md = demo.paired_sections(dirs, {"dpr": {"step": 3}, "picl": {"step": 3}})
+    assert md.startswith("## Paired comparison: dpr (A) vs picl (B) on the same test items")
+    assert "| metric | n | dpr | picl | B − A | test | p | significant at 0.05 |" in md
+    assert "- top-1: picl is higher than dpr by 25 points; the difference is significant" in md
+    assert "- AAR: picl is higher than dpr by 50 points; the difference is significant" in md
+    missing = demo.paired_sections(dirs, {"dpr": {"step": 3}, "eadpr": {"step": 3}})
+    assert "not compared" in missing
+    # Several seeds: named runs, explicit pairs (the baseline against the other method per seed).
+    named = {"dpr (seed 0)": dirs["dpr"], "picl (seed 0)": dirs["picl"]}
+    md = demo.paired_sections(named, {n: {"step": 3} for n in named},
+                              pairs=[("dpr (seed 0)", "picl (seed 0)")])
+    assert "## Paired comparison: dpr (seed 0) (A) vs picl (seed 0) (B)" in md
+    numeric = demo.seed_rows({"dpr (seed 0)": _summary(3), "dpr (seed 1)": _summary(3)},
+                             {"dpr (seed 0)": ("dpr", 0), "dpr (seed 1)": ("dpr", 1)})
+    assert numeric[1] == {"method": "dpr", "seed": 1, "top-1": 40.0, "top-5": 70.0,
+                          "MRR": 50.0, "AAR": 75.0, "AA score": 50.0}
+    assert stats.seed_table(numeric, ("method",), ("top-1", "AAR"))[0]["AAR"] == \
+        "75.00 ± 0.00 [75.00, 75.00]"
+
+
+# ---- several seeds ----
+
+def test_seed_spread_and_table():
+    sp = stats.seed_spread([40.0, 50.0, 60.0])
+    assert sp == {"n": 3, "mean": 50.0, "std": 10.0, "min": 40.0, "max": 60.0}
+    assert stats.seed_spread([7.0])["std"] == 0.0
+    rows = [{"method": "dpr", "seed": 0, "top-1": 40.0, "MRR": 1.0},
+            {"method": "picl", "seed": 0, "top-1": 45.0, "MRR": 2.0},
+            {"method": "dpr", "seed": 1, "top-1": 50.0, "MRR": 3.0},
+            {"method": "picl", "seed": 1, "top-1": 45.0, "MRR": 2.0}]
+    table = stats.seed_table(rows, ("method",), ("top-1", "MRR"))
+    assert table == [
+        {"method": "dpr", "seeds": 2, "top-1": "45.00 ± 7.07 [40.00, 50.00]",
+         "MRR": "2.00 ± 1.41 [1.00, 3.00]"},
+        {"method": "picl", "seeds": 2, "top-1": "45.00 ± 0.00 [45.00, 45.00]",
+         "MRR": "2.00 ± 0.00 [2.00, 2.00]"}]
