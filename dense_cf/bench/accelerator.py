@@ -162,6 +162,16 @@ def _xla_cost(compiled) -> tuple[float | None, dict[str, float]]:
     return flops or None, mem
 
 
+_T0 = time.perf_counter()
+
+
+def _log(msg: str) -> None:
+    """Progress on stderr with seconds since import (a slow compile shows where it is)."""
+    import sys
+
+    print(f"[accelerator {time.perf_counter() - _T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
 def _is_oom(err: BaseException) -> bool:
     s = str(err)
     return "RESOURCE_EXHAUSTED" in s or "out of memory" in s.lower()
@@ -311,11 +321,13 @@ def bench_train(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
             state = setup.init_state()
             batch = setup.global_batch()
             step = setup.train_step(state, chunks)
+            _log(f"train: state ready; compiling with grad_cache_chunks={chunks}")
             t0 = time.perf_counter()
             try:
                 compiled = step.lower(state, batch, rng).compile()
                 compile_s = time.perf_counter() - t0
                 xla_flops, mem = _xla_cost(compiled)
+                _log(f"train: compiled in {compile_s:.1f}s; memory_analysis {mem}")
                 limit = _memory(dev)["bytes_limit"]
                 if limit and mem.get("total", 0) > limit:
                     raise MemoryError(f"RESOURCE_EXHAUSTED (predicted): memory_analysis total "
@@ -328,11 +340,13 @@ def bench_train(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
 
                 times = _timed(call, opts.steps, opts.warmup)
                 metrics = jax.device_get(call()[1])
+                _log(f"train: median step {statistics.median(times) * 1e3:.1f} ms")
                 break
             except Exception as err:  # noqa: BLE001 - only out-of-memory is retried
                 if not _is_oom(err) or opts.grad_cache_chunks or per_device % (chunks * 2):
                     raise
                 tried.append({"grad_cache_chunks": chunks, "error": str(err).splitlines()[0][:300]})
+                _log(f"train: out of memory with {chunks} chunk(s): {tried[-1]['error']}")
                 del state
                 chunks *= 2
     step_s = statistics.median(times)
@@ -385,7 +399,9 @@ def bench_export(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
                                                                   g["mask"]).compile()
         compile_s = time.perf_counter() - t0
         xla_flops, mem = _xla_cost(compiled)
+        _log(f"export: compiled in {compile_s:.1f}s")
         times = _timed(lambda: compiled(params, g["ids"], g["mask"]), opts.steps, opts.warmup)
+        _log(f"export: median batch {statistics.median(times) * 1e3:.1f} ms; Encoder.passages")
         # End to end through the project's Encoder: host ids in, host float32 embeddings out.
         n = eb * opts.export_batches
         all_ids = np.tile(ids, (opts.export_batches, 1))
@@ -394,6 +410,7 @@ def bench_export(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
         t0 = time.perf_counter()
         emb = enc.passages(all_ids, all_mask)
         e2e_s = time.perf_counter() - t0
+        _log(f"export: Encoder.passages {n / e2e_s:.0f} passages/s")
     step_s = statistics.median(times)
     flops = encoder_flops(setup.cfg, eb, setup.lp, passes=1)
     return {
@@ -463,11 +480,13 @@ def run_benchmark(opts: BenchOptions) -> dict[str, Any]:
                      "attention_dropout_rate", "remat", "remat_policy")}
     out["model"]["params_per_tower"], out["model"]["non_embedding_params_per_tower"] = \
         count_params(setup.cfg)
-    # Export first: peak_bytes_in_use only grows, so the train step's peak is read second.
-    out["export"] = bench_export(setup, opts)
-    out["export"]["peak_bytes_in_use"] = _memory(jax.devices()[0])["peak_bytes_in_use"]
+    _log(f"{n_dev} x {kind}; options {opts}")
+    # The train step first (the headline figure). peak_bytes_in_use only grows, so the export's
+    # own footprint is its memory_analysis; its peak_bytes_in_use is the process's running peak.
     out["train"] = bench_train(setup, opts)
     out["train"]["peak_bytes_in_use"] = _memory(jax.devices()[0])["peak_bytes_in_use"]
+    out["export"] = bench_export(setup, opts)
+    out["export"]["peak_bytes_in_use"] = _memory(jax.devices()[0])["peak_bytes_in_use"]
     for part in ("train", "export"):
         r = out[part]
         r["mfu"] = r["achieved_flops_model"] / (peak * n_dev) if peak else None
@@ -481,6 +500,7 @@ def run_benchmark(opts: BenchOptions) -> dict[str, Any]:
         n = 8192 if inv["backend"] in ("gpu", "tpu") else 512
         out["matmul_peak_bf16_flops_measured"] = measure_matmul_peak(n=n, dtype=jnp.bfloat16)
         out["matmul_n"] = n
+    _log("done")
     if opts.check_sharding and n_dev > 1:
         out["sharding_check"] = check_sharding(opts)
     else:
