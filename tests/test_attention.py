@@ -119,3 +119,20 @@ def test_attention_impl_round_trips_through_run_config_and_dict():
     del reloaded.model["attention_impl"], reloaded.model["attention_dropout"]
     model, _ = model_from_config(reloaded)
     assert model.config.attention_impl == "einsum" and model.config.attention_dropout_rate == 0.1
+
+
+def test_accelerator_config_builds_bf16_fused_attention_model():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "picl_nq_accel.py")
+    spec = importlib.util.spec_from_file_location("picl_nq_accel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = mod.get_config()
+    cfg.model.name_or_path = "tiny"
+    model, _ = model_from_config(cfg)
+    c = model.config
+    assert (c.dtype, c.param_dtype, c.attention_impl) == ("bfloat16", "float32", "dot_product")
+    assert c.attention_dropout_rate == 0.0 and c.dropout_rate == 0.1
+    assert cfg.method == "picl" and (cfg.loss.lam, cfg.loss.tau1, cfg.loss.tau2) == (0.2, 1.0, 1.0)

@@ -226,7 +226,6 @@ class _Setup:
 
     def __init__(self, opts: BenchOptions, dtype: str | None = None, devices=None,
                  global_batch: int | None = None, warmup_steps: int = 1237):
-        import jax
         from flax import linen as nn
 
         from dense_cf.bench.common import batch_shapes, random_batch
@@ -561,8 +560,8 @@ _SHAPES = flags.DEFINE_enum("shapes", "auto", ["auto", "small", "paper"],
 _OUT = flags.DEFINE_string("out", "", "Write the JSON result here.")
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32", "float16"],
                            "Compute dtype (master weights and Adam state stay float32).")
-_ATTN = flags.DEFINE_enum("attention_impl", "dot_product", ["einsum", "dot_product", "xla", "cudnn"],
-                          "BertConfig.attention_impl.")
+_ATTN = flags.DEFINE_enum("attention_impl", "dot_product",
+                          ["einsum", "dot_product", "xla", "cudnn"], "BertConfig.attention_impl.")
 _DROPOUT = flags.DEFINE_float("dropout", 0.1, "Hidden dropout.")
 _ATTN_DROPOUT = flags.DEFINE_float("attention_dropout", 0.0,
                                    "Attention-probability dropout (> 0 forces the einsum path).")
