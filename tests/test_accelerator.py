@@ -75,3 +75,17 @@ def test_cli_small_shapes_writes_json(tmp_path):
     assert res["search"]["status"] == "not present"
     assert res["sharding_check"]["ok"], res["sharding_check"]
     assert "train :" in p.stdout and "export:" in p.stdout
+
+
+def test_host_init_equals_device_init():
+    """The host-CPU init path (default on GPU/TPU) gives the same sharded params."""
+    import jax
+    import numpy as np
+
+    setup = acc._Setup(acc.BenchOptions(shapes="small"))
+    with setup.context():
+        on_host = setup.init_params(host=True)
+        on_device = setup.init_params(host=False)
+    for a, b in zip(jax.tree.leaves(on_host), jax.tree.leaves(on_device)):
+        assert a.sharding == b.sharding
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
