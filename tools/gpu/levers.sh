@@ -10,7 +10,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
 B="python3 -m dense_cf.bench.accelerator --shapes=paper --steps=10 --warmup=2"
 T="--export=false --matmul_peak=false"
-for v in "default|200|" "rbg|150|--rng_impl=rbg $T" "nodrop|150|--dropout=0 $T" \
+for v in "default|200|" "nodrop|150|--dropout=0 $T" \
          "remat_dots|170|--remat --remat_policy=dots_with_no_batch_dims_saveable --rng_impl=rbg $T"; do
   IFS='|' read -r name limit args <<< "$v"
   echo "=== $name: $B $args"
