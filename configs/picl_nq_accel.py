@@ -16,7 +16,7 @@ accelerator keep ``--config.model.attention_dropout=0.1``: training then takes t
 (export/eval still use the fused kernel).
 """
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
 
 
 def get_config():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from dense_cf.config import base_config
+from dense_cf.configs.base import base_config
 from dense_cf.models.bert import BertConfig, BertEncoder, _fused_impl
 from dense_cf.models.dual_encoder import model_from_config
 

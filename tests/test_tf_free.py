@@ -12,24 +12,27 @@ import textwrap
 
 # Every module that must import without TensorFlow. One list, so a restructure edits one place.
 TF_FREE_MODULES = [
-    "dense_cf.config",
+    "dense_cf.configs.base",
     "dense_cf.losses",
+    "dense_cf.methods",
     "dense_cf.models.bert",
     "dense_cf.models.dual_encoder",
     "dense_cf.models.hf",
     "dense_cf.models.tokenizer",
     "dense_cf.train.checkpoint",
     "dense_cf.train.gradcache",
-    "dense_cf.train.mesh",
+    "dense_cf.parallel.mesh",
+    "dense_cf.train.run",
     "dense_cf.train.state",
     "dense_cf.train.step",
-    "dense_cf.export",
+    "dense_cf.inputs.tokens",
+    "dense_cf.retrieval.export",
     "dense_cf.bench.common",
     "dense_cf.bench.peak",
     "dense_cf.bench.accelerator",
 ]
 # The project's export encoder (a class with ``passages(ids, mask)``), as "module:attribute".
-ENCODER = "dense_cf.export:Encoder"
+ENCODER = "dense_cf.retrieval.export:Encoder"
 
 _SCRIPT = textwrap.dedent("""
     import importlib, os, sys, tempfile, types
@@ -43,11 +46,12 @@ _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from flax import linen as nn
     from dense_cf.bench.common import batch_shapes, random_batch
-    from dense_cf.config import base_config
+    from dense_cf.configs.base import base_config
     from dense_cf.models import hf
     from dense_cf.models.bert import BertConfig
     from dense_cf.models.dual_encoder import DualEncoder, model_from_config, pretrained_params
-    from dense_cf.train import mesh as mesh_lib
+    from dense_cf import methods
+    from dense_cf.parallel import mesh as mesh_lib
     from dense_cf.train.state import TrainState, make_optimizer
     from dense_cf.train.step import make_train_step
     mod, attr = {encoder!r}.split(":")
@@ -82,13 +86,13 @@ _SCRIPT = textwrap.dedent("""
         for chunks in (1, 2):
             state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
                                opt_state=tx.init(params))
-            step = jax.jit(make_train_step(model, tx, loss_kwargs=loss, mesh=mesh,
+            step = jax.jit(make_train_step(methods.get("picl"), model, tx, loss_hparams=loss, mesh=mesh,
                                            grad_cache_chunks=chunks))
             state, m = step(state, mesh_lib.global_batch(batch, mesh), jax.random.key(1))
             assert np.isfinite(float(m["loss"])), m
         params = jax.device_put(params, mesh_lib.replicated(mesh))
         run = types.SimpleNamespace(model=model, params=params, mesh=mesh, rules=(),
-                                    config={{"method": "dpr"}})
+                                    config={{"method": "dpr"}}, method=methods.get("dpr"))
         emb = Encoder(run, 4).passages(batch["pos_ids"], batch["pos_mask"])
     assert emb.shape == (4, 32) and np.isfinite(emb).all(), emb.shape
 

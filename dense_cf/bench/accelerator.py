@@ -44,6 +44,30 @@ from typing import Any, Callable
 
 from absl import app, flags
 
+from dense_cf import methods
+from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.models.bert import BertConfig
+import sys
+import jax
+import flax
+import jaxlib
+import optax
+from flax import linen as nn
+from dense_cf.bench.common import batch_shapes, random_batch
+from dense_cf.configs.base import base_config
+from dense_cf.models.bert import axis_rules_for
+from dense_cf.models.dual_encoder import DualEncoder
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train.state import make_optimizer
+import contextlib
+import jax.numpy as jnp
+from dense_cf.train.state import TrainState
+from dense_cf.train.step import make_train_step
+import numpy as np
+from dense_cf.retrieval.export import Encoder
+import dense_cf
+from dense_cf.bench.peak import measure_matmul_peak
+
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072, max_position_embeddings=512)
 TINY = dict(vocab_size=2048, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=128,
@@ -67,7 +91,7 @@ PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = (
     ("TPU v6e", "TPU v6e", 918e12),
 )
 
-PICL_LOSS = dict(lam=0.2, tau1=1.0, tau2=1.0, use_dpr=True)
+PICL = methods.get("picl")  # the paper's batch: questions, hard negatives, counterfactuals
 JAX_SEARCH_MODULE = "dense_cf.index.jax_search"  # no JAX search module exists yet
 
 
@@ -121,7 +145,6 @@ def _shape_defaults(opts: BenchOptions) -> dict[str, int]:
 
 
 def bert_config(opts: BenchOptions, dtype: str | None = None):
-    from dense_cf.models.bert import BertConfig
 
     base = BERT_BASE if opts.shapes == "paper" else TINY
     return BertConfig(**base, dtype=dtype or opts.dtype, attention_impl=opts.attention_impl,
@@ -170,7 +193,6 @@ _T0 = time.perf_counter()
 
 def _log(msg: str) -> None:
     """Progress on stderr with seconds since import (a slow compile shows where it is)."""
-    import sys
 
     print(f"[accelerator {time.perf_counter() - _T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
@@ -188,7 +210,6 @@ def _memory(device) -> dict[str, int | None]:
 
 
 def _timed(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
-    import jax
 
     for _ in range(warmup):
         jax.block_until_ready(fn())
@@ -202,10 +223,6 @@ def _timed(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
 
 def device_inventory() -> dict[str, Any]:
     """Backend, versions and every device (kind, memory limit)."""
-    import flax
-    import jax
-    import jaxlib
-    import optax
 
     devs = jax.devices()
     client = devs[0].client
@@ -227,14 +244,7 @@ class _Setup:
 
     def __init__(self, opts: BenchOptions, dtype: str | None = None, devices=None,
                  global_batch: int | None = None, warmup_steps: int = 1237):
-        from flax import linen as nn
 
-        from dense_cf.bench.common import batch_shapes, random_batch
-        from dense_cf.config import base_config
-        from dense_cf.models.bert import axis_rules_for
-        from dense_cf.models.dual_encoder import DualEncoder
-        from dense_cf.train import mesh as mesh_lib
-        from dense_cf.train.state import make_optimizer
 
         d = _shape_defaults(opts)
         self.opts, self.b, self.lq, self.lp = opts, global_batch or d["b"], d["lq"], d["lp"]
@@ -254,9 +264,7 @@ class _Setup:
 
     def context(self):
         """The mesh and logical rules every trace/call of this set-up runs under."""
-        import contextlib
 
-        import jax
 
         stack = contextlib.ExitStack()
         stack.enter_context(jax.set_mesh(self.mesh))
@@ -267,10 +275,7 @@ class _Setup:
         """Random float32 params in their shardings. ``host`` (default: on GPU/TPU) initialises
         on the host CPU and copies: XLA:GPU spent 55-92 s compiling this one-off init of two
         BERT-base towers on the H100, the host CPU compiles it in ~12 s (0.9 GB to copy)."""
-        import jax
-        import jax.numpy as jnp
 
-        from dense_cf.train import mesh as mesh_lib
 
         q = jnp.ones((1, self.lq), jnp.int32)
         p = jnp.ones((1, self.lp), jnp.int32)
@@ -299,36 +304,29 @@ class _Setup:
         return jax.device_put(params, shardings)
 
     def init_state(self):
-        import jax
-        import jax.numpy as jnp
 
-        from dense_cf.train.state import TrainState
 
         params = self.init_params()
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           opt_state=jax.jit(self.tx.init)(params))
 
     def train_step(self, state, chunks: int, dropout: bool = True):
-        import jax
 
-        from dense_cf.train import mesh as mesh_lib
-        from dense_cf.train.step import make_train_step
 
         state_sh = jax.tree.map(lambda x: x.sharding, state)
-        fn = make_train_step(self.model, self.tx, loss_kwargs=PICL_LOSS, mesh=self.mesh,
+        fn = make_train_step(PICL, self.model, self.tx, loss_hparams=PICL.loss_hparams(PICL_LOSS),
+                             mesh=self.mesh,
                              schedule=self.schedule, dropout=dropout, grad_cache_chunks=chunks)
         return jax.jit(fn, in_shardings=(state_sh, mesh_lib.batch_sharding(self.mesh), None),
                        out_shardings=(state_sh, None), donate_argnums=(0,))
 
     def global_batch(self):
-        from dense_cf.train import mesh as mesh_lib
 
         return mesh_lib.global_batch(self.batch_np, self.mesh)
 
 
 def bench_train(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
     """Compiles (with the OOM fallback over GradCache chunks) and times the train step."""
-    import jax
 
     dev = jax.devices()[0]
     data = setup.mesh.shape["data"]
@@ -391,11 +389,7 @@ def bench_train(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
 def bench_export(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
     """Passage encoding at ``max_p_len``: the jitted sharded encoder on device-resident batches
     (compute), and the project's ``Encoder.passages`` from host arrays to host embeddings."""
-    import jax
-    import numpy as np
 
-    from dense_cf.export import Encoder
-    from dense_cf.train import mesh as mesh_lib
 
     eb = _shape_defaults(opts)["export_batch"]
     data = setup.mesh.shape["data"]
@@ -405,7 +399,8 @@ def bench_export(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
         if params is None:
             params = setup.init_params()
         run = types.SimpleNamespace(model=setup.model, params=params, mesh=setup.mesh,
-                                    rules=setup.rules, config={"method": "dpr"})
+                                    rules=setup.rules, config={"method": "dpr"},
+                                    method=methods.get("dpr"))
         enc = Encoder(run, eb)
         r = np.random.default_rng(opts.seed + 1)
         ids = r.integers(1000, setup.cfg.vocab_size, size=(eb, setup.lp)).astype(np.int32)
@@ -450,8 +445,6 @@ def check_sharding(opts: BenchOptions) -> dict[str, Any]:
     """One train step on all devices vs on one device from the same state and batch: loss and
     updated params (and the gradient norm). float32 compute and no dropout, so the two differ
     only by reduction order; no warm-up in the schedule, so the step really moves the params."""
-    import jax
-    import numpy as np
 
     n = jax.device_count()
     b = 2 * n
@@ -484,8 +477,6 @@ def check_sharding(opts: BenchOptions) -> dict[str, Any]:
 
 def run_benchmark(opts: BenchOptions) -> dict[str, Any]:
     """Every measurement of one configuration as a JSON-able dict (see the module docstring)."""
-    import jax
-    import jax.numpy as jnp
 
     inv = device_inventory()
     kind = inv["devices"][0]["kind"]
@@ -517,14 +508,12 @@ def run_benchmark(opts: BenchOptions) -> dict[str, Any]:
         out["export"] = None
     # A file check, not find_spec: finding a submodule imports its package (dense_cf.index
     # imports faiss, absent on accelerator hosts without the [gpu] extra).
-    import dense_cf
 
     root = os.path.dirname(os.path.dirname(dense_cf.__file__))
     found = os.path.exists(os.path.join(root, *JAX_SEARCH_MODULE.split(".")) + ".py")
     out["search"] = {"status": "present, not benchmarked" if found else "not present",
                      "module": JAX_SEARCH_MODULE}
     if opts.matmul_peak:
-        from dense_cf.bench.peak import measure_matmul_peak
 
         n = 8192 if inv["backend"] in ("gpu", "tpu") else 512
         out["matmul_peak_bf16_flops_measured"] = measure_matmul_peak(n=n, dtype=jnp.bfloat16)
@@ -605,7 +594,6 @@ _RNG = flags.DEFINE_enum("rng_impl", "", ["", "threefry2x32", "rbg", "unsafe_rbg
 
 def main(argv) -> None:
     del argv
-    import jax
 
     shapes = _SHAPES.value
     if shapes == "auto":

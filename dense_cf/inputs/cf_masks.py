@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import tensorflow as tf
+from dense_cf.inputs.lazy import tf
 
 from dense_cf.inputs.tokens import token_answer_flags, token_sentence_ids  # noqa: F401 (re-export)
 

@@ -54,7 +54,7 @@ import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
-import tensorflow as tf
+from dense_cf.inputs.lazy import tf
 from absl import logging
 
 from dense_cf.inputs import cf_masks as cf_lib

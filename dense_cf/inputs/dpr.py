@@ -21,7 +21,7 @@ import os
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
-import tensorflow as tf
+from dense_cf.inputs.lazy import tf
 from absl import logging
 
 from dense_cf import files
