@@ -1,7 +1,7 @@
-"""Data-efficiency runs: DPR trained on a uniform random subset of its training set (SPEC §7).
+"""Data-efficiency runs: DPR trained on a uniform random subset of its training set (docs/method.md §7).
 
 ``--config=configs/data_efficiency.py:FRACTION[,BASE]`` with FRACTION in (0, 1] (the paper uses
-0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0) and BASE ``nq`` (default: DPR on NQ, SPEC §9) or ``demo``
+0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0) and BASE ``nq`` (default: DPR on NQ, docs/method.md §9) or ``demo``
 (DPR on the synthetic benchmark with MiniLM, configs/demo.py). The subset is
 ``dense_cf.mining.stats.subset_mask(N, FRACTION, data.train_fraction_seed)`` of the N valid
 training records -- nested across fractions and identical to the subsets reported by

@@ -1,9 +1,9 @@
-"""EADPR on NQ: λ = 1.0, τ1 = τ2 = 1.0 (SPEC §3; EADPR eq. 3-8).
+"""EADPR on NQ: λ = 1.0, τ1 = τ2 = 1.0 (docs/method.md §3; EADPR eq. 3-8).
 
 Counterfactual source, chosen by the config argument:
 
 * ``--config=configs/eadpr_nq.py`` (or ``:gold``): p* drops the sentences with an answer
-  match (``sentence`` strategy, SPEC §2);
+  match (``sentence`` strategy, docs/method.md §2);
 * ``--config=configs/eadpr_nq.py:pseudo``: p* drops the QA-model pseudo-evidence sentence
   (``evidence`` strategy, EADPR §3.1). Make the annotations first (docs/evidence.md)::
 

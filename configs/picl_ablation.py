@@ -10,7 +10,7 @@ ROW (docs/ablation.md):
 λ: rows that keep L_dpr keep λ = 0.2, because the paper's baselines drop terms of eq. 10 and
 its L_dpr is eq. 7's, with λ·e^{sim(q,p*)} (reasons in ``dense_cf/configs/ablation.py``).
 
-BASE: ``nq`` (default: DPR's NQ files, BERT-base, SPEC §9) or ``demo`` (the synthetic
+BASE: ``nq`` (default: DPR's NQ files, BERT-base, docs/method.md §9) or ``demo`` (the synthetic
 benchmark with MiniLM, ``configs/demo.py``). ``tau=0.2`` sets every non-zero τ to 0.2 (the
 paper's limited-compute setting, probably Table 4's).
 

@@ -1,10 +1,10 @@
-"""PiCL on NQ with DPR-mined hard negatives: PiCL Table 2's "DPR negatives" row (SPEC §10:
-top-1/5/20/100 = 52.57 / 71.10 / 80.50 / 86.84), λ = 0.2, τ1 = τ2 = 1.0 (SPEC §3, §9).
+"""PiCL on NQ with DPR-mined hard negatives: PiCL Table 2's "DPR negatives" row (docs/method.md §10:
+top-1/5/20/100 = 52.57 / 71.10 / 80.50 / 86.84), λ = 0.2, τ1 = τ2 = 1.0 (docs/method.md §3, §9).
 
 The paper trains on DPR's released ``biencoder-nq-adv-hn-train.json.gz`` (negatives retrieved
 by a trained DPR); to mine your own, in two stages (docs/mining.md has the full commands):
 
-1. Train DPR (in-batch + BM25 hard negatives, SPEC §9)::
+1. Train DPR (in-batch + BM25 hard negatives, docs/method.md §9)::
 
        python -m dense_cf.main --config configs/dpr_nq.py --workdir runs/dpr_nq
 
@@ -21,7 +21,7 @@ by a trained DPR); to mine your own, in two stages (docs/mining.md has the full 
 
 Using DPR's released file instead: ``--config.data.train_file=biencoder-nq-adv-hn-train.json.gz``.
 As in DPR's adversarial training, each question samples ``num_hard`` of its first
-``max_hard_stored`` hard negatives per step (SPEC §9).
+``max_hard_stored`` hard negatives per step (docs/method.md §9).
 """
 
 from dense_cf.configs.base import base_config

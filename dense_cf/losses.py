@@ -1,7 +1,7 @@
-"""Contrastive losses for DPR / PiCL / EADPR (SPEC §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8).
+"""Contrastive losses for DPR / PiCL / EADPR (docs/method.md §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8).
 
 Every function here is a pure, jittable function of GLOBAL-batch embeddings: the caller gathers
-question/passage embeddings across the data axis first (SPEC §1), so that "in-batch" means the
+question/passage embeddings across the data axis first (docs/method.md §1), so that "in-batch" means the
 whole global batch. Scores are dot products computed in float32 whatever the input dtype.
 
 Notation (question i of B): p_i+ positive, p_i* counterfactual of p_i+ (may be missing,
@@ -9,7 +9,7 @@ Notation (question i of B): p_i+ positive, p_i* counterfactual of p_i+ (may be m
 ``hard_valid[j, k] == False``), s(i, x) = q_i . x.
 
 * N_i (in-batch negatives of question i) = {p_j+ : j != i} U {every valid h_{j,k}, all j incl. i}.
-  Other questions' counterfactuals are NOT in N_i (SPEC §3).
+  Other questions' counterfactuals are NOT in N_i (docs/method.md §3).
 * L_dpr (PiCL eq. 7 / EADPR eq. 7)
       -log e^{s(i,p_i+)} / (e^{s(i,p_i+)} + sum_{n in N_i} e^{s(i,n)} + lam e^{s(i,p_i*)})
   with the lam term present only when lam > 0 and p_i* is valid; lam e^x is written x + log lam.
@@ -21,13 +21,13 @@ Notation (question i of B): p_i+ positive, p_i* counterfactual of p_i+ (may be m
   {p_j-}_{j != i} as eq. 7, and eq. 6 (the constraint L_cpp implements) requires
   s(i,p_i*) > s(i,p_j-) "for all p_j-", i.e. all of question i's negatives. In DPR those are the
   in-batch negatives N_i = other questions' positives + hard negatives, so the L_cpp denominator
-  is  {p_i*} U N_i U {valid p_j* : j != i}.  p_i+ is excluded (SPEC §3); question i's own hard
-  negatives are included (SPEC §3: "Question i's own hard negatives count among the p-").
+  is  {p_i*} U N_i U {valid p_j* : j != i}.  p_i+ is excluded (docs/method.md §3); question i's own hard
+  negatives are included (docs/method.md §3: "Question i's own hard negatives count among the p-").
 * L = use_dpr * L_dpr + tau1 * L_chn + tau2 * L_cpp  (PiCL eq. 10 / EADPR eq. 8); the batch loss
   is the mean over ALL B questions (terms of questions without p_i* are 0, not re-normalised).
 
 Masking: excluded logits are set to -inf with ``jnp.where`` BEFORE the logsumexp (never scaled by
-0/1, SPEC §3). Every row always contains its own finite target logit, so no row is all -inf and
+0/1, docs/method.md §3). Every row always contains its own finite target logit, so no row is all -inf and
 gradients stay finite. Padding embeddings (invalid hard negatives / counterfactuals) are also
 zeroed before scoring so that garbage (even NaN) in padding cannot leak into gradients.
 """
@@ -78,7 +78,7 @@ def contrastive_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PiCL / EADPR loss L = use_dpr*L_dpr + tau1*L_chn + tau2*L_cpp over a global batch.
 
-    See the module docstring for the exact terms (SPEC §3, PiCL eq. 7-10, EADPR eq. 3/5/7/8).
+    See the module docstring for the exact terms (docs/method.md §3, PiCL eq. 7-10, EADPR eq. 3/5/7/8).
 
     Args:
       q: [B, D] question embeddings.  pos: [B, D] positive-passage embeddings.
@@ -214,6 +214,6 @@ def dpr_nll(
     hard: jax.Array | None = None,
     hard_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Plain DPR NLL (Karpukhin et al. 2020; SPEC §3 with lam = tau1 = tau2 = 0): positive vs.
+    """Plain DPR NLL (Karpukhin et al. 2020; docs/method.md §3 with lam = tau1 = tau2 = 0): positive vs.
     other questions' positives + every valid hard negative of the global batch."""
     return contrastive_loss(q, pos, hard, hard_valid, None, None, use_dpr=True)

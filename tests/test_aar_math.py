@@ -1,4 +1,4 @@
-"""Tests for dense_cf.eval.aar_math: AAR / AA score, break-downs, figures (SPEC §5)."""
+"""Tests for dense_cf.eval.aar_math: AAR / AA score, break-downs, figures (docs/method.md §5)."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Tests for dense_cf.text.answers (SPEC §6 has_answer, SPEC §5 question types)."""
+"""Tests for dense_cf.text.answers (docs/method.md §6 has_answer, docs/method.md §5 question types)."""
 
 import random
 import unicodedata

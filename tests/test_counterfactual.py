@@ -1,4 +1,4 @@
-"""Counterfactual strategies (SPEC §2): per-token features and the on-the-fly drop masks."""
+"""Counterfactual strategies (docs/method.md §2): per-token features and the on-the-fly drop masks."""
 
 import numpy as np
 import pytest

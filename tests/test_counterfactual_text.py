@@ -1,4 +1,4 @@
-"""Host-side counterfactual text and near-duplicate distractors (SPEC §2, §5 robustness)."""
+"""Host-side counterfactual text and near-duplicate distractors (docs/method.md §2, §5 robustness)."""
 
 import unicodedata
 

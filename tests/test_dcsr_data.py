@@ -1,4 +1,4 @@
-"""DCSR input pipeline (SPEC §4): marker insertion, truncation, sampler and its fallbacks."""
+"""DCSR input pipeline (docs/method.md §4): marker insertion, truncation, sampler and its fallbacks."""
 
 import numpy as np
 import pytest

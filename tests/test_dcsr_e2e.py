@@ -1,4 +1,4 @@
-"""Tiny DCSR run end to end (SPEC §4): synthetic data → train (sentence NLL) → sentence export →
+"""Tiny DCSR run end to end (docs/method.md §4): synthetic data → train (sentence NLL) → sentence export →
 Flat index → HasAns passage ranking → the same retrieval report as DPR.
 
 Also: sentence vectors in the export are the encoder outputs at the markers, the

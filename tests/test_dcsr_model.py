@@ -1,4 +1,4 @@
-"""DCSR model side (SPEC §4): ``<sent>`` vocabulary extension of tokenizer and embeddings."""
+"""DCSR model side (docs/method.md §4): ``<sent>`` vocabulary extension of tokenizer and embeddings."""
 
 import json
 

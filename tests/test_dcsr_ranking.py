@@ -1,4 +1,4 @@
-"""DCSR HasAns aggregation (SPEC §4, DCSR eq. 2), checked against hand-computed values."""
+"""DCSR HasAns aggregation (docs/method.md §4, DCSR eq. 2), checked against hand-computed values."""
 
 import math
 

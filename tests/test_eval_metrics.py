@@ -1,4 +1,4 @@
-"""Tests for dense_cf.eval.metrics: DPR retrieval metrics (SPEC §6)."""
+"""Tests for dense_cf.eval.metrics: DPR retrieval metrics (docs/method.md §6)."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""EADPR pseudo-evidence (SPEC §2 `evidence`, EADPR §3.1): candidates, selection, scorers, the
+"""EADPR pseudo-evidence (docs/method.md §2 `evidence`, EADPR §3.1): candidates, selection, scorers, the
 annotation command (resume, skips, index agreement with the pipeline) and training on its output."""
 
 import json

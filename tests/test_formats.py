@@ -1,4 +1,4 @@
-"""Tests for dense_cf.datasets.formats (SPEC §8)."""
+"""Tests for dense_cf.datasets.formats (docs/method.md §8)."""
 
 import gzip
 import json

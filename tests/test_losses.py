@@ -1,4 +1,4 @@
-"""Tests for dense_cf.losses (SPEC §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8).
+"""Tests for dense_cf.losses (docs/method.md §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8).
 
 The reference below is written per element with Python loops and float64 math, deliberately NOT
 sharing any vectorised code with the implementation.

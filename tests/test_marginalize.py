@@ -1,4 +1,4 @@
-"""Encoder marginalisation (dense_cf/eval/marginalize.py, SPEC §7): arithmetic and a tiny e2e run."""
+"""Encoder marginalisation (dense_cf/eval/marginalize.py, docs/method.md §7): arithmetic and a tiny e2e run."""
 
 import json
 import os
@@ -174,7 +174,7 @@ def test_marginalize_many_other_corpus_exported_once(two_runs, tmp_path):
 
 
 def test_marginalize_with_a_dcsr_passage_encoder(two_runs, tmp_path):
-    """A DCSR run's passage side retrieves through its sentence index + HasAns (SPEC §4)."""
+    """A DCSR run's passage side retrieves through its sentence index + HasAns (docs/method.md §4)."""
     from dense_cf.eval.retrieval import evaluate_run
     from dense_cf.experiment import train_and_evaluate as train
     data_dir, runs = two_runs

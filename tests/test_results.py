@@ -1,4 +1,4 @@
-"""Tests for dense_cf.eval.results: DPR results JSON and TREC run/qrels files (SPEC §6)."""
+"""Tests for dense_cf.eval.results: DPR results JSON and TREC run/qrels files (docs/method.md §6)."""
 
 import json
 

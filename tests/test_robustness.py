@@ -1,4 +1,4 @@
-"""Distractor robustness (SPEC §5, EADPR Fig. 5) on a tiny trained run of the synthetic benchmark."""
+"""Distractor robustness (docs/method.md §5, EADPR Fig. 5) on a tiny trained run of the synthetic benchmark."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Training-data statistics (dense_cf/mining/stats.py, SPEC §7) and data.train_fraction subsets."""
+"""Training-data statistics (dense_cf/mining/stats.py, docs/method.md §7) and data.train_fraction subsets."""
 
 import json
 

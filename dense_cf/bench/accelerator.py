@@ -9,7 +9,7 @@ step time (median of ``--steps`` timed calls after ``--warmup``, each ended by
 where the backend has it, plus XLA's compiled ``memory_analysis``), FLOPs per step both from
 XLA's ``cost_analysis`` and from an analytic count, achieved FLOP/s and MFU.
 
-Paper shapes (SPEC §9): BERT-base towers (12 layers, hidden 768, 12 heads, vocab 30522, random
+Paper shapes (docs/method.md §9): BERT-base towers (12 layers, hidden 768, 12 heads, vocab 30522, random
 weights), 128 questions of 64 tokens (``data.max_q_len``'s default), each with its positive, one
 hard negative and one counterfactual (384 passages of 256 tokens), bfloat16 compute with float32
 master weights and Adam state, PiCL loss (λ=0.2, τ1=τ2=1), hidden dropout 0.1, attention
@@ -564,7 +564,7 @@ def summary(res: dict[str, Any]) -> str:
 
 
 _SHAPES = flags.DEFINE_enum("shapes", "auto", ["auto", "small", "paper"],
-                            "small: tiny BERT (CPU); paper: BERT-base at SPEC §9 shapes; auto: "
+                            "small: tiny BERT (CPU); paper: BERT-base at docs/method.md §9 shapes; auto: "
                             "paper on GPU/TPU, small on CPU.")
 _OUT = flags.DEFINE_string("out", "", "Write the JSON result here.")
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32", "float16"],

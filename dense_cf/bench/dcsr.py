@@ -1,4 +1,4 @@
-"""DPR vs DCSR on the synthetic benchmark, one question per passage vs many (SPEC §4).
+"""DPR vs DCSR on the synthetic benchmark, one question per passage vs many (docs/method.md §4).
 
 ``python -m dense_cf.bench.dcsr [--steps 40] [--num_passages 800] [--qpp 3] [--out DIR]
 [--seeds 0,1,2]``

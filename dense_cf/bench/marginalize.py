@@ -1,4 +1,4 @@
-"""Encoder-marginalisation benchmark on the multi-domain synthetic world (SPEC §7).
+"""Encoder-marginalisation benchmark on the multi-domain synthetic world (docs/method.md §7).
 
 ``python -m dense_cf.bench.marginalize [--domains 3] [--steps 100] [--passages 1000]
 [--model minilm] [--out runs/bench_marginalize]``

@@ -7,7 +7,7 @@ Every configuration runs in a fresh subprocess on ONE CPU device (so peak RSS is
 reports: XLA's compiled ``memory_analysis()`` of the jitted train step (argument, output and
 temp bytes; temp = activations and other intermediates), the process's peak RSS after one step
 (``ru_maxrss``; includes the Python/JAX runtime, the model and the optimizer state), the RSS
-before compiling, and the step time. The paper set-up (SPEC §9: 128 questions + 128 hard
+before compiling, and the step time. The paper set-up (docs/method.md §9: 128 questions + 128 hard
 negatives + 128 counterfactuals, BERT-base, passages of 256 tokens, questions of 64) is
 compiled only, from abstract shapes (nothing is allocated), and also gives XLA's FLOP count.
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
                           args.timeout))
         print(json.dumps(paper[-1]), flush=True)
     if paper:
-        print(f"\nPaper batch (SPEC §9), BERT-base, {args.dtype}, one device, compile-only:")
+        print(f"\nPaper batch (docs/method.md §9), BERT-base, {args.dtype}, one device, compile-only:")
         print(_table(paper, [c for c in ["batch", "passages", "chunks", "params_m", "xla_temp_gib",
                                          "xla_argument_gib", "xla_total_gib", "xla_flops",
                                          "compile_s", "error"] if any(c in r for r in paper)]))

@@ -65,7 +65,7 @@ def parse_arg(arg: str) -> tuple[str, str, float | None]:
 
 def ablation_config(row: str, base: str = "nq", tau: float | None = None
                     ) -> ml_collections.ConfigDict:
-    """The config of one ablation row on ``base``: ``nq`` (DPR's NQ files, BERT-base; SPEC §9)
+    """The config of one ablation row on ``base``: ``nq`` (DPR's NQ files, BERT-base; docs/method.md §9)
     or ``demo`` (the synthetic benchmark with MiniLM, ``presets.demo_config``). ``tau`` replaces
     every non-zero τ (the paper's limited-compute runs use 0.2)."""
     if row not in ROWS:

@@ -1,7 +1,7 @@
 """The default experiment config; files in ``configs/`` start from it and change what differs.
 
 Every field is data: an experiment is a config file (or ``--config.x.y=`` overrides), never a
-code branch. Defaults follow SPEC §9 (DPR's NQ set-up) unless noted.
+code branch. Defaults follow docs/method.md §9 (DPR's NQ set-up) unless noted.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.model = ml_collections.ConfigDict()
     c.model.name_or_path = "bert-base-uncased"  # "minilm", a local HF dir, a hub name, or "tiny"
-    c.model.shared = False                      # separate question/passage towers (SPEC §9)
+    c.model.shared = False                      # separate question/passage towers (docs/method.md §9)
     c.model.pooling = "cls"                     # DPR's [CLS] without pooler
     c.model.dtype = "float32"                   # compute dtype; "bfloat16" on accelerators
     c.model.remat = False
@@ -44,10 +44,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.evidence_file = ""
     c.data.answer_mode = "string"               # "regex" for CuratedTREC
     c.data.max_train_examples = 0               # 0 = all
-    c.data.train_fraction = 1.0                 # uniform seeded subset of train (SPEC §7 data-efficiency)
+    c.data.train_fraction = 1.0                 # uniform seeded subset of train (docs/method.md §7 data-efficiency)
     c.data.train_fraction_seed = 0              # = `python -m dense_cf.mining.stats --seed`
     c.data.max_dev_examples = 0
-    # Evaluation files (SPEC §8): corpus TSV, test qa CSV, gold passages info (AAR triplets).
+    # Evaluation files (docs/method.md §8): corpus TSV, test qa CSV, gold passages info (AAR triplets).
     c.data.corpus_file = "psgs_w100.tsv.gz"
     c.data.test_file = "nq-test.qa.csv"
     c.data.gold_file = "nq-test_gold_info.json.gz"
@@ -61,7 +61,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.loss.tau1 = 0.0
     c.loss.tau2 = 0.0
 
-    # DCSR (SPEC §4; read by the dcsr method and its inputs; docs/dcsr.md).
+    # DCSR (docs/method.md §4; read by the dcsr method and its inputs; docs/dcsr.md).
     c.dcsr = ml_collections.ConfigDict()
     c.dcsr.negatives = "in_passage"             # Table 4: in_passage | bm25 | bm25x2 | in_batch
     c.dcsr.question_prefix = True               # "[CLS] <sent> q [SEP]" (the authors' code)
@@ -80,7 +80,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.optim.weight_decay = 0.0
 
     c.train = ml_collections.ConfigDict()
-    c.train.global_batch = 128                  # 8 devices x 16 (SPEC §9)
+    c.train.global_batch = 128                  # 8 devices x 16 (docs/method.md §9)
     c.train.num_epochs = 40
     c.train.num_steps = 0                       # overrides num_epochs when > 0
     c.train.stop_at_step = 0                    # stop early (resumable) without changing the schedule

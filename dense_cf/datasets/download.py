@@ -1,6 +1,6 @@
 """Resumable, checksummed downloads of data files, with an offline ``manual_dir`` path.
 
-Used by :mod:`dense_cf.datasets.dpr` (DPR's public files, SPEC §8) and the TFDS builder in
+Used by :mod:`dense_cf.datasets.dpr` (DPR's public files, docs/method.md §8) and the TFDS builder in
 :mod:`dense_cf.datasets.dpr_tfds`. Nothing here knows about DPR: a file is a :class:`FileSpec`.
 
 How a file gets into ``data_dir``:

@@ -1,4 +1,4 @@
-"""Fetch DPR's retriever data (SPEC §8) into the raw layout the pipeline reads.
+"""Fetch DPR's retriever data (docs/method.md §8) into the raw layout the pipeline reads.
 
     python -m dense_cf.datasets.dpr --datasets nq --splits train,dev,test,gold,corpus \\
         --data_dir data/dpr [--manual_dir DIR] [--base_url URL]

@@ -1,4 +1,4 @@
-"""TFDS builder for DPR's retriever data (SPEC §8): ``dpr_retriever/<config>``.
+"""TFDS builder for DPR's retriever data (docs/method.md §8): ``dpr_retriever/<config>``.
 
 Configs (one per DPR dataset, plus NQ gold info and the Wikipedia corpus):
 
@@ -92,7 +92,7 @@ def _ctxs(passages: Sequence[formats.Passage]) -> dict[str, list]:
 # Run as ``python -m dense_cf.datasets.dpr_tfds``, this file is ``__main__``: its copy of the class
 # must not claim the registry name, which the importable module's class registers.
 class DprRetriever(tfds.core.GeneratorBasedBuilder, skip_registration=__name__ == "__main__"):
-    """DPR retriever data (SPEC §8) as TFDS; see the module docstring."""
+    """DPR retriever data (docs/method.md §8) as TFDS; see the module docstring."""
 
     # TFDS derives this via importlib_resources (not a dependency here); it only locates an
     # optional TFDS checksums.tsv beside the module, which we do not use (download.py verifies).

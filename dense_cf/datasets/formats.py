@@ -1,4 +1,4 @@
-"""Readers and writers for DPR's public data formats (SPEC §8), with validation.
+"""Readers and writers for DPR's public data formats (docs/method.md §8), with validation.
 
 Every reader streams (NQ-train is several GB) and takes ``skip_bad`` and ``report``:
 
@@ -52,7 +52,7 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 
 @dataclass
 class Passage:
-    """A DPR ctx ``{title, text[, passage_id, score]}`` (SPEC §8)."""
+    """A DPR ctx ``{title, text[, passage_id, score]}`` (docs/method.md §8)."""
 
     title: str
     text: str
@@ -62,7 +62,7 @@ class Passage:
 
 @dataclass
 class BiencoderExample:
-    """One element of a DPR ``biencoder-*.json`` list (SPEC §8)."""
+    """One element of a DPR ``biencoder-*.json`` list (docs/method.md §8)."""
 
     question: str
     answers: list[str]
@@ -405,7 +405,7 @@ def _parse_example(obj: Any, file: str, index: int | None) -> BiencoderExample:
 
 def iter_biencoder(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[BiencoderExample]:
-    """Stream a DPR ``biencoder-*.json[.gz]`` list without loading it whole (SPEC §8).
+    """Stream a DPR ``biencoder-*.json[.gz]`` list without loading it whole (docs/method.md §8).
 
     Validates question (non-empty str), answers (list of str), positive_ctxs (list of
     ``{title, text}``, optional ``passage_id``/``score``/``title_score``), and the optional
@@ -521,7 +521,7 @@ def _iter_csv_rows(path: PathLike, file: str) -> Iterator[tuple[int, list[str]]]
 
 def read_corpus_tsv(path: PathLike, *, skip_bad: bool = True,
                     report: SkipReport | None = None) -> Iterator[tuple[str, str, str]]:
-    """Stream ``psgs_w100.tsv[.gz]`` rows as (id, text, title) (SPEC §8).
+    """Stream ``psgs_w100.tsv[.gz]`` rows as (id, text, title) (docs/method.md §8).
 
     Like DPR, the first row is a header when its first field is "id". A row must have exactly 3
     columns and a non-empty id; ``record`` in errors is the 1-based line number.
@@ -572,7 +572,7 @@ def _parse_answers_literal(cell: str) -> list[str]:
 
 def read_qa_csv(path: PathLike, *, skip_bad: bool = True,
                 report: SkipReport | None = None) -> Iterator[tuple[str, list[str]]]:
-    """Stream ``*.qa.csv`` rows as (question, answers) (SPEC §8).
+    """Stream ``*.qa.csv`` rows as (question, answers) (docs/method.md §8).
 
     Tab-separated, column 0 the question, column 1 a Python list literal of str parsed with
     ``ast.literal_eval``. Extra columns are ignored (DPR reads only these two); ``record`` in
@@ -633,7 +633,7 @@ def _check_gold(obj: Any, file: str, index: int) -> dict:
 
 def read_gold_info(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[dict]:
-    """Stream the records of ``nq-*_gold_info.json[.gz]`` = ``{"data": [...]}`` (SPEC §8).
+    """Stream the records of ``nq-*_gold_info.json[.gz]`` = ``{"data": [...]}`` (docs/method.md §8).
 
     Each record is yielded as its dict; question (non-empty), title and context must be
     strings; ``question_tokens`` and ``example_id`` are passed through unchecked.

@@ -1,4 +1,4 @@
-"""Answer-awareness of a trained run: ``python -m dense_cf.eval.aar --workdir DIR`` (SPEC §5).
+"""Answer-awareness of a trained run: ``python -m dense_cf.eval.aar --workdir DIR`` (docs/method.md §5).
 
 Triplets (q, p+, p*) come from gold-passage info (DPR's ``nq-test_gold_info.json`` or the
 synthetic benchmark's): p+ is the gold context. DPR's gold info carries no answers, so they are
@@ -6,7 +6,7 @@ joined from the test qa CSV by ``aar_math.join_gold_with_qa``: by position when 
 the same normalised question texts in the same order, else the k-th occurrence of a text in one
 file with its k-th occurrence in the other (texts repeat when names collide); a gold record's
 own ``answers`` win. p* is built by the SAME counterfactual code as training
-(``data/counterfactual.py`` inside the tf.data pipeline): the ``sentence`` strategy gives PiCL's
+(``inputs/cf_masks.py`` inside the tf.data pipeline): the ``sentence`` strategy gives PiCL's
 AAR (Def. 3), the ``answer`` strategy EADPR's AA score.
 
 Every gold record's fate is counted by reason (``aar_math.AAR_FATES``): scored, or lost for

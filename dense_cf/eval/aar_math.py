@@ -1,4 +1,4 @@
-"""Answer-awareness math (SPEC §5): AAR / AA score, break-downs and figures. Pure numpy.
+"""Answer-awareness math (docs/method.md §5): AAR / AA score, break-downs and figures. Pure numpy.
 
 Given triplets (q, p, p*) with scores ``pos = sim(q, p)`` and ``cf = sim(q, p*)``:
 
@@ -67,13 +67,13 @@ def _pair(pos_scores: Any, cf_scores: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mismatches(pos_scores: Any, cf_scores: Any) -> np.ndarray:
-    """Boolean mask of answerability-relevance mismatches, ``sim(q,p) <= sim(q,p*)`` (SPEC §5)."""
+    """Boolean mask of answerability-relevance mismatches, ``sim(q,p) <= sim(q,p*)`` (docs/method.md §5)."""
     pos, cf = _pair(pos_scores, cf_scores)
     return pos <= cf
 
 
 def aar(pos_scores: Any, cf_scores: Any) -> float:
-    """AAR = 1 - mean(sim(q,p) <= sim(q,p*)) in [0, 1]; ties count as mismatches (SPEC §5)."""
+    """AAR = 1 - mean(sim(q,p) <= sim(q,p*)) in [0, 1]; ties count as mismatches (docs/method.md §5)."""
     return float(1.0 - mismatches(pos_scores, cf_scores).mean())
 
 
@@ -110,7 +110,7 @@ def _stats(d: np.ndarray) -> dict[str, float | int]:
 
 
 def score_diff_stats(pos_scores: Any, cf_scores: Any) -> dict[str, Any]:
-    """Score differences split as in PiCL Table 5 (SPEC §5).
+    """Score differences split as in PiCL Table 5 (docs/method.md §5).
 
     ``{"aware" | "unaware" | "all": {"count", "mean", "std", "median"}, "aar": float}`` where
     aware means diff > 0 and unaware diff <= 0 (so ties are unaware, matching :func:`aar`).
@@ -206,7 +206,7 @@ def topk_vs_distractors_plot(table: Mapping[str, Mapping[Any, Mapping[Any, float
 
 
 # ---------------------------------------------------------------------------------------------
-# Gold-triplet join and the fate of every gold record (SPEC §5).
+# Gold-triplet join and the fate of every gold record (docs/method.md §5).
 
 # Where a gold record's answers came from; the join-stage counts sum to the gold records.
 JOIN_REASONS: tuple[str, ...] = ("joined_by_position", "joined_by_occurrence",

@@ -1,10 +1,10 @@
-"""Encoder marginalisation: attribute retrieval accuracy to question vs passage encoders (SPEC §7).
+"""Encoder marginalisation: attribute retrieval accuracy to question vs passage encoders (docs/method.md §7).
 
 ``python -m dense_cf.eval.marginalize --workdirs A B C ... --test FILE [--corpus FILE]
 [--k 1,5,20,100] [--in_domain NAME] [--out DIR]``
 
 Every question encoder ηQ^(i) of K trained runs is paired with every passage encoder ηD^(j):
-``M_k[i, j]`` = DPR top-k accuracy (%) of the pair on the test questions (SPEC §6, has_answer).
+``M_k[i, j]`` = DPR top-k accuracy (%) of the pair on the test questions (docs/method.md §6, has_answer).
 Rows are question encoders, columns passage encoders; the diagonal holds the tandem models.
 The contribution of an encoder is eq. 7 of the attribution paper, the mean over the K encoders
 of the other side (the tandem included): ``Q_i = (1/K) Σ_j M[i, j]`` and ``P_j = (1/K) Σ_i
@@ -19,7 +19,7 @@ shards) and the index is saved and reused; a run's own corpus shares
 ``WORKDIR/marginalize/<corpus tag>/``. Question embeddings are computed once per question
 encoder and cached beside them. Cross-pairing needs equal embedding dimensions in all runs.
 A DCSR run's passage side retrieves as ``dense_cf.eval.retrieval`` does for it (sentence index,
-passages ranked by HasAns, SPEC §4), so its tandem cell equals its own retrieval report.
+passages ranked by HasAns, docs/method.md §4), so its tandem cell equals its own retrieval report.
 
 Writes ``report.json``, ``report.md`` and ``heatmap.png`` into ``--out``. ``report.json`` holds
 each cell's 95 % Wilson interval (``matrix_ci``) and the per-question first-hit ranks of every
@@ -89,7 +89,7 @@ def relative(values: np.ndarray, reference: np.ndarray | float) -> np.ndarray:
 
 
 def attribution(matrix: np.ndarray, in_domain: int | None = None) -> dict[str, np.ndarray]:
-    """Marginal contributions of every encoder and their normalisations (SPEC §7).
+    """Marginal contributions of every encoder and their normalisations (docs/method.md §7).
 
     ``*_rel_tandem``: in % of the encoder's own tandem model ``M[i, i]``; ``*_rel_in_domain``
     (only with ``in_domain`` = d): in % of the in-domain tandem ``M[d, d]``.
@@ -441,7 +441,7 @@ def plot_heatmaps(path: str, names: Sequence[str], mats: dict[int, np.ndarray],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Encoder marginalisation (SPEC §7).")
+    ap = argparse.ArgumentParser(description="Encoder marginalisation (docs/method.md §7).")
     ap.add_argument("--workdirs", nargs="+", required=True, help="run dirs (DIR or DIR@STEP)")
     ap.add_argument("--test", required=True, help="test qa CSV (question \\t answers)")
     ap.add_argument("--corpus", default=None, help="corpus TSV (default: the first run's)")

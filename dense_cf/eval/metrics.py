@@ -1,4 +1,4 @@
-"""Retrieval metrics computed exactly as DPR's own evaluation does (SPEC §6).
+"""Retrieval metrics computed exactly as DPR's own evaluation does (docs/method.md §6).
 
 DPR (``dense_retriever.py`` -> ``validate`` -> ``qa_validation.calculate_matches``) marks each
 retrieved passage with ``has_answer(answers, passage_text)`` -- the passage TEXT only, never the
@@ -36,7 +36,7 @@ Retrieved = tuple[Any, str, str, float]
 
 def hits_for_question(answers: Sequence[str], passages_texts: Iterable[str | None],
                       mode: str = "string") -> list[bool]:
-    """``has_answer`` on each passage's text, in rank order (SPEC §6, DPR ``check_answer``).
+    """``has_answer`` on each passage's text, in rank order (docs/method.md §6, DPR ``check_answer``).
 
     A missing text (``None``) counts as no hit, as DPR does for ids absent from its passage db.
     """
@@ -53,7 +53,7 @@ def hits_matrix(answers_list: Sequence[Sequence[str]],
                 texts_list: Sequence[Sequence[str | None]],
                 mode: str = "string", workers: int = 1, chunksize: int | None = None,
                 mp_context: str = "spawn") -> list[list[bool]]:
-    """Per-question hit lists for many questions (SPEC §6), optionally on a process pool.
+    """Per-question hit lists for many questions (docs/method.md §6), optionally on a process pool.
 
     ``workers=1`` runs inline. With more workers a ``multiprocessing`` pool maps questions in
     order, as DPR's ``calculate_matches`` does; the result is identical either way. ``spawn``
@@ -93,7 +93,7 @@ def per_question(hits: Sequence[Sequence[bool]]) -> list[int | None]:
 
 def top_k_accuracy(hits: Sequence[Sequence[bool]],
                    ks: Iterable[int] = DEFAULT_KS) -> dict[int, float]:
-    """Fraction of questions with at least one hit in the top k, per k (SPEC §6, DPR top_k_hits).
+    """Fraction of questions with at least one hit in the top k, per k (docs/method.md §6, DPR top_k_hits).
 
     A list shorter than k counts with the passages it has.
     """
@@ -123,7 +123,7 @@ def top_k_curve(hits: Sequence[Sequence[bool]]) -> list[float]:
 
 
 def mrr(hits: Sequence[Sequence[bool]], cutoff: int | None = None) -> float:
-    """Mean of 1/rank of the first hit, 0 when none (SPEC §6); ``cutoff`` gives MRR@cutoff."""
+    """Mean of 1/rank of the first hit, 0 when none (docs/method.md §6); ``cutoff`` gives MRR@cutoff."""
     _check_hits(hits)
     if cutoff is not None and cutoff < 1:
         raise ValueError(f"cutoff must be >= 1, got {cutoff}")
@@ -136,7 +136,7 @@ def mrr(hits: Sequence[Sequence[bool]], cutoff: int | None = None) -> float:
 
 @dataclass
 class RetrievalReport:
-    """Retrieval metrics of one run (SPEC §6). ``top_k`` in percent (DPR papers' style),
+    """Retrieval metrics of one run (docs/method.md §6). ``top_k`` in percent (DPR papers' style),
     ``top_k_fraction`` in [0, 1]; per-question lists are in question order."""
 
     n_questions: int
@@ -160,7 +160,7 @@ class RetrievalReport:
 def evaluate_retrieval(questions: Sequence[str], answers_list: Sequence[Sequence[str]],
                        retrieved: Sequence[Sequence[Retrieved]], mode: str = "string",
                        ks: Iterable[int] = DEFAULT_KS, workers: int = 1) -> dict[str, Any]:
-    """Top-k (percent and fraction), MRR and per-question hits of a run (SPEC §6).
+    """Top-k (percent and fraction), MRR and per-question hits of a run (docs/method.md §6).
 
     ``retrieved[i]`` is question i's ranked list of ``(pid, title, text, score)``; only ``text``
     enters ``has_answer``. Returns :meth:`RetrievalReport.as_dict`.

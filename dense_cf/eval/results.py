@@ -1,4 +1,4 @@
-"""Retrieval result files: DPR's results JSON and TREC run/qrels files (SPEC §6).
+"""Retrieval result files: DPR's results JSON and TREC run/qrels files (docs/method.md §6).
 
 DPR's ``dense_retriever.py`` ``save_results`` writes ``json.dumps(merged, indent=4) + "\\n"``
 where ``merged`` is a list of ``{"question", "answers", "ctxs": [{"id", "title", "text",
@@ -50,7 +50,7 @@ def write_dpr_results(path: str | os.PathLike, questions: Sequence[str],
     """Write DPR's retrieval results JSON (DPR ``save_results`` format), atomically.
 
     ``retrieved[i]`` is the ranked list of ``(pid, title, text, score)``. ``hits`` are the
-    per-passage ``has_answer`` flags; when None they are computed with ``mode`` (SPEC §6).
+    per-passage ``has_answer`` flags; when None they are computed with ``mode`` (docs/method.md §6).
     ``score_as_str=False`` writes scores as JSON numbers instead of DPR's strings.
     """
     n = len(questions)
@@ -160,7 +160,7 @@ def write_trec_qrels(path: str | os.PathLike, qids: Sequence[Any] | None,
     """Write TREC qrels ``qid 0 docid rel`` with rel = has_answer (1/0) of each retrieved passage.
 
     Only retrieved passages are judged, so the qrels reproduce the run's answer-bearing
-    labels (SPEC §6) rather than true corpus-wide relevance; a passage retrieved twice for one
+    labels (docs/method.md §6) rather than true corpus-wide relevance; a passage retrieved twice for one
     query is written once (relevant if any copy was). trec_eval normally leaves queries with
     no relevant document out of its averages, whereas our top-k and MRR count them as misses,
     so its recip_rank is comparable with :func:`~dense_cf.eval.metrics.mrr` only after

@@ -1,4 +1,4 @@
-"""Retrieval evaluation of a trained run: export → index → search → DPR-exact metrics (SPEC §6).
+"""Retrieval evaluation of a trained run: export → index → search → DPR-exact metrics (docs/method.md §6).
 
 ``python -m dense_cf.eval.retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] [--k 100]``
 
@@ -14,7 +14,7 @@ corpora, never reused. The index records the export it was built from (``export_
 corpus fingerprint, settings, row count) and is rebuilt when that differs (or is missing, as
 in indexes built before it existed).
 
-Sentence-level runs (DCSR, SPEC §4) go through the same command and reports: the export
+Sentence-level runs (DCSR, docs/method.md §4) go through the same command and reports: the export
 holds one vector per contextual sentence, the top ``ceil(k · k̄)`` sentences are retrieved
 (k̄ = mean sentences per passage), softmaxed per question and aggregated into passage scores
 HasAns(P) = 1 − Π(1 − p_i) (:mod:`dense_cf.retrieval.sentence_ranking`); the top k passages are then

@@ -1,4 +1,4 @@
-"""Robustness to near-duplicate distractors (SPEC §5; EADPR Fig. 5).
+"""Robustness to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
 
 ``python -m dense_cf.eval.robustness --workdir DIR [--max_distractors 20] [--counts 0,1,2,5,10,20]``
 
@@ -26,7 +26,7 @@ Set-up and decisions:
   gold title) are encoded once, rounded to the export dtype, and the first K of every question
   are added to an exact Flat index (ids: base rows 0..N-1, distractors N..). All vectors are
   held in RAM: meant for test sets and corpora that fit (not the 21M-passage Wikipedia).
-* Metrics are DPR's (SPEC §6) on the retrieved TEXTS, distractors included: ``top_k``/``mrr``.
+* Metrics are DPR's (docs/method.md §6) on the retrieved TEXTS, distractors included: ``top_k``/``mrr``.
   A question's own distractors never bear its answer (checked; an error otherwise), but
   another question's may contain it by coincidence (e.g. a year); DPR's ``has_answer`` then
   counts it as a hit, like any corpus passage, and ``retrieved_distractors_with_answer``
@@ -205,7 +205,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                         out_dir: str | None = None, ks: Sequence[int] | None = None,
                         k: int | None = None, seed: int = 0,
                         window_words: int = 5) -> dict[str, Any]:
-    """Top-k / MRR vs. K near-duplicate distractors per question (SPEC §5, EADPR Fig. 5).
+    """Top-k / MRR vs. K near-duplicate distractors per question (docs/method.md §5, EADPR Fig. 5).
 
     Returns (and writes as ``robustness.json``) ``{"table": {K: {"top_k", "mrr",
     "distractors_per_question_actual", "corpus_size", "questions_short", "top_k_corpus",

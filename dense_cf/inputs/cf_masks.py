@@ -1,4 +1,4 @@
-"""Counterfactual passages p* = p+ with its evidence removed (SPEC §2; PiCL §3.1, EADPR §3.1).
+"""Counterfactual passages p* = p+ with its evidence removed (docs/method.md §2; PiCL §3.1, EADPR §3.1).
 
 The work is split so that tokenisation happens once:
 
@@ -10,7 +10,7 @@ The work is split so that tokenisation happens once:
 
 Strategies (PiCL Table 4):
   ``sentence``  drop every sentence that contains an answer match (default, best in PiCL);
-  ``window``    drop answer-match tokens plus ``window`` word pieces on each side. SPEC says
+  ``window``    drop answer-match tokens plus ``window`` word pieces on each side. docs/method.md §2 says
                 "tokens/words": we count word pieces, the unit the encoder sees;
   ``answer``    drop only the answer-match tokens (EADPR's answer-masked p' for the AA score);
   ``evidence``  drop the sentence chosen by a QA model (EADPR §3.1), precomputed per example

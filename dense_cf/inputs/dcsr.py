@@ -1,4 +1,4 @@
-"""DCSR input pipeline: ``<sent>``-marked passages and sentence-level samples (SPEC §4).
+"""DCSR input pipeline: ``<sent>``-marked passages and sentence-level samples (docs/method.md §4).
 
 Passage format (the paper's ``[CLS] <sent> s1 <sent> s2 ... [SEP]`` with DPR's title kept)::
 
@@ -174,7 +174,7 @@ def spec_from_config(config, tokenizer, *, shuffle: bool = True,
     """The batch spec of a DCSR run (``counterfactual`` is unused: DCSR has no p*)."""
     del counterfactual
     if config.loss.lam or config.loss.tau1 or config.loss.tau2:
-        raise ValueError("method 'dcsr' trains with the DPR NLL over sentences (SPEC §4): set "
+        raise ValueError("method 'dcsr' trains with the DPR NLL over sentences (docs/method.md §4): set "
                          "config.loss.lam = tau1 = tau2 = 0 (counterfactual terms are passage-level)")
     sent_id = tokenizer.token_to_id(SENT_TOKEN)
     if sent_id is None:
@@ -197,7 +197,7 @@ def prepare(config, tokenizer, data: Preprocessed | None) -> DcsrData | None:
 
 
 def _question(q, spec: DcsrSpec):
-    if spec.question_prefix:  # the authors' code prefixes questions with "<sent> " (SPEC §4)
+    if spec.question_prefix:  # the authors' code prefixes questions with "<sent> " (docs/method.md §4)
         q = tf.concat([q[:1], [spec.sent_id], q[1:-1]], axis=0)
         return _fix_len(q, spec.max_q_len, spec.pad_id, spec.sep_id)
     return _fix_len(q, spec.max_q_len, spec.pad_id, None)

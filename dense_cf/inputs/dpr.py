@@ -3,7 +3,7 @@
 Preprocessing (:func:`preprocess`) turns DPR biencoder examples into ragged token arrays, cached
 as ``.npz``: questions, a de-duplicated passage table (``[CLS] title [SEP] text`` word pieces with
 a per-token sentence id), per-example answer flags over the positive's tokens, and hard-negative
-passage ids. Counterfactual masks (SPEC §2) are derived on the fly inside tf.data
+passage ids. Counterfactual masks (docs/method.md §2) are derived on the fly inside tf.data
 (:func:`dense_cf.inputs.cf_masks.drop_mask`), so one cache serves every strategy.
 
 Order and resumability: epoch ``e`` visits ``stateless_shuffle(range(N), seed=(seed, e))``; the
@@ -79,7 +79,7 @@ _encode = encode_texts
 def preprocess(examples: Iterable[BiencoderExample], tokenizer, *, max_q_len: int, max_p_len: int,
                max_hard: int, answer_mode: str = "string", evidence: dict[int, int] | None = None,
                chunk_size: int = 2048) -> Preprocessed:
-    """Tokenises biencoder examples once (SPEC §8 input, §2 per-token features).
+    """Tokenises biencoder examples once (docs/method.md §8 input, §2 per-token features).
 
     Passage bodies keep up to ``2 * max_p_len`` word pieces, not ``max_p_len``: dropping the
     evidence from a long positive pulls later tokens into the encoder window, as in the paper's
@@ -169,7 +169,7 @@ def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_l
 
     ``fraction`` < 1 keeps the uniform random subset ``dense_cf.datasets.subsets.subset_mask(N,
     fraction, fraction_seed)`` of the N valid records (after ``max_examples``), in file order:
-    the same nested subsets that ``python -m dense_cf.mining.stats`` reports on (SPEC §7).
+    the same nested subsets that ``python -m dense_cf.mining.stats`` reports on (docs/method.md §7).
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"biencoder file not found: {path}")

@@ -76,7 +76,7 @@ def token_sentence_ids(token_offsets: np.ndarray, sentence_spans: Sequence[tuple
 
 def token_answer_flags(text: str, token_offsets: np.ndarray, answers: Sequence[str],
                        mode: str = "string") -> np.ndarray:
-    """1 for every token overlapping a DPR-normalised answer match in ``text`` (SPEC §2, §6)."""
+    """1 for every token overlapping a DPR-normalised answer match in ``text`` (docs/method.md §2, §6)."""
     spans = find_answer_spans(text, list(answers), mode=mode)
     idx = _overlap_index(np.asarray(token_offsets, dtype=np.int64).reshape(-1, 2), spans)
     return (idx >= 0).astype(np.int8)

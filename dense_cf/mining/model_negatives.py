@@ -1,5 +1,5 @@
 """Model-mined hard negatives from a trained run (ANCE-style one-shot refresh; PiCL Table 2's
-"DPR negatives" row, SPEC §10).
+"DPR negatives" row, docs/method.md §10).
 
 ``python -m dense_cf.mining.model_negatives --workdir RUN --input biencoder.json[.gz]
 --output out.json[.gz] [--corpus psgs_w100.tsv --k 100 --num_negatives 30 --skip_top 0
@@ -13,9 +13,9 @@ naming both: reuse is keyed by the corpus content, see :mod:`dense_cf.retrieval.
 of the input file is encoded with the question tower, the top ``k`` passages are retrieved by
 inner product, the first ``skip_top`` ranks are dropped (RocketQA-style guard against false
 negatives; 0 = off), and the first ``num_negatives`` passages that are neither a positive
-(id, or title + text) nor answer-bearing (DPR ``has_answer``, SPEC §6) become
+(id, or title + text) nor answer-bearing (DPR ``has_answer``, docs/method.md §6) become
 ``hard_negative_ctxs`` with the model score as ``score``. Everything else is
-:func:`mine_bm25.mine_file`: same filters, same DPR output format (SPEC §8), same resumable
+:func:`mine_bm25.mine_file`: same filters, same DPR output format (docs/method.md §8), same resumable
 shards and skip accounting.
 
 Random access to passage texts uses a :class:`mine_bm25.PassageStore` (``--store_dir``, default

@@ -1,4 +1,4 @@
-"""BM25 hard-negative mining for any DPR biencoder file (SPEC §8; DPR's BM25 negatives, SPEC §9).
+"""BM25 hard-negative mining for any DPR biencoder file (docs/method.md §8; DPR's BM25 negatives, docs/method.md §9).
 
 ``python -m dense_cf.mining.negatives --input biencoder-x.json[.gz] --corpus psgs_w100.tsv[.gz]
 --output out.json[.gz] [--num_negatives 30 --top_k 100 --answer_mode string|regex
@@ -11,7 +11,7 @@ skipping
 
 * the question's positives: same passage id (a ``wiki:`` prefix is ignored) or same title and
   text up to case and whitespace (so corpus duplicates of a positive are excluded too);
-* answer-bearing passages: DPR's ``has_answer`` on the passage text (SPEC §6, ``answer_mode``);
+* answer-bearing passages: DPR's ``has_answer`` on the passage text (docs/method.md §6, ``answer_mode``);
 * passages already among the kept hard negatives (append mode) and text duplicates;
 * passages with BM25 score ≤ 0 (no query term in common: not a *hard* negative).
 
@@ -401,7 +401,7 @@ def select_negatives(ranked: Iterable[tuple[int, float]],
     brackets: the first ``skip_top`` ranks [skipped_top], rows with score ≤ ``min_score`` when
     given [excluded_low_score], ids in ``exclude_pids`` (normalised) [excluded_id], (title, text)
     keys in ``exclude_keys`` (see :func:`passage_key`) [excluded_text], repeats of an already
-    selected text [excluded_duplicate] and answer-bearing texts (SPEC §6) [excluded_answer].
+    selected text [excluded_duplicate] and answer-bearing texts (docs/method.md §6) [excluded_answer].
     """
     stats = stats if stats is not None else Counter()
     ex_pids = {normalize_pid(p) for p in exclude_pids}

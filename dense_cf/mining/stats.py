@@ -1,4 +1,4 @@
-"""Training-data statistics of a DPR biencoder file (SPEC §7; encoder attribution paper §6).
+"""Training-data statistics of a DPR biencoder file (docs/method.md §7; encoder attribution paper §6).
 
 ``python -m dense_cf.mining.stats --input biencoder.json[.gz] [--threshold 2] [--alpha 1.3]
 [--fractions 0.1,0.25,...,1.0] [--seed 0] [--positives first|all] [--out report.json]``
@@ -9,7 +9,7 @@ For the whole file and for uniform random subsets of it (the data-efficiency set
   ``passage_id`` when the record has one, else by (title, text) -- the paper's "different
   texts and titles".
 * **positive passage overlap** = share of the distinct positive passages that are the positive
-  of at least ``threshold`` training questions. SPEC §7 reads the definition as "more than one
+  of at least ``threshold`` training questions. docs/method.md §7 reads the definition as "more than one
   question" (default ``threshold = 2``); the paper's wording ("can answer more than two
   training questions") corresponds to ``threshold = 3``.
 * **unique passage coverage** = coverage × (1 − overlap)^α, α = 1.3 (paper, Table 3).
@@ -70,7 +70,7 @@ def coverage_stats(positives: Sequence[Sequence[int]], num_passages: int, *, thr
 
 def stats_from_counts(counts: np.ndarray, num_questions: int, *, threshold: int = 2,
                       alpha: float = 1.3) -> dict[str, Any]:
-    """coverage, overlap, unique coverage from per-passage question counts (SPEC §7)."""
+    """coverage, overlap, unique coverage from per-passage question counts (docs/method.md §7)."""
     counts = np.asarray(counts)
     coverage = int((counts > 0).sum())
     overlapping = int((counts >= threshold).sum())
@@ -151,7 +151,7 @@ def markdown(stats: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Corpus coverage / positive passage overlap / "
-                                             "unique passage coverage (SPEC §7).")
+                                             "unique passage coverage (docs/method.md §7).")
     ap.add_argument("--input", required=True, help="biencoder-*.json[.gz]")
     ap.add_argument("--threshold", type=int, default=2,
                     help="a positive 'overlaps' when it is the positive of >= this many questions")

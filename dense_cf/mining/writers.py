@@ -1,4 +1,4 @@
-"""Resumable, sharded output of long per-record jobs over DPR biencoder files (SPEC §8).
+"""Resumable, sharded output of long per-record jobs over DPR biencoder files (docs/method.md §8).
 
 A job (e.g. hard-negative mining over NQ-train) processes the input list in shards of
 ``shard_size`` consecutive records (by 0-based list index, bad records included, so a shard's

@@ -1,7 +1,7 @@
 """Compact Flax (linen) BERT encoder, numerically equal to Hugging Face ``BertModel``.
 
 Post-LN BERT without the pooler: DPR/PiCL/EADPR score with the pooler-free [CLS] vector
-(SPEC §1, §9). Every parameter carries logical axis names (``nn.with_logical_partitioning``)
+(docs/method.md §1, §9). Every parameter carries logical axis names (``nn.with_logical_partitioning``)
 so the trainer can turn them into ``NamedSharding``s with :data:`DEFAULT_LOGICAL_AXIS_RULES`
 (see ``docs/ARCHITECTURE.md``, models section).
 
@@ -37,7 +37,7 @@ LogicalRules = tuple[tuple[str, str | None], ...]
 
 # Mesh axes are ("data", "model").
 # - batch -> "data": data parallelism; the trainer gathers passage embeddings across "data"
-#   for in-batch negatives (SPEC §1).
+#   for in-batch negatives (docs/method.md §1).
 # - mlp / heads -> "model": Megatron-style tensor parallelism. The QKV kernels are split by
 #   head and the FFN by its inner dimension, so each attention/FFN block needs one
 #   reduction at its output projection and no resharding in between.
@@ -459,7 +459,7 @@ class BertEncoder(nn.Module):
     With ``config.remat`` each layer is wrapped in ``nn.remat`` with ``config.remat_policy``.
     The default, ``nothing_saveable``, keeps only layer inputs and recomputes everything inside a
     layer in the backward pass: the largest activation saving (memory is what limits the batch
-    size, and in-batch negatives want large batches, SPEC §9) for ~1/3 more compute. Remat
+    size, and in-batch negatives want large batches, docs/method.md §9) for ~1/3 more compute. Remat
     composes with GradCache (``train/gradcache.py``): remat shrinks one chunk's activations.
     """
 

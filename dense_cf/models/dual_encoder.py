@@ -1,10 +1,10 @@
-"""DPR-style bi-encoder: f_q and f_p BERT towers, sim(q, p) = f_q(q) · f_p(p) (SPEC §1).
+"""DPR-style bi-encoder: f_q and f_p BERT towers, sim(q, p) = f_q(q) · f_p(p) (docs/method.md §1).
 
-DPR/PiCL/EADPR use separate towers and pooler-free [CLS] pooling (SPEC §9); ``shared`` and
+DPR/PiCL/EADPR use separate towers and pooler-free [CLS] pooling (docs/method.md §9); ``shared`` and
 ``pooling="mean"`` are options. Params are ``{"question": bert, "passage": bert}`` or
 ``{"shared": bert}``.
 
-DCSR (SPEC §4) reads one vector per sentence from the passage tower's outputs at the ``<sent>``
+DCSR (docs/method.md §4) reads one vector per sentence from the passage tower's outputs at the ``<sent>``
 markers (:meth:`DualEncoder.encode_passage_tokens` + :func:`gather_positions`); its vocabulary
 has the marker appended (:func:`model_from_config` grows ``vocab_size`` by the method's added
 tokens, :func:`load_pretrained` initialises their rows).
@@ -80,7 +80,7 @@ class DualEncoder(nn.Module):
         return tower(ids, mask, deterministic=deterministic).astype(jnp.float32)
 
     def encode_passage_at(self, ids, mask, positions, deterministic: bool = True) -> jax.Array:
-        """Passage-tower outputs at ``positions`` [B, S]: float32 [B, S, H] (SPEC §4)."""
+        """Passage-tower outputs at ``positions`` [B, S]: float32 [B, S, H] (docs/method.md §4)."""
         return gather_positions(self.encode_passage_tokens(ids, mask, deterministic), positions)
 
     def __call__(self, q_ids, q_mask, p_ids, p_mask, deterministic: bool = True):
@@ -153,7 +153,7 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder,
     else:
         model_dir = hf.resolve_model_dir(m.name_or_path)
         bert = BertConfig.from_hf_json(model_dir, **over)
-        if n_added:  # e.g. DCSR's <sent> (SPEC §4): rows appended after the pretrained ones
+        if n_added:  # e.g. DCSR's <sent> (docs/method.md §4): rows appended after the pretrained ones
             bert = bert.replace(vocab_size=bert.vocab_size + n_added)
     model = DualEncoder(bert, shared=bool(getattr(m, "shared", False)), pooling=getattr(m, "pooling", "cls"))
     return model, model_dir

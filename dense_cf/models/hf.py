@@ -2,7 +2,7 @@
 
 Safetensors only (no torch at run time). Key variants accepted: with or without the
 ``bert.`` prefix and old ``LayerNorm.gamma/beta`` names; ``pooler.*`` and ``cls.*`` heads are
-ignored (DPR uses the pooler-free [CLS] vector, SPEC §1).
+ignored (DPR uses the pooler-free [CLS] vector, docs/method.md §1).
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def extend_word_embeddings(params: Mapping[str, Any], vocab_size: int, new_ids: 
                            init: str = "mean", source_ids: Mapping[str, int] | None = None,
                            seed: int = 0, std: float = 0.02) -> dict[str, Any]:
     """Grows ``embeddings/word_embeddings/embedding`` of one BERT params tree to ``vocab_size``
-    rows and initialises the rows ``new_ids`` (SPEC §4: DCSR's ``<sent>`` token).
+    rows and initialises the rows ``new_ids`` (docs/method.md §4: DCSR's ``<sent>`` token).
 
     ``init``: ``"mean"`` (mean of the pretrained rows; HF ``resize_token_embeddings``' current
     default: the new input vector has the norm/statistics of real tokens, so the first layers

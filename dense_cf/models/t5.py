@@ -1,6 +1,6 @@
 """Compact Flax (linen) T5 encoder-decoder, numerically equal to HF ``T5ForConditionalGeneration``.
 
-Used as the generative QA model of EADPR's pseudo-evidence annotation (EADPR §3.1, SPEC §2
+Used as the generative QA model of EADPR's pseudo-evidence annotation (EADPR §3.1, docs/method.md §2
 ``evidence``: UnifiedQA-T5 scores P(answer | question, passage)). Inference/teacher-forced
 scoring only: no generation loop, no KV cache.
 

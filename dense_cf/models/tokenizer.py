@@ -1,7 +1,7 @@
 """BERT WordPiece tokenizer loading (``tokenizers``, no transformers).
 
 Padding and truncation are always OFF: the data pipeline tokenises once, keeps per-token
-offsets/sentence ids (SPEC §2) and pads/truncates itself. (all-MiniLM-L6-v2's tokenizer.json
+offsets/sentence ids (docs/method.md §2) and pads/truncates itself. (all-MiniLM-L6-v2's tokenizer.json
 pads every input to 128 by default.)
 """
 
@@ -18,7 +18,7 @@ from dense_cf.files import atomic_open, write_json
 
 SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"}
 
-# DCSR's sentence marker (SPEC §4): a new special token appended to the vocabulary.
+# DCSR's sentence marker (docs/method.md §4): a new special token appended to the vocabulary.
 SENT_TOKEN = "<sent>"
 RUN_TOKENIZER_DIR = "tokenizer"   # <workdir>/tokenizer/tokenizer.json: the run's extended vocab
 

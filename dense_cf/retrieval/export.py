@@ -8,7 +8,7 @@ Layout of an export directory::
     shard-00000.json       the shard's record: sha256 of its rows, settings, row count
     manifest.json          written last: shard list, dim, dtype, count, model step
 
-DCSR runs (SPEC §4) export one vector per contextual sentence instead
+DCSR runs (docs/method.md §4) export one vector per contextual sentence instead
 (:func:`export_sentences`): the same files hold sentence rows, plus ``spids-00000.npy`` (int64
 passage row of every sentence) while ``pids-*.txt`` still lists the shard's passages; the
 manifest has ``unit="sentence"``, ``count`` = sentences and ``passages``.
@@ -131,7 +131,7 @@ class Encoder:
         return self._encode(self._p, ids, mask)
 
     def sentences(self, ids, mask, positions) -> np.ndarray:
-        """float32 [n, S, D]: passage-encoder outputs at ``positions`` [n, S] (SPEC §4)."""
+        """float32 [n, S, D]: passage-encoder outputs at ``positions`` [n, S] (docs/method.md §4)."""
         return self._encode(self._s, ids, mask, np.asarray(positions, np.int32))
 
 
@@ -386,7 +386,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
                      shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
                      max_p_len: int | None = None, max_sents: int | None = None,
                      encoder: Encoder | None = None, source: str | None = None) -> dict:
-    """DCSR export (SPEC §4): every contextual sentence of ``rows`` = (id, text, title).
+    """DCSR export (docs/method.md §4): every contextual sentence of ``rows`` = (id, text, title).
 
     Passages are tokenised as in training (``dense_cf.inputs.tokens``), encoded
     once, and the vectors at their valid ``<sent>`` markers (at most ``max_sents``) become rows.

@@ -1,4 +1,4 @@
-"""DCSR passage ranking from retrieved sentences (SPEC §4, DCSR §3.3 "Score Normalization").
+"""DCSR passage ranking from retrieved sentences (docs/method.md §4, DCSR §3.3 "Score Normalization").
 
 For one question the retrieved sentence scores s_1..s_K (top 100·k̄ sentences) are turned into
 probabilities by a softmax over those K scores; a passage P whose retrieved sentences have

@@ -1,4 +1,4 @@
-"""Synthetic answer-aware QA benchmark in DPR's file formats (SPEC §2, §5, §6, §8).
+"""Synthetic answer-aware QA benchmark in DPR's file formats (docs/method.md §2, §5, §6, §8).
 
 ``python -m dense_cf.synthetic.generate --out DIR --num_passages N --seed S`` (or :func:`generate`)
 writes into DIR:
@@ -10,7 +10,7 @@ writes into DIR:
   true and the positive are skipped);
 * ``synth-test.qa.csv``             test questions and answers;
 * ``synth-{train,dev,test}_gold_info.json`` ``{"data": [{question, question_tokens, title,
-  context, example_id}]}``, context = the gold positive (source of AAR triplets, SPEC §5);
+  context, example_id}]}``, context = the gold positive (source of AAR triplets, docs/method.md §5);
 * ``meta.json``                     seed, sizes, counts, drop reasons, generator version.
 
 The world. Entities (people, organisations, places, events, works) get unique keys drawn
@@ -27,10 +27,10 @@ Settings (defaults reproduce the files above byte for byte):
 
 * ``questions_per_passage=k`` (``--questions_per_passage``): questions on up to k different fact
   sentences of each selected positive, so one passage is the positive of several questions
-  (SQuAD-like contrastive conflicts, DCSR SPEC §4); see :func:`_select_grouped`.
+  (SQuAD-like contrastive conflicts, DCSR docs/method.md §4); see :func:`_select_grouped`.
 * ``entity_types=(...)`` (``--entity_types``) restricts the world to some entity types;
   :func:`generate_domains` (``--domains N``) writes N domains with disjoint entity types,
-  fact sentences and question templates into ``OUT/<domain>/`` (encoder attribution, SPEC §7).
+  fact sentences and question templates into ``OUT/<domain>/`` (encoder attribution, docs/method.md §7).
 
 Validation (every emitted question, with the project's own ``answers``/``sentences`` code):
 ``has_answer`` true on the positive, all ``find_answer_spans`` matches inside exactly ONE
@@ -1034,7 +1034,7 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     order = list(QTYPES)
     rng.shuffle(order)  # drawn in both modes: the RNG stream (hence the output) stays as it was
     if qpp == 1:
-        # Round-robin over question types keeps the six types balanced (SPEC §5 break-downs).
+        # Round-robin over question types keeps the six types balanced (docs/method.md §5 break-downs).
         while len(chosen) < need and any(buckets.values()):
             for t in order:
                 if len(chosen) >= need:
@@ -1079,7 +1079,7 @@ def _select_grouped(rng: random.Random, cands: list[_Candidate], need: int, k: i
     wins, which keeps the six types roughly balanced). Every question passes the same
     validation as the default mode (answer in exactly one sentence, siblings lack it), so the
     questions of one passage are answered by different sentences of it -- the "contrastive
-    conflicts" setting of DCSR (SPEC §4). Returns the groups (one per passage) in visit order.
+    conflicts" setting of DCSR (docs/method.md §4). Returns the groups (one per passage) in visit order.
     """
     by_passage: dict[int, dict[int, list[_Candidate]]] = {}
     for c in cands:
@@ -1452,7 +1452,7 @@ def generate_domains(out_dir: str | os.PathLike, num_domains: int, num_passages:
 
     Domains are disjoint entity-type groups (:func:`domain_types`): different entities,
     passage styles, facts and question templates, so each trains a separate model and the
-    cross-pairing of their encoders (SPEC §7) measures out-of-domain transfer. Each domain has
+    cross-pairing of their encoders (docs/method.md §7) measures out-of-domain transfer. Each domain has
     ``num_passages`` passages and uses the same ``seed``; kwargs go to :func:`generate`.
     """
     out: dict[str, dict[str, Any]] = {}

@@ -1,4 +1,4 @@
-"""Answer matching exactly as DPR's evaluation does it (SPEC §6), plus question types (SPEC §5).
+"""Answer matching exactly as DPR's evaluation does it (docs/method.md §6), plus question types (docs/method.md §5).
 
 DPR (``dpr/data/qa_validation.py``, ``dpr/utils/tokenizers.py``) decides whether a passage is
 "answer-bearing" as follows, and so do we:
@@ -29,7 +29,7 @@ import regex
 __all__ = ["dpr_tokenize", "has_answer", "find_answer_spans", "question_type"]
 
 _FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
-# DPR's SimpleTokenizer pattern (SPEC §6). The capturing groups do not change what matches;
+# DPR's SimpleTokenizer pattern (docs/method.md §6). The capturing groups do not change what matches;
 # the non-capturing twin lets ``findall`` return plain strings on the hot path.
 _TOKEN_RE = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", flags=_FLAGS)
 _TOKEN_RE_FAST = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=_FLAGS)
@@ -44,7 +44,7 @@ _MODES = ("string", "regex")
 def dpr_tokenize(text: str) -> list[tuple[str, int, int]]:
     """DPR ``SimpleTokenizer`` tokens of ``text`` as (token, start, end), offsets into ``text``.
 
-    No normalisation or lowercasing is applied here (SPEC §6 applies NFD before tokenising).
+    No normalisation or lowercasing is applied here (docs/method.md §6 applies NFD before tokenising).
     """
     return [(m.group(), m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
 
@@ -97,7 +97,7 @@ def _check_args(answers: Sequence[str], mode: str) -> None:
 
 
 def has_answer(answers: Sequence[str], text: str, mode: str = "string") -> bool:
-    """True iff any answer occurs in ``text`` by DPR's rules (SPEC §6).
+    """True iff any answer occurs in ``text`` by DPR's rules (docs/method.md §6).
 
     ``mode`` is "string" (token sub-sequence, default) or "regex" (CuratedTREC). ``text`` is
     the passage text without its title.
@@ -189,7 +189,7 @@ def find_answer_spans(text: str, answers: Sequence[str],
                       mode: str = "string") -> list[tuple[int, int]]:
     """Char spans (start, end) in the ORIGINAL ``text`` of every match of every answer.
 
-    Same normalisation and matching as :func:`has_answer` (SPEC §6). Matches are mapped back
+    Same normalisation and matching as :func:`has_answer` (docs/method.md §6). Matches are mapped back
     through NFD (which can change the length, e.g. "é" -> "e" + U+0301), expanded to whole
     original characters, sorted, and merged where they overlap or touch. Answers without
     tokens and zero-width regex matches yield no span (see the module docstring).
@@ -227,7 +227,7 @@ def find_answer_spans(text: str, answers: Sequence[str],
 def question_type(question: str) -> str:
     """First of how/what/when/where/which/who (by position, whole word, any case), else "other".
 
-    The PiCL Table 6 break-down used for AAR by question type (SPEC §5).
+    The PiCL Table 6 break-down used for AAR by question type (docs/method.md §5).
     """
     match = _QUESTION_WORD_RE.search(question)
     return match.group(1).lower() if match else "other"

@@ -63,13 +63,13 @@ def _non_empty(text: str) -> str | None:
 
 def counterfactual_text(text: str, answers: Sequence[str], strategy: str = "sentence", *,
                         window_words: int = 5, mode: str = "string") -> str | None:
-    """p* of ``text`` as a string: the evidence removed at character level (SPEC §2).
+    """p* of ``text`` as a string: the evidence removed at character level (docs/method.md §2).
 
     ``sentence`` drops every sentence (``split_sentences``) overlapping an answer match and
     joins the rest with single spaces; ``answer`` drops the answer matches only; ``window``
     drops each match plus ``window_words`` DPR tokens (``dpr_tokenize``: words and single
     punctuation marks) on each side. Matches come from ``find_answer_spans`` (DPR
-    normalisation, SPEC §6). Whitespace is collapsed and no space is left before closing
+    normalisation, docs/method.md §6). Whitespace is collapsed and no space is left before closing
     punctuation. Returns None when no answer matches or no letter/digit is left. The result
     is NOT guaranteed answer-free (removal can join tokens into a new match); callers that need
     that check ``has_answer`` (as :func:`distractor_variants` does).
@@ -121,7 +121,7 @@ def _sentence_variants(sentences: Sequence[str], rng: random.Random) -> Iterator
 def distractor_variants(text: str, answers: Sequence[str], k: int, seed: int, *,
                         mode: str = "string", window_words: int = 5,
                         stats: dict[str, int] | None = None) -> list[str]:
-    """Up to ``k`` distinct answer-free near-duplicates of ``text`` (SPEC §5, EADPR Fig. 5).
+    """Up to ``k`` distinct answer-free near-duplicates of ``text`` (docs/method.md §5, EADPR Fig. 5).
 
     EADPR asked ChatGPT for up to 20 passages that "mimic the context of the evidence passage
     but leave out the key evidence". No LLM runs offline and generations are not reproducible,

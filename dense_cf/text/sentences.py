@@ -1,4 +1,4 @@
-"""Sentence splitting as char spans, for the ``sentence`` counterfactual strategy (SPEC §2, §4).
+"""Sentence splitting as char spans, for the ``sentence`` counterfactual strategy (docs/method.md §2, §4).
 
 Two back-ends:
 

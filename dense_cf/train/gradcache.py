@@ -1,7 +1,7 @@
 """Gradient caching (GradCache, Gao et al. 2021): large contrastive batches in small memory.
 
-The contrastive loss (SPEC §3) couples every example of the GLOBAL batch through in-batch
-negatives (SPEC §1), so plain gradient accumulation would change the loss. GradCache splits the
+The contrastive loss (docs/method.md §3) couples every example of the GLOBAL batch through in-batch
+negatives (docs/method.md §1), so plain gradient accumulation would change the loss. GradCache splits the
 step in three instead, for any ``embed_fn`` of ``step.py``:
 
 1. **Pass 1** (no activations kept): embeddings of the whole batch, computed chunk by chunk in a

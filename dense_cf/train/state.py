@@ -1,4 +1,4 @@
-"""Train state and optimizer (SPEC §9: Adam, lr 2e-5, eps 1e-8, warm-up then linear decay, clip 2.0)."""
+"""Train state and optimizer (docs/method.md §9: Adam, lr 2e-5, eps 1e-8, warm-up then linear decay, clip 2.0)."""
 
 from __future__ import annotations
 

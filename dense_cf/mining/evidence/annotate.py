@@ -1,4 +1,4 @@
-"""Pseudo-evidence annotations for the ``evidence`` counterfactual strategy (EADPR §3.1, SPEC §2).
+"""Pseudo-evidence annotations for the ``evidence`` counterfactual strategy (EADPR §3.1, docs/method.md §2).
 
 Command::
 

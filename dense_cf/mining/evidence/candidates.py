@@ -1,4 +1,4 @@
-"""Leave-one-span-out distractor candidates and the lowest-confidence choice (EADPR §3.1, SPEC §2).
+"""Leave-one-span-out distractor candidates and the lowest-confidence choice (EADPR §3.1, docs/method.md §2).
 
 For a question q with answers A and positive passage p+ split into n sentences s_1..s_n
 (``split_sentences``, exactly the ids the training pipeline assigns to tokens), candidate

@@ -1,6 +1,6 @@
 """QA scorers: a confidence for "answer given (question, context)" over batches of candidates.
 
-EADPR §3.1 (SPEC §2 ``evidence``) ranks leave-one-out candidates by a QA model's confidence
+EADPR §3.1 (docs/method.md §2 ``evidence``) ranks leave-one-out candidates by a QA model's confidence
 P(a | q, p_i*). A scorer maps :class:`QAItem`\\ s to one float each, higher = more confident;
 only the ranking among one example's candidates matters.
 
