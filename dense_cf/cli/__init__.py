@@ -1,0 +1,1 @@
+"""Command-line entry points (``python -m dense_cf.cli.X``): flags only; nothing imports cli/."""
