@@ -380,3 +380,22 @@ def test_tokenizer_is_bm25s_default():
     stop = bm25_lib._stopwords()
     assert [bm25_lib.bm25_tokenize(t, stop) for t in texts] == \
         bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+
+
+def test_search_texts_tokenizers_agree():
+    """index.bm25 is the one BM25: the synthetic generator's bm25s tokenizer and mining's regex
+    tokenizer give the same ranking and scores (the synthetic files keep bm25s' k1, b)."""
+    docs = ["Moby Dick, a novel by Herman Melville about a whale", "the whale song of the sea",
+            "Paris is the capital of France", "Berlin, capital of Germany",
+            "whale watching in Norway's sea"]
+    qs = ["which novel has a whale", "capital of France", "sea whale"]
+    got = {tok: list(bm25_lib.search_texts(docs, qs, 3, tokenizer=tok, block=2,
+                                           **bm25_lib.BM25S_DEFAULTS))
+           for tok in bm25_lib.TOKENIZERS}
+    a, b = got["bm25s"], got["regex"]
+    assert len(a) == len(b) == 2  # two blocks
+    for (ra, sa), (rb, sb) in zip(a, b):
+        np.testing.assert_array_equal(ra, rb)
+        np.testing.assert_array_equal(sa, sb)
+    with pytest.raises(ValueError, match="tokenizer"):
+        next(bm25_lib.search_texts(docs, qs, 3, tokenizer="nltk", **bm25_lib.ANSERINI))

@@ -21,8 +21,14 @@ from absl import logging
 
 from dense_cf.datasets import formats
 from dense_cf.datasets.formats import SkipReport
-from dense_cf.index.passage_store import (INDEX_FORMAT, PassageStore, build_atomically,
-                                          check_fingerprint, corpus_fingerprint, write_meta_json)
+from dense_cf.index.passage_store import (
+    INDEX_FORMAT,
+    PassageStore,
+    build_atomically,
+    check_fingerprint,
+    corpus_fingerprint,
+    write_meta_json,
+)
 
 __all__ = ["BM25Index", "bm25_tokenize", "bm25_document", "search_texts", "ANSERINI",
            "BM25S_DEFAULTS", "TOKENIZERS", "bm25s_info"]

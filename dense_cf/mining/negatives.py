@@ -38,13 +38,17 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from absl import logging
 
-from dense_cf.text import answers as answers_lib
 from dense_cf.datasets import formats
 from dense_cf.datasets.formats import BiencoderExample, SkipReport
 from dense_cf.index.bm25 import ANSERINI, BM25Index
-from dense_cf.index.passage_store import (PassageStore, corpus_fingerprint, open_store,
-                                          write_meta_json)
+from dense_cf.index.passage_store import (
+    PassageStore,
+    corpus_fingerprint,
+    open_store,
+    write_meta_json,
+)
 from dense_cf.mining.writers import ShardedParts
+from dense_cf.text import answers as answers_lib
 
 __all__ = [
     "PassageStore", "BM25Index", "select_negatives", "bm25_negatives",

@@ -5,9 +5,10 @@ writes into DIR:
 
 * ``psgs_synth.tsv``                corpus (``id\\ttext\\ttitle``, ids "1".."N");
 * ``biencoder-synth-{train,dev}.json`` DPR bi-encoder examples: gold positive, random
-  ``negative_ctxs`` and BM25 ``hard_negative_ctxs`` (real ``bm25s`` over the whole corpus,
-  query = question, title + text indexed like DPR's BM25; passages with ``has_answer``
-  true and the positive are skipped);
+  ``negative_ctxs`` and BM25 ``hard_negative_ctxs`` (:mod:`dense_cf.index.bm25` over the
+  whole corpus with bm25s' k1 = 1.5, b = 0.75 and ``bm25s.tokenize``; query = question,
+  title + text indexed like DPR's BM25; passages with ``has_answer`` true and the positive
+  are skipped);
 * ``synth-test.qa.csv``             test questions and answers;
 * ``synth-{train,dev,test}_gold_info.json`` ``{"data": [{question, question_tokens, title,
   context, example_id}]}``, context = the gold positive (source of AAR triplets, SPEC §5);
@@ -39,6 +40,11 @@ the template's type, question text unique. Failures are dropped and counted in m
 (``dropped``); a chunk that runs out of candidates records a ``shortfall``. Values are drawn
 token-distinct within an entity, so drops are rare (0 in 600k validated questions at 1M).
 
+Modules: :mod:`.vocab` (name parts, value pools), :mod:`.templates` (facts, questions, intros,
+fillers), :mod:`.world` (Feistel keys, entities, values); this one validates, runs the chunk
+workers, assigns splits, mines BM25 negatives and writes the files.
+CLI: :mod:`dense_cf.cli.synthetic`.
+
 Determinism: the entity plan comes from ``seed``; each chunk of entities is generated from
 its own seed-derived RNG, so output is byte-identical for a seed whatever the worker count.
 Hard negatives also depend on the bm25s top-k backend (JAX here; recorded in meta.json).
@@ -54,23 +60,24 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing as mp
 import os
 import random
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from dense_cf.text import answers as answers_lib
 from dense_cf.datasets import formats
-from dense_cf.text import sentences as sentences_lib
 from dense_cf.index import bm25
-from dense_cf.synthetic.vocab import (NAME_SHARE, TYPE_NAMES, TYPE_PROBS)
 from dense_cf.synthetic.templates import FACTS_BY_TYPE
-from dense_cf.synthetic.world import (_Candidate, _Question, _make_entity, _type_keys, _words)
-import multiprocessing as mp
+from dense_cf.synthetic.vocab import NAME_SHARE, TYPE_NAMES, TYPE_PROBS
+from dense_cf.synthetic.world import _Candidate, _make_entity, _Question, _type_keys, _words
+from dense_cf.text import answers as answers_lib
+from dense_cf.text import sentences as sentences_lib
 
 log = logging.getLogger(__name__)
 
@@ -350,8 +357,147 @@ def _question_tokens(q: str) -> str:
     return " ".join(t[0] for t in answers_lib.dpr_tokenize(q.lower()))
 
 
+def _check_args(seed: int, questions_per_passage: int, sizes: Sequence[float],
+                test_questions: int | None) -> None:
+    if seed < 0:
+        raise ValueError("seed must be non-negative")
+    if questions_per_passage < 1:
+        raise ValueError(f"questions_per_passage must be >= 1, got {questions_per_passage}")
+    if min(sizes) < 0 or (test_questions is not None and test_questions < 0):
+        raise ValueError("sizes must be non-negative")
+
+
+def _split_sizes(num_passages: int, train_per_passage: float, dev_frac: float,
+                 test_questions: int | None) -> dict[str, int]:
+    """Questions per split (see :func:`generate`)."""
+    n_train = int(round(train_per_passage * num_passages))
+    n_dev = int(round(dev_frac * n_train))
+    n_test = int(round(0.1 * n_train)) if test_questions is None else int(test_questions)
+    return {"train": n_train, "dev": n_dev, "test": n_test}
+
+
+def _chunk_tasks(plan: dict[str, np.ndarray], totals: dict[str, int], num_passages: int,
+                 seed: int, questions_per_passage: int) -> list[dict[str, Any]]:
+    """One worker task per CHUNK_ENTITIES entities, with its passage offset and split quotas."""
+    cum_counts = np.concatenate([[0], np.cumsum(plan["counts"])])
+    n_ent = len(plan["counts"])
+    tasks = []
+    for c, lo in enumerate(range(0, n_ent, CHUNK_ENTITIES)):
+        hi = min(lo + CHUNK_ENTITIES, n_ent)
+        p0, p1 = int(cum_counts[lo]), int(cum_counts[hi])
+        tasks.append({"seed": seed, "chunk": c,
+                      "types": plan["types"][lo:hi], "keys": plan["keys"][lo:hi],
+                      "counts": plan["counts"][lo:hi], "pass_offset": p0, "ent_offset": lo,
+                      "quota": [_split_quota(totals[s], p0, p1, num_passages) for s in SPLITS],
+                      "questions_per_passage": questions_per_passage})
+    return tasks
+
+
+@dataclass
+class _Generated:
+    """The corpus and questions assembled from all chunks, in corpus order."""
+
+    titles: list[str]
+    texts: list[str]
+    entity: np.ndarray  # int32 [num_passages]: entity index of each passage
+    qs: dict[str, list[_Question]]
+    dropped: Counter[str]
+    shortfall: int = 0
+    validated: int = 0
+
+    def add(self, task: dict[str, Any], res: dict[str, Any], seen: set[str]) -> None:
+        off = task["pass_offset"]
+        assert off == len(self.texts)
+        self.titles.extend(res["titles"])
+        self.texts.extend(res["texts"])
+        ents = np.asarray(res["entities"], dtype=np.int32) + task["ent_offset"]
+        self.entity[off:off + len(ents)] = ents
+        for lab, qtype, q, a, p in res["questions"]:
+            # Unique by construction (entity references are unique keys); enforced anyway.
+            if q in seen:
+                self.dropped["duplicate_question"] += 1
+                continue
+            seen.add(q)
+            self.qs[lab].append(_Question(qtype, q, a, p + off))
+        self.dropped.update(res["dropped"])
+        self.shortfall += res["shortfall"]
+        self.validated += res["validated"]
+
+
+def _run_chunks(tasks: list[dict[str, Any]], num_passages: int, workers: int) -> _Generated:
+    """Runs the chunk workers (in order) and concatenates their results."""
+    gen = _Generated([], [], np.zeros(num_passages, dtype=np.int32),
+                     {s: [] for s in SPLITS}, Counter())
+    seen: set[str] = set()
+
+    def consume(results: Iterable[dict[str, Any]]) -> None:
+        for task, res in zip(tasks, results):
+            gen.add(task, res, seen)
+            log.info("generated %d/%d passages", len(gen.texts), num_passages)
+
+    if workers == 1:
+        consume(map(_generate_chunk, tasks))
+    else:
+        # spawn, not fork: the caller may hold JAX/TF threads, which fork can deadlock.
+        with mp.get_context("spawn").Pool(workers) as pool:
+            consume(pool.imap(_generate_chunk, tasks, chunksize=1))
+    return gen
+
+
+def _write_files(paths: dict[str, str], gen: _Generated, hard_by_split: dict[str, list],
+                 rng: np.random.Generator, num_negatives: int) -> None:
+    """Writes corpus, biencoder, QA and gold-info files (docs/method.md §8); meta.json is not."""
+    titles, texts, qs = gen.titles, gen.texts, gen.qs
+    formats.write_corpus_tsv(paths["corpus"],
+                             ((str(i + 1), texts[i], titles[i]) for i in range(len(texts))))
+
+    def examples(split: str) -> Iterable[dict[str, Any]]:
+        for i, (_, q, a, p) in enumerate(qs[split]):
+            h = hard_by_split[split][i] if i < len(hard_by_split[split]) else []
+            # rng draws in file order: part of the output's definition
+            negs = _random_negatives(rng, num_negatives, texts, gen.entity, p, a)
+            yield {
+                "question": q, "answers": [a],
+                "positive_ctxs": [_ctx(titles[p], texts[p], p, 1000.0, 1)],
+                "negative_ctxs": [_ctx(titles[j], texts[j], j, 0.0, 0) for j in negs],
+                "hard_negative_ctxs": [_ctx(titles[j], texts[j], j, sc, 0) for j, sc in h],
+            }
+
+    for s in ("train", "dev"):  # streamed: 1M-passage files do not fit comfortably as lists
+        formats.write_biencoder(paths[s], examples(s))
+    formats.write_qa_csv(paths["test_qa"], [(q.question, [q.answer]) for q in qs["test"]])
+    for s in SPLITS:
+        formats.write_gold_info(paths[f"{s}_gold"], [
+            {"question": q, "question_tokens": _question_tokens(q), "title": titles[p],
+             "context": texts[p], "example_id": i} for i, (_, q, _, p) in enumerate(qs[s])])
+
+
+def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
+            hard_stats: dict[str, int], questions_per_passage: int) -> dict[str, Any]:
+    """The ``counts`` block of meta.json and of :func:`generate`'s result."""
+    qs = gen.qs
+    types = {TYPE_NAMES[t]: int((plan["types"] == t).sum()) for t in range(len(TYPE_NAMES))}
+    counts = {
+        "passages": len(gen.texts), "entities": len(plan["counts"]),
+        "entity_types": types,
+        "questions": {s: len(qs[s]) for s in SPLITS},
+        "question_types": {s: dict(sorted(Counter(q.qtype for q in qs[s]).items()))
+                           for s in SPLITS},
+        "candidates_validated": gen.validated, "dropped": dict(sorted(gen.dropped.items())),
+        "dropped_total": sum(gen.dropped.values()), "shortfall": gen.shortfall,
+        "negatives_per_question": num_negatives, **hard_stats,
+        "mean_passage_words": round(float(np.mean([_words(t) for t in gen.texts])), 2),
+    }
+    if questions_per_passage != 1:
+        counts["questions_per_positive"] = {
+            s: dict(sorted(Counter(Counter(q.passage for q in qs[s]).values()).items()))
+            for s in SPLITS}
+    return counts
+
+
 def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
-             train_per_passage: float = 0.5, dev_frac: float = 0.1, test_questions: int | None = None,
+             train_per_passage: float = 0.5, dev_frac: float = 0.1,
+             test_questions: int | None = None,
              num_hard_negatives: int = 3, num_negatives: int = 2, bm25_top_k: int = 20,
              max_mined: int | None = None, workers: int | None = None,
              entity_types: Sequence[str] | None = None,
@@ -372,72 +518,17 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     questions per split that get BM25 hard negatives (None: all). ``workers`` defaults to the
     CPU count; the output does not depend on it.
     """
-    if seed < 0:
-        raise ValueError("seed must be non-negative")
-    if questions_per_passage < 1:
-        raise ValueError(f"questions_per_passage must be >= 1, got {questions_per_passage}")
-    if min(train_per_passage, dev_frac, num_hard_negatives, num_negatives) < 0 or \
-            (test_questions is not None and test_questions < 0):
-        raise ValueError("sizes must be non-negative")
+    _check_args(seed, questions_per_passage,
+                (train_per_passage, dev_frac, num_hard_negatives, num_negatives), test_questions)
     t_start = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    n_train = int(round(train_per_passage * num_passages))
-    n_dev = int(round(dev_frac * n_train))
-    n_test = int(round(0.1 * n_train)) if test_questions is None else int(test_questions)
-    totals = {"train": n_train, "dev": n_dev, "test": n_test}
-
+    totals = _split_sizes(num_passages, train_per_passage, dev_frac, test_questions)
     plan = _plan(num_passages, seed, entity_types)
-    cum_counts = np.concatenate([[0], np.cumsum(plan["counts"])])
-    n_ent = len(plan["counts"])
-    tasks = []
-    for c, lo in enumerate(range(0, n_ent, CHUNK_ENTITIES)):
-        hi = min(lo + CHUNK_ENTITIES, n_ent)
-        p0, p1 = int(cum_counts[lo]), int(cum_counts[hi])
-        tasks.append({"seed": seed, "chunk": c,
-                      "types": plan["types"][lo:hi], "keys": plan["keys"][lo:hi],
-                      "counts": plan["counts"][lo:hi], "pass_offset": p0, "ent_offset": lo,
-                      "quota": [_split_quota(totals[s], p0, p1, num_passages) for s in SPLITS],
-                      "questions_per_passage": questions_per_passage})
-
-    titles: list[str] = []
-    texts: list[str] = []
-    entity = np.zeros(num_passages, dtype=np.int32)
-    qs: dict[str, list[_Question]] = {s: [] for s in SPLITS}
-    dropped: Counter[str] = Counter()
-    seen_questions: set[str] = set()
-    shortfall = validated = 0
-    workers = workers or os.cpu_count() or 1
-    workers = max(1, min(workers, len(tasks)))
-
-    def consume(results: Iterable[dict[str, Any]]) -> None:
-        nonlocal shortfall, validated
-        for task, res in zip(tasks, results):
-            off = task["pass_offset"]
-            assert off == len(texts)
-            titles.extend(res["titles"])
-            texts.extend(res["texts"])
-            ents = np.asarray(res["entities"], dtype=np.int32) + task["ent_offset"]
-            entity[off:off + len(ents)] = ents
-            for lab, qtype, q, a, p in res["questions"]:
-                # Unique by construction (entity references are unique keys); enforced anyway.
-                if q in seen_questions:
-                    dropped["duplicate_question"] += 1
-                    continue
-                seen_questions.add(q)
-                qs[lab].append(_Question(qtype, q, a, p + off))
-            dropped.update(res["dropped"])
-            shortfall += res["shortfall"]
-            validated += res["validated"]
-            log.info("generated %d/%d passages", len(texts), num_passages)
-
-    if workers == 1:
-        consume(map(_generate_chunk, tasks))
-    else:
-
-        # spawn, not fork: the caller may hold JAX/TF threads, which fork can deadlock.
-        with mp.get_context("spawn").Pool(workers) as pool:
-            consume(pool.imap(_generate_chunk, tasks, chunksize=1))
+    tasks = _chunk_tasks(plan, totals, num_passages, seed, questions_per_passage)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    gen = _run_chunks(tasks, num_passages, workers)
+    qs = gen.qs
     t_gen = time.time()
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
@@ -445,61 +536,30 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         perm = rng.permutation(len(qs[s]))
         qs[s] = [qs[s][i] for i in perm]
 
-    mined = {s: qs[s][: (len(qs[s]) if max_mined is None else max_mined)] for s in ("train", "dev")}
+    mined = {s: qs[s][: (len(qs[s]) if max_mined is None else max_mined)]
+             for s in ("train", "dev")}
     to_mine = mined["train"] + mined["dev"]
     bm25_info = bm25.bm25s_info() if to_mine and num_hard_negatives > 0 else None
     hard: list[list[tuple[int, float]]] = []
     if to_mine and num_hard_negatives > 0:
-        hard = _mine_hard_negatives(titles, texts, to_mine, max(bm25_top_k, num_hard_negatives + 2),
+        hard = _mine_hard_negatives(gen.titles, gen.texts, to_mine,
+                                    max(bm25_top_k, num_hard_negatives + 2),
                                     num_hard_negatives, workers)
     t_bm25 = time.time()
 
     paths = {k: str(out / v) for k, v in FILES.items()}
-    formats.write_corpus_tsv(paths["corpus"],
-                             ((str(i + 1), texts[i], titles[i]) for i in range(len(texts))))
+    hard_by_split = {"train": hard[:len(mined["train"])], "dev": hard[len(mined["train"]):]}
+    _write_files(paths, gen, hard_by_split, rng, num_negatives)
     hard_stats = {"mined_questions": len(to_mine), "hard_negatives": sum(len(h) for h in hard),
                   "mined_without_hard_negative": sum(not h for h in hard)}
-    hard_by_split = {"train": hard[:len(mined["train"])], "dev": hard[len(mined["train"]):]}
-
-    def examples(split: str) -> Iterable[dict[str, Any]]:
-        for i, (_, q, a, p) in enumerate(qs[split]):
-            h = hard_by_split[split][i] if i < len(hard_by_split[split]) else []
-            negs = _random_negatives(rng, num_negatives, texts, entity, p, a)
-            yield {
-                "question": q, "answers": [a],
-                "positive_ctxs": [_ctx(titles[p], texts[p], p, 1000.0, 1)],
-                "negative_ctxs": [_ctx(titles[j], texts[j], j, 0.0, 0) for j in negs],
-                "hard_negative_ctxs": [_ctx(titles[j], texts[j], j, sc, 0) for j, sc in h],
-            }
-
-    for s in ("train", "dev"):  # streamed: 1M-passage files do not fit comfortably as lists
-        formats.write_biencoder(paths[s], examples(s))
-    formats.write_qa_csv(paths["test_qa"], [(q.question, [q.answer]) for q in qs["test"]])
-    for s in SPLITS:
-        formats.write_gold_info(paths[f"{s}_gold"], [
-            {"question": q, "question_tokens": _question_tokens(q), "title": titles[p],
-             "context": texts[p], "example_id": i} for i, (_, q, _, p) in enumerate(qs[s])])
-
-    counts = {
-        "passages": len(texts), "entities": n_ent,
-        "entity_types": {TYPE_NAMES[t]: int((plan["types"] == t).sum()) for t in range(len(TYPE_NAMES))},
-        "questions": {s: len(qs[s]) for s in SPLITS},
-        "question_types": {s: dict(sorted(Counter(q.qtype for q in qs[s]).items())) for s in SPLITS},
-        "candidates_validated": validated, "dropped": dict(sorted(dropped.items())),
-        "dropped_total": sum(dropped.values()), "shortfall": shortfall,
-        "negatives_per_question": num_negatives, **hard_stats,
-        "mean_passage_words": round(float(np.mean([_words(t) for t in texts])), 2),
-    }
-    if questions_per_passage != 1:
-        counts["questions_per_positive"] = {
-            s: dict(sorted(Counter(Counter(q.passage for q in qs[s]).values()).items()))
-            for s in SPLITS}
+    counts = _counts(gen, plan, num_negatives, hard_stats, questions_per_passage)
     meta = {
         "generator": "dense_cf.synthetic.generate", "version": GENERATOR_VERSION, "seed": seed,
         "params": {"num_passages": num_passages, "train_per_passage": train_per_passage,
-                   "dev_frac": dev_frac, "test_questions": n_test,
+                   "dev_frac": dev_frac, "test_questions": totals["test"],
                    "num_hard_negatives": num_hard_negatives,
-                   "num_negatives": num_negatives, "bm25_top_k": bm25_top_k, "max_mined": max_mined,
+                   "num_negatives": num_negatives, "bm25_top_k": bm25_top_k,
+                   "max_mined": max_mined,
                    "name_share": NAME_SHARE, "chunk_entities": CHUNK_ENTITIES,
                    # only when set: default meta.json stays byte-identical to older versions
                    **({"entity_types": sorted(entity_types, key=TYPE_NAMES.index)}
@@ -509,7 +569,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         "bm25s": bm25_info,
         "counts": counts, "files": {k: v for k, v in FILES.items() if k != "meta"},
     }
-    Path(paths["meta"]).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    Path(paths["meta"]).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n",
+                                   encoding="utf-8")
     t_end = time.time()
     timing = {"generate_s": round(t_gen - t_start, 2), "bm25_s": round(t_bm25 - t_gen, 2),
               "write_s": round(t_end - t_bm25, 2), "total_s": round(t_end - t_start, 2)}

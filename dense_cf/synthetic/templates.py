@@ -24,7 +24,8 @@ class Fact:
 
 def F(slots: str, statements: Sequence[str], questions: Sequence[tuple[str, str, str]]) -> Fact:
     """``slots`` like "v:year y:place"."""
-    return Fact(tuple(tuple(s.split(":")) for s in slots.split()), tuple(statements), tuple(questions))
+    return Fact(tuple(tuple(s.split(":")) for s in slots.split()), tuple(statements),
+                tuple(questions))
 
 
 PERSON_FACTS = (

@@ -5,8 +5,6 @@ Part of the output's definition: changing any pool changes the generated files.
 
 from __future__ import annotations
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Name parts. Everything is ASCII except a few names that exercise DPR's NFD normalisation.
 # No part may be a wh-word: question_type() must see only the template's wh-word.
@@ -15,8 +13,10 @@ FIRST_NAMES = (
     "Marta Harlan Clara Tobias Ingrid Felix Anselm Beatrix Casimir Dagny Elias Freya Gustav Hedda "
     "Ivo Jolanta Konrad Liesel Matthias Nora Oskar Petra Quentin Rosa Sven Thea Ulrich Vera Wendel "
     "Xenia Yannick Zora Agnes Bruno Cecilia Dmitri Edith Fabian Greta Hugo Irene Jonas Katrin Leon "
-    "Magda Nils Olga Pavel Ruth Stefan Tilda Viktor Wanda Arvid Birgit Cyril Dora Emil Flora Gideon "
-    "Hanna Isak Johanna Karl Lotte Milan Nadia Otto Paula Rafael Sabine Teodor Ursula Valentin Alma "
+    "Magda Nils Olga Pavel Ruth Stefan Tilda Viktor Wanda Arvid Birgit Cyril Dora Emil Flora "
+    "Gideon "
+    "Hanna Isak Johanna Karl Lotte Milan Nadia Otto Paula Rafael Sabine Teodor Ursula Valentin "
+    "Alma "
     "Bertil Carla Dorian Elin Frida Gregor Helga Imre Judit Kasimir Lena Mirko Nelly Orla Piet "
     "Ragna Simon Tove Vilma Anton Blanka Cosmin Daria Erik Fenna Jürgen Zoë Åsa Renée Søren Tomás"
 ).split()

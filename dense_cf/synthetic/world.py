@@ -13,13 +13,37 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from dense_cf.synthetic.vocab import (ACCESS, EVENT_KINDS, FINANCE, FIRST_NAMES, INDUSTRIES,
-                                      INSPIRATIONS, KNOWN_FOR, LANDMARKS, LAST_ROOTS, LAST_SUFFIXES,
-                                      MONTHS, NAME_SHARE, OCCUPATIONS, ORG_ADJECTIVES, ORG_KINDS,
-                                      PLACE_KINDS, PLACE_ROOTS, PLACE_SUFFIXES, PRAISE, REGIONS,
-                                      SELECTION, SUBJECTS, THEMES, TRAVEL, TYPE_NAMES,
-                                      WORK_ADJECTIVES, WORK_KINDS, WORK_NOUNS)
-from dense_cf.synthetic.templates import (FACTS_BY_TYPE, FILLERS, Fact, INTROS)
+from dense_cf.synthetic.templates import FACTS_BY_TYPE, FILLERS, INTROS, Fact
+from dense_cf.synthetic.vocab import (
+    ACCESS,
+    EVENT_KINDS,
+    FINANCE,
+    FIRST_NAMES,
+    INDUSTRIES,
+    INSPIRATIONS,
+    KNOWN_FOR,
+    LANDMARKS,
+    LAST_ROOTS,
+    LAST_SUFFIXES,
+    MONTHS,
+    NAME_SHARE,
+    OCCUPATIONS,
+    ORG_ADJECTIVES,
+    ORG_KINDS,
+    PLACE_KINDS,
+    PLACE_ROOTS,
+    PLACE_SUFFIXES,
+    PRAISE,
+    REGIONS,
+    SELECTION,
+    SUBJECTS,
+    THEMES,
+    TRAVEL,
+    TYPE_NAMES,
+    WORK_ADJECTIVES,
+    WORK_KINDS,
+    WORK_NOUNS,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +291,8 @@ def _entity_fields(etype: int, key: int, e: _Entity) -> tuple[str, str]:
         kind, ks, members, role = ORG_KINDS[parts[1]]
         city = _place_name(parts[2])
         name = f"{head} {kind}"
-        f.update(title0=name, ks=ks, a_ks=_a(ks), members=members, role=role, city=city, S=f"the {ks}",
+        f.update(title0=name, ks=ks, a_ks=_a(ks), members=members, role=role, city=city,
+                 S=f"the {ks}",
                  y0=rng.randint(1780, 1960))
         title, ref = f"{name} ({city})", f"the {name} in {city}"
         for v in (name, city, head):
@@ -292,7 +317,8 @@ def _entity_fields(etype: int, key: int, e: _Entity) -> tuple[str, str]:
         kind, created, created_q, unit, copies = WORK_KINDS[parts[2]]
         year = str(1900 + parts[3])
         name = f"The {adj} {noun}"
-        f.update(name=name, kind=kind, created=created, created_q=created_q, unit=unit, copies=copies,
+        f.update(name=name, kind=kind, created=created, created_q=created_q, unit=unit,
+                 copies=copies,
                  year=year, S=f"the {kind}", y0=int(year))
         title, ref = f"{name} ({year} {kind})", f"the {year} {kind} {name}"
         for v in (adj, noun, year):
