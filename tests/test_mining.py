@@ -19,7 +19,9 @@ from dense_cf.text import answers as answers_lib
 from dense_cf.datasets import formats
 from dense_cf.mining import negatives as mine_bm25, writers
 from dense_cf.synthetic import generate as synthetic
-from dense_cf.mining.negatives import BM25Index, mine_bm25 as run_bm25
+from dense_cf.index import bm25 as bm25_lib
+from dense_cf.index.bm25 import ANSERINI, BM25Index
+from dense_cf.mining.negatives import mine_bm25 as run_bm25
 from helpers import tiny_synthetic_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +96,7 @@ def test_bm25_mines_the_obvious_negative_and_excludes_positives_and_answers(file
         assert not answers_lib.has_answer(["Herman Melville"], c["text"])
     assert [c["score"] for c in moby] == sorted((c["score"] for c in moby), reverse=True)
     # Scores are bm25s scores of the passage over title + text.
-    index = BM25Index.build(CORPUS)
+    index = BM25Index.build(CORPUS, **ANSERINI)
     rows, scores = index.search([recs[0]["question"]], 9)
     want = dict(zip(rows[0].tolist(), scores[0].tolist()))
     assert moby[0]["score"] == pytest.approx(want[1], abs=1e-4)  # row 1 = id "2"
@@ -234,7 +236,7 @@ def test_cli_gzip(files):
         json.dump(_examples(), f)
     out = tmp / "out.json.gz"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    res = subprocess.run([sys.executable, "-m", "dense_cf.mining.negatives", "--input", str(gz_in),
+    res = subprocess.run([sys.executable, "-m", "dense_cf.cli.mine_bm25", "--input", str(gz_in),
                           "--corpus", corpus, "--output", str(out), "--num_negatives", "2",
                           "--top_k", "9", "--index_dir", str(tmp / "cli_idx")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
@@ -375,6 +377,25 @@ def test_tokenizer_is_bm25s_default():
     import bm25s
     texts = ["Moby-Dick: an 1851 NOVEL by Herman Melville, the whale!", "a I of", "",
              "Ünïcode wörds and 42 numbers"]
-    stop = mine_bm25._stopwords()
-    assert [mine_bm25.bm25_tokenize(t, stop) for t in texts] == \
+    stop = bm25_lib._stopwords()
+    assert [bm25_lib.bm25_tokenize(t, stop) for t in texts] == \
         bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+
+
+def test_search_texts_tokenizers_agree():
+    """index.bm25 is the one BM25: the synthetic generator's bm25s tokenizer and mining's regex
+    tokenizer give the same ranking and scores (the synthetic files keep bm25s' k1, b)."""
+    docs = ["Moby Dick, a novel by Herman Melville about a whale", "the whale song of the sea",
+            "Paris is the capital of France", "Berlin, capital of Germany",
+            "whale watching in Norway's sea"]
+    qs = ["which novel has a whale", "capital of France", "sea whale"]
+    got = {tok: list(bm25_lib.search_texts(docs, qs, 3, tokenizer=tok, block=2,
+                                           **bm25_lib.BM25S_DEFAULTS))
+           for tok in bm25_lib.TOKENIZERS}
+    a, b = got["bm25s"], got["regex"]
+    assert len(a) == len(b) == 2  # two blocks
+    for (ra, sa), (rb, sb) in zip(a, b):
+        np.testing.assert_array_equal(ra, rb)
+        np.testing.assert_array_equal(sa, sb)
+    with pytest.raises(ValueError, match="tokenizer"):
+        next(bm25_lib.search_texts(docs, qs, 3, tokenizer="nltk", **bm25_lib.ANSERINI))

@@ -11,11 +11,24 @@ import numpy as np
 import pytest
 
 from dense_cf.datasets import formats
+from absl import flags
+
+from dense_cf.cli import synthetic as synthetic_cli
 from dense_cf.synthetic import generate as synthetic
+from dense_cf.synthetic import vocab, world
 from dense_cf.text.answers import find_answer_spans, has_answer, question_type
 from dense_cf.text.sentences import split_sentences
 
 N = 300
+
+
+def _cli(argv: list[str]) -> None:
+    """Runs ``python -m dense_cf.cli.synthetic ARGV`` in-process (absl flags reset afterwards)."""
+    flags.FLAGS(["synthetic", *argv])
+    try:
+        synthetic_cli.main([])
+    finally:
+        flags.FLAGS.unparse_flags()
 
 
 def _files_bytes(d: Path) -> dict[str, bytes]:
@@ -91,7 +104,7 @@ def test_deterministic_same_seed_and_different_seed(gen, tmp_path):
     synthetic.generate(again, N, seed=0, workers=1)
     assert _files_bytes(again) == _files_bytes(gen["dir"])
     other = tmp_path / "other"
-    synthetic.main(["--out", str(other), "--num_passages", str(N), "--seed", "1", "--workers", "1"])
+    _cli(["--out", str(other), "--num_passages", str(N), "--seed", "1", "--workers", "1"])
     b0, b1 = _files_bytes(gen["dir"]), _files_bytes(other)
     assert b0.keys() == b1.keys()
     for name in b0:
@@ -193,15 +206,15 @@ def test_names_places_and_years_shared_across_entities(gen):
     for _, text, title in gen["corpus"]:
         for w in set(re.findall(r"\w+", text)):
             ents_with[w].add(title)
-    n_last = len(synthetic.LAST_ROOTS) * len(synthetic.LAST_SUFFIXES)
-    n_place = len(synthetic.PLACE_ROOTS) * len(synthetic.PLACE_SUFFIXES)
-    last_names = {synthetic._last_name(i) for i in range(n_last)}
-    places = {synthetic._place_name(i) for i in range(n_place)}
+    n_last = len(vocab.LAST_ROOTS) * len(vocab.LAST_SUFFIXES)
+    n_place = len(vocab.PLACE_ROOTS) * len(vocab.PLACE_SUFFIXES)
+    last_names = {world._last_name(i) for i in range(n_last)}
+    places = {world._place_name(i) for i in range(n_place)}
 
     def shared(words):
         return sum(len(ents_with[w]) >= 2 for w in words)
 
-    assert shared(synthetic.FIRST_NAMES) >= 10
+    assert shared(vocab.FIRST_NAMES) >= 10
     assert shared(last_names) >= 5
     assert shared(places) >= 5
     assert shared(str(y) for y in range(1800, 2021)) >= 20
@@ -221,7 +234,7 @@ def test_passage_lengths(gen):
 
 def test_feistel_is_a_bijection_and_plan_is_exact():
     for domain in (1, 7, 64, 1000, 12345):
-        perm = synthetic._feistel_permute(np.arange(domain), domain, key=5)
+        perm = world._feistel_permute(np.arange(domain), domain, key=5)
         assert sorted(perm.tolist()) == list(range(domain))
     plan = synthetic._plan(1001, seed=4)
     assert int(plan["counts"].sum()) == 1001 and plan["counts"].min() >= 3
@@ -329,8 +342,8 @@ def test_domain_groups_share_no_templates():
 
 def test_generate_domains_distinct_and_valid(tmp_path, capsys):
     n = 150
-    synthetic.main(["--out", str(tmp_path), "--num_passages", str(n), "--domains", "3",
-                    "--workers", "1", "--num_hard_negatives", "1"])
+    _cli(["--out", str(tmp_path), "--num_passages", str(n), "--domains", "3",
+          "--workers", "1", "--num_hard_negatives", "1"])
     printed = json.loads(capsys.readouterr().out)
     groups = synthetic.domain_types(3)
     assert sorted(printed) == sorted(synthetic.domain_name(g) for g in groups)

@@ -1,0 +1,165 @@
+"""Random access to corpus rows on disk: the passage store of BM25 and model mining.
+
+Moved from ``mining/negatives.py``; :class:`dense_cf.index.bm25.BM25Index` directories hold one
+too. Corpus rows are DPR's TSV rows (docs/method.md §8).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+from absl import logging
+
+from dense_cf.datasets import formats
+from dense_cf.datasets.formats import SkipReport
+
+__all__ = ["PassageStore", "corpus_fingerprint", "check_fingerprint", "build_atomically",
+           "open_store", "write_meta_json", "INDEX_FORMAT"]
+
+# Version of the on-disk layout of stores and BM25 indexes (meta.json / store.json "format").
+INDEX_FORMAT = 1
+
+
+class PassageStore:
+    """The corpus rows on disk for random access by row: ``passages.jsonl`` + ``offsets.npy``.
+
+    Line ``i`` of ``passages.jsonl`` is the JSON array ``[id, title, text]`` of corpus row ``i``
+    (TSV order, bad rows skipped); ``offsets.npy`` (int64 [n+1]) holds the byte offsets. The file
+    is memory-mapped, so 21M passages cost page cache, not Python objects.
+    """
+
+    DATA, OFFSETS = "passages.jsonl", "offsets.npy"
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.offsets = np.load(os.path.join(directory, self.OFFSETS), mmap_mode="r")
+        path = os.path.join(directory, self.DATA)
+        size = os.path.getsize(path)
+        if size != int(self.offsets[-1]):
+            raise ValueError(f"{path}: {size} bytes, offsets.npy expects {int(self.offsets[-1])} "
+                             "(incomplete store: delete the directory to rebuild it)")
+        self._data = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def get(self, row: int) -> tuple[str, str, str]:
+        """(id, title, text) of corpus row ``row``."""
+        lo, hi = int(self.offsets[row]), int(self.offsets[row + 1])
+        pid, title, text = json.loads(self._data[lo:hi].tobytes().decode("utf-8"))
+        return pid, title, text
+
+    def rows(self) -> Iterator[tuple[str, str, str]]:
+        """(id, text, title) in corpus order: the corpus TSV's own row layout (for export)."""
+        with open(os.path.join(self.directory, self.DATA), encoding="utf-8") as f:
+            for line in f:
+                pid, title, text = json.loads(line)
+                yield pid, text, title
+
+    def ids(self) -> Iterator[str]:
+        """Passage ids in corpus order."""
+        for pid, _, _ in self.rows():
+            yield pid
+
+    @staticmethod
+    def write(directory: str, rows: Iterable[tuple[str, str, str]],
+              on_row: Callable[[str, str, str], None] | None = None,
+              log_every: int = 1_000_000) -> int:
+        """Writes (id, text, title) rows into ``directory``; returns the count.
+
+        ``on_row(id, text, title)`` sees every row as it is written (the BM25 builder tokenises
+        in the same pass, so the TSV is read once).
+        """
+        os.makedirs(directory, exist_ok=True)
+        offsets = array.array("q", [0])
+        t0 = time.perf_counter()
+        with open(os.path.join(directory, PassageStore.DATA), "wb") as f:
+            pos = 0
+            for pid, text, title in rows:
+                line = (json.dumps([pid, title, text], ensure_ascii=False) + "\n").encode("utf-8")
+                f.write(line)
+                pos += len(line)
+                offsets.append(pos)
+                if on_row is not None:
+                    on_row(pid, text, title)
+                n = len(offsets) - 1
+                if log_every and n % log_every == 0:
+                    logging.info("indexed %d passages (%.0f passages/s)", n,
+                                 n / max(time.perf_counter() - t0, 1e-9))
+        np.save(os.path.join(directory, PassageStore.OFFSETS), np.frombuffer(offsets, np.int64))
+        return len(offsets) - 1
+
+
+def corpus_fingerprint(path: str) -> dict[str, Any]:
+    """What identifies a corpus file cheaply: name and size (content is checked by row count)."""
+    return {"name": os.path.basename(path), "bytes": os.path.getsize(path)}
+
+
+def check_fingerprint(directory: str, meta: Mapping[str, Any], corpus: str | None) -> None:
+    """Raises if ``directory`` was built from a corpus of another size than ``corpus``."""
+    if corpus is None or not meta.get("corpus"):  # built from in-memory rows: nothing to check
+        return
+    want, have = corpus_fingerprint(corpus), meta["corpus"]
+    if want["bytes"] != have["bytes"]:
+        raise ValueError(
+            f"{directory} was built from {have['name']} ({have['bytes']} bytes), not {corpus} "
+            f"({want['bytes']} bytes): pass another --index_dir or delete it to rebuild")
+    if want["name"] != have["name"]:
+        logging.warning("%s was built from a file named %s; using it for %s (same size)",
+                        directory, have["name"], corpus)
+
+
+def build_atomically(directory: str, build: Callable[[str], None]) -> None:
+    """Runs ``build(tmp_dir)`` and renames the result to ``directory`` (a crash leaves nothing)."""
+    if os.path.isdir(directory) and os.listdir(directory):
+        raise ValueError(f"{directory} exists but holds no complete index or store (no "
+                         f"meta.json/store.json): delete it or pass another directory")
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(directory) + ".tmp-", dir=parent)
+    try:
+        build(tmp)
+        if os.path.isdir(directory) and not os.listdir(directory):
+            os.rmdir(directory)
+        os.rename(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def open_store(corpus: str, directory: str, *, skip_bad: bool = True,
+               report: SkipReport | None = None) -> PassageStore:
+    """The passage store of ``corpus`` in ``directory``, built on first use.
+
+    ``directory`` may also be a :class:`BM25Index` directory (it holds the same store).
+    """
+    meta_path = os.path.join(directory, "store.json")
+    if os.path.exists(os.path.join(directory, "meta.json")):  # a BM25 index dir holds a store
+        meta_path = os.path.join(directory, "meta.json")
+    if not os.path.exists(meta_path):
+        def build(tmp: str) -> None:
+            rep = report if report is not None else SkipReport()
+            n = PassageStore.write(tmp, formats.read_corpus_tsv(corpus, skip_bad=skip_bad,
+                                                                report=rep))
+            write_meta_json(os.path.join(tmp, "store.json"),
+                        {"format": INDEX_FORMAT, "corpus": corpus_fingerprint(corpus),
+                         "passages": n, "skipped_rows": rep.count(corpus)})
+        build_atomically(directory, build)
+    with open(meta_path) as f:
+        check_fingerprint(directory, json.load(f), corpus)
+    return PassageStore(directory)
+
+
+def write_meta_json(path: str, obj: Any) -> None:
+    """Writes ``obj`` as indented JSON via a temporary file and a rename."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, default=str)
+    os.replace(tmp, path)
