@@ -1,0 +1,1 @@
+"""Command-line binaries (absl): ``python -m dense_cf.cli.<name>``."""
