@@ -5,13 +5,13 @@
 (DPR on the synthetic benchmark with MiniLM, configs/demo.py). The subset is
 ``dense_cf.mining.stats.subset_mask(N, FRACTION, data.train_fraction_seed)`` of the N valid
 training records -- nested across fractions and identical to the subsets reported by
-``python -m dense_cf.mining.stats --input TRAIN --seed SEED``. Epoch-based schedules shrink with
+``python -m dense_cf.cli.stats --input TRAIN --seed SEED``. Epoch-based schedules shrink with
 the subset (40 epochs of a smaller set = fewer steps), as in the paper; set
 ``--config.train.num_steps`` to compare at equal compute instead.
 
 Example: ``python -m dense_cf.main --config=configs/data_efficiency.py:0.4
 --workdir=runs/nq_dpr_frac0.40``; then encoder marginalisation over the runs:
-``python -m dense_cf.eval.marginalize --workdirs runs/nq_dpr_frac* --test nq-test.qa.csv``.
+``python -m dense_cf.cli.marginalize --workdirs runs/nq_dpr_frac* --test nq-test.qa.csv``.
 """
 
 from dense_cf.configs.base import base_config

@@ -7,7 +7,7 @@ Counterfactual source, chosen by the config argument:
 * ``--config=configs/eadpr_nq.py:pseudo``: p* drops the QA-model pseudo-evidence sentence
   (``evidence`` strategy, EADPR §3.1). Make the annotations first (docs/evidence.md)::
 
-      python -m dense_cf.mining.evidence.annotate --input data/dpr/biencoder-nq-train.json.gz \\
+      python -m dense_cf.cli.evidence --input data/dpr/biencoder-nq-train.json.gz \\
           --output data/dpr/biencoder-nq-train.evidence.jsonl --scorer t5:allenai/unifiedqa-t5-base
 
   ``data.evidence_file`` defaults to ``<data_dir>/biencoder-nq-train.evidence.jsonl`` (it

@@ -11,7 +11,7 @@ by a trained DPR); to mine your own, in two stages (docs/mining.md has the full 
 2. Mine model negatives for the training questions (one-shot, ANCE-style refresh; the corpus is
    encoded once into runs/dpr_nq/export/ and indexed; the run is resumable)::
 
-       python -m dense_cf.mining.model_negatives --workdir runs/dpr_nq \\
+       python -m dense_cf.cli.mine_model --workdir runs/dpr_nq \\
            --input data/dpr/biencoder-nq-train.json.gz --corpus data/dpr/psgs_w100.tsv.gz \\
            --output data/dpr/biencoder-nq-dprneg-train.json.gz --k 100 --num_negatives 30
 

@@ -139,7 +139,7 @@ def test_retrieval_binary_reuses_export_and_aar_fails_clearly(trained, run):
     from dense_cf.eval.aar import evaluate_aar
     from dense_cf.eval.retrieval import evaluate_run
     workdir, summary = trained
-    again = evaluate_run(workdir, run=run)   # what `python -m dense_cf.eval.retrieval` runs
+    again = evaluate_run(workdir, run=run)   # what `python -m dense_cf.cli.eval_retrieval` runs
     assert again["timing"]["encoded_this_run"] == 0 and again["timing"]["index_reused"]
     assert again["top_k"] == summary["eval"]["retrieval"]["top_k"]
     with pytest.raises(NotImplementedError, match="sentence-level run"):

@@ -19,6 +19,7 @@ import threading
 
 import pytest
 
+from dense_cf.cli import prepare as prepare_cli
 from dense_cf.datasets import download, formats, dpr as prepare
 from dense_cf.datasets.download import ChecksumError, DownloadError, DownloadOptions, FileSpec
 
@@ -495,7 +496,7 @@ def test_prepare_cli_end_to_end(server, mirror, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(prepare.BASE_URL_ENV, server.url())
     argv = ["--datasets", "nq,trivia", "--splits", "train,dev,test,gold,corpus",
             "--data_dir", str(data_dir)]
-    assert prepare.main(argv) == 0
+    assert prepare_cli.run_cli(argv) == 0
     names = {"biencoder-nq-train.json.gz", "biencoder-nq-dev.json.gz", "nq-test.qa.csv",
              "nq-train_gold_info.json.gz", "nq-dev_gold_info.json.gz",
              "nq-test_gold_info.json.gz", "biencoder-trivia-train.json.gz",
@@ -529,13 +530,13 @@ def test_prepare_cli_end_to_end(server, mirror, tmp_path, monkeypatch, capsys):
                                         skip_bad=False))) == 6
     # Idempotent: a second run sends no request.
     server.reset_log()
-    assert prepare.main(argv) == 0 and server.requests == []
+    assert prepare_cli.run_cli(argv) == 0 and server.requests == []
     # A missing manual file is a clean CLI error (exit 1), not a traceback.
-    assert prepare.main(["--datasets", "nq", "--splits", "test", "--data_dir",
+    assert prepare_cli.run_cli(["--datasets", "nq", "--splits", "test", "--data_dir",
                          str(tmp_path / "other"), "--manual_dir", str(tmp_path / "nope")]) == 1
     assert "does not exist" in capsys.readouterr().err
     # --list --sizes asks the server (HEAD) for the sizes of exactly the selected files.
-    assert prepare.main(["--datasets", "nq", "--splits", "test,corpus", "--data_dir",
+    assert prepare_cli.run_cli(["--datasets", "nq", "--splits", "test,corpus", "--data_dir",
                          str(data_dir), "--list", "--sizes"]) == 0
     out = capsys.readouterr().out.splitlines()
     sizes = [len(mirror["/dpr/data/retriever/nq-test.qa.csv"]),

@@ -107,13 +107,15 @@ def test_export_resumes_after_interruption(trained, tmp_path):
 def test_binaries_from_the_command_line(trained):
     workdir, summary = trained
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    r = subprocess.run([sys.executable, "-m", "dense_cf.eval.retrieval", f"--workdir={workdir}"],
+    r = subprocess.run([sys.executable, "-m", "dense_cf.cli.eval_retrieval",
+                        f"--workdir={workdir}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout[r.stdout.index("{"):])
     # The export and index were reused, and the numbers are the same as after training.
     assert out["timing"]["encoded_this_run"] == 0 and out["timing"]["index_reused"]
     assert out["top_k"] == {str(k): v for k, v in summary["eval"]["retrieval"]["top_k"].items()}
+    # The documented library command (an alias of dense_cf.cli.eval_aar) keeps working.
     r = subprocess.run([sys.executable, "-m", "dense_cf.eval.aar", f"--workdir={workdir}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from dense_cf.cli import evidence as evidence_cli
 from dense_cf.mining.evidence import annotate as ev
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
 from dense_cf.text.sentences import split_sentences
@@ -285,8 +286,9 @@ def test_cli_with_minilm_then_training_on_the_evidence_strategy(tmp_path, capsys
     write_biencoder(str(d / "train.json"), exs)
     write_biencoder(str(d / "dev.json"), exs[:8])
     out = str(d / "train.evidence.jsonl")
-    summary = ev.main(["--input", str(d / "train.json"), "--output", out, "--scorer", "minilm",
-                       "--batch_size", "16", "--max_examples", "12"])
+    summary = evidence_cli.run_cli(["--input", str(d / "train.json"), "--output", out,
+                                    "--scorer", "minilm", "--batch_size", "16",
+                                    "--max_examples", "12"])
     assert json.loads(capsys.readouterr().out)["records_in_output"] == 12
     assert summary["annotated"] == 12 and summary["new_examples_per_s"] > 0
     recs = _records(out)
@@ -349,15 +351,15 @@ def test_reader_legacy_records_and_errors(tmp_path):
     bad.write_text('{"index": 0, "sentence": 2}\n{"index": "x"}\n{"index": 1, "sentence": 0}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl: line 2: bad evidence record"):
         ev.read_evidence(str(bad), repair_tail=True)   # only a torn LAST line is repaired
-    with pytest.raises(FileNotFoundError, match="python -m dense_cf.mining.evidence.annotate"):
+    with pytest.raises(FileNotFoundError, match="python -m dense_cf.cli.evidence"):
         evidence_file.EvidenceMatcher(str(tmp_path / "missing.jsonl"), inp)
 
 
 def test_cli_with_a_t5_checkpoint_directory(tmp_path, t5_dir, capsys):
     inp, out = str(tmp_path / "b.json"), str(tmp_path / "e.jsonl")
     write_biencoder(inp, _examples()[:5])
-    summary = ev.main(["--input", inp, "--output", out, "--scorer", f"t5:{t5_dir}", "--batch_size", "8",
-                       "--max_answers", "2"])
+    summary = evidence_cli.run_cli(["--input", inp, "--output", out, "--scorer", f"t5:{t5_dir}",
+                                    "--batch_size", "8", "--max_answers", "2"])
     assert summary["scorer"] == f"t5:{t5_dir}" and summary["annotated"] == 4
     assert summary["skipped"]["single_sentence"] == 1
     for r in _records(out).values():  # log-likelihoods of a random model: finite, <= 0

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from dense_cf.cli import marginalize as marginalize_cli
 from dense_cf.eval import marginalize as mg
 from helpers import tiny_synthetic_config
 
@@ -141,9 +142,12 @@ def test_marginalize_end_to_end(two_runs, tmp_path):
 def test_marginalize_cli(two_runs, tmp_path, capsys):
     data_dir, runs = two_runs
     out = str(tmp_path / "cli")
-    assert mg.main(["--workdirs", *runs, "--test", str(data_dir / "synth-test.qa.csv"),
-                    "--corpus", str(data_dir / "psgs_synth.tsv"), "--k", "1,20",
-                    "--out", out]) == 0
+    # argparse's ``--workdirs A B`` still works: the runs after the first are arguments.
+    rep = marginalize_cli.run_cli(["--workdirs", *runs, "--test",
+                                   str(data_dir / "synth-test.qa.csv"),
+                                   "--corpus", str(data_dir / "psgs_synth.tsv"), "--k", "1,20",
+                                   "--out", out])
+    assert [r["name"] for r in rep["runs"]] == [os.path.basename(r) for r in runs]
     printed = capsys.readouterr().out
     assert "top-1 (%)" in printed and "top-20 (%)" in printed
     assert json.load(open(os.path.join(out, "report.json")))["ks"] == [1, 20]

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from dense_cf.cli import stats as stats_cli
 from dense_cf.datasets import formats
 from dense_cf.mining import stats
 
@@ -107,9 +108,10 @@ def test_file_stats_cli_with_bad_record(tmp_path, capsys):
     path = tmp_path / "biencoder-toy.json"
     path.write_text(json.dumps(rows))
     out = tmp_path / "report.json"
-    assert stats.main(["--input", str(path), "--threshold", "3", "--fractions", "0.5,1.0",
-                       "--out", str(out)]) == 0
+    st = stats_cli.run_cli(["--input", str(path), "--threshold", "3", "--fractions", "0.5,1.0",
+                            "--out", str(out)])
     rep = json.loads(out.read_text())
+    assert st["valid_records"] == rep["valid_records"] == 6
     assert rep["valid_records"] == 6 and rep["skipped_records"] == 1
     assert "answers" in rep["skip_summary"]
     assert rep["full"]["coverage"] == 3 and rep["full"]["overlapping_passages"] == 1

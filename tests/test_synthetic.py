@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from dense_cf.datasets import formats
-from absl import flags
 
 from dense_cf.cli import synthetic as synthetic_cli
 from dense_cf.synthetic import generate as synthetic
@@ -23,12 +22,8 @@ N = 300
 
 
 def _cli(argv: list[str]) -> None:
-    """Runs ``python -m dense_cf.cli.synthetic ARGV`` in-process (absl flags reset afterwards)."""
-    flags.FLAGS(["synthetic", *argv])
-    try:
-        synthetic_cli.main([])
-    finally:
-        flags.FLAGS.unparse_flags()
+    """Runs ``python -m dense_cf.cli.synthetic ARGV`` in-process."""
+    synthetic_cli.run_cli(argv)
 
 
 def _files_bytes(d: Path) -> dict[str, bytes]:

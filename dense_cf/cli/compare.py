@@ -14,15 +14,17 @@ from typing import Sequence
 
 from absl import app, flags
 
+from dense_cf.cli import _app
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 
-_STEP_A = flags.DEFINE_integer("step_a", None, "Step of RUN_A's evaluation (default: latest).")
-_STEP_B = flags.DEFINE_integer("step_b", None, "Step of RUN_B's evaluation (default: latest).")
-_SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
-_RESAMPLES = flags.DEFINE_integer("n_resamples", 10_000, "Bootstrap resamples.")
-_OUT = flags.DEFINE_string("out", None, "Also write the markdown report here.")
-_JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the rows and notes as JSON here.")
+FLAGS = flags.FlagValues()
+_STEP_A = flags.DEFINE_integer("step_a", None, "Step of RUN_A's evaluation (default: latest).", flag_values=FLAGS)
+_STEP_B = flags.DEFINE_integer("step_b", None, "Step of RUN_B's evaluation (default: latest).", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=FLAGS)
+_RESAMPLES = flags.DEFINE_integer("n_resamples", 10_000, "Bootstrap resamples.", flag_values=FLAGS)
+_OUT = flags.DEFINE_string("out", None, "Also write the markdown report here.", flag_values=FLAGS)
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the rows and notes as JSON here.", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -44,5 +46,10 @@ def main(argv: Sequence[str]) -> None:
                                                 if k != "markdown"})
 
 
+def run_cli(argv: Sequence[str]) -> None:
+    """``main`` in-process on ``argv`` (RUN_A RUN_B and flags, no program name)."""
+    main(_app.parse(FLAGS, argv, __name__))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

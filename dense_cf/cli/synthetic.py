@@ -12,30 +12,34 @@ from typing import Sequence
 
 from absl import app, flags
 
+from dense_cf.cli import _app
 from dense_cf.synthetic.generate import TYPE_NAMES, generate, generate_domains
 
-flags.DEFINE_string("out", None, "output directory")
-flags.DEFINE_integer("num_passages", 10000, "passages in the corpus")
-flags.DEFINE_integer("seed", 0, "generator seed")
-flags.DEFINE_float("train_per_passage", 0.5, "train questions per passage")
-flags.DEFINE_float("dev_frac", 0.1, "dev questions as a fraction of train")
-flags.DEFINE_integer("test_questions", None, "default: 10% of train")
-flags.DEFINE_integer("num_hard_negatives", 3, "BM25 hard negatives per question")
-flags.DEFINE_integer("num_negatives", 2, "random negatives per question")
-flags.DEFINE_integer("bm25_top_k", 20, "BM25 passages ranked per question")
-flags.DEFINE_integer("max_mined", None, "max BM25-mined questions per split")
-flags.DEFINE_integer("workers", None, "generator processes (output does not depend on it)")
+FLAGS = flags.FlagValues()
+
+flags.DEFINE_string("out", None, "output directory", flag_values=FLAGS)
+flags.DEFINE_integer("num_passages", 10000, "passages in the corpus", flag_values=FLAGS)
+flags.DEFINE_integer("seed", 0, "generator seed", flag_values=FLAGS)
+flags.DEFINE_float("train_per_passage", 0.5, "train questions per passage", flag_values=FLAGS)
+flags.DEFINE_float("dev_frac", 0.1, "dev questions as a fraction of train", flag_values=FLAGS)
+flags.DEFINE_integer("test_questions", None, "default: 10% of train", flag_values=FLAGS)
+flags.DEFINE_integer("num_hard_negatives", 3, "BM25 hard negatives per question", flag_values=FLAGS)
+flags.DEFINE_integer("num_negatives", 2, "random negatives per question", flag_values=FLAGS)
+flags.DEFINE_integer("bm25_top_k", 20, "BM25 passages ranked per question", flag_values=FLAGS)
+flags.DEFINE_integer("max_mined", None, "max BM25-mined questions per split", flag_values=FLAGS)
+flags.DEFINE_integer("workers", None, "generator processes (output does not depend on it)", flag_values=FLAGS)
 flags.DEFINE_integer("questions_per_passage", 1,
-                     "k > 1: questions on up to k different sentences of each positive")
+                     "k > 1: questions on up to k different sentences of each positive", flag_values=FLAGS)
 flags.DEFINE_string("entity_types", "",
-                    f"comma-separated subset of {','.join(TYPE_NAMES)} (default: all)")
-flags.DEFINE_integer("domains", 0, "N > 0: write N template-disjoint domains into OUT/<domain>/")
-flags.mark_flag_as_required("out")
+                    f"comma-separated subset of {','.join(TYPE_NAMES)} (default: all)", flag_values=FLAGS)
+flags.DEFINE_integer("domains", 0, "N > 0: write N template-disjoint domains into OUT/<domain>/", flag_values=FLAGS)
+flags.mark_flag_as_required("out", flag_values=FLAGS)
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
-    f = flags.FLAGS
+def main(argv: Sequence[str]) -> dict:
+    """Generates the benchmark; prints and returns the counts and timings."""
+    _app.no_positional(argv)
+    f = FLAGS
     # The library logs through the stdlib logger; absl's handler would hide INFO.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     kw = dict(train_per_passage=f.train_per_passage, dev_frac=f.dev_frac,
@@ -46,13 +50,19 @@ def main(argv: Sequence[str]) -> None:
         if f.entity_types:
             raise app.UsageError("--domains and --entity_types are exclusive")
         res_d = generate_domains(f.out, f.domains, f.num_passages, f.seed, **kw)
-        print(json.dumps({d: {"counts": r["counts"], "timing": r["timing"]}
-                          for d, r in res_d.items()}, indent=2))
-        return
-    types = tuple(t.strip() for t in f.entity_types.split(",") if t.strip()) or None
-    res = generate(f.out, f.num_passages, f.seed, entity_types=types, **kw)
-    print(json.dumps({"counts": res["counts"], "timing": res["timing"]}, indent=2))
+        out = {d: {"counts": r["counts"], "timing": r["timing"]} for d, r in res_d.items()}
+    else:
+        types = tuple(t.strip() for t in f.entity_types.split(",") if t.strip()) or None
+        res = generate(f.out, f.num_passages, f.seed, entity_types=types, **kw)
+        out = {"counts": res["counts"], "timing": res["timing"]}
+    print(json.dumps(out, indent=2))
+    return out
+
+
+def run_cli(argv: Sequence[str]) -> dict:
+    """``main`` in-process on ``argv`` (flags, no program name); returns the result."""
+    return main(_app.parse(FLAGS, argv, __name__))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

@@ -45,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.answer_mode = "string"               # "regex" for CuratedTREC
     c.data.max_train_examples = 0               # 0 = all
     c.data.train_fraction = 1.0                 # uniform seeded subset of train (docs/method.md §7 data-efficiency)
-    c.data.train_fraction_seed = 0              # = `python -m dense_cf.mining.stats --seed`
+    c.data.train_fraction_seed = 0              # = `python -m dense_cf.cli.stats --seed`
     c.data.max_dev_examples = 0
     # Evaluation files (docs/method.md §8): corpus TSV, test qa CSV, gold passages info (AAR triplets).
     c.data.corpus_file = "psgs_w100.tsv.gz"

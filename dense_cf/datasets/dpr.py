@@ -1,6 +1,6 @@
 """Fetch DPR's retriever data (docs/method.md §8) into the raw layout the pipeline reads.
 
-    python -m dense_cf.datasets.dpr --datasets nq --splits train,dev,test,gold,corpus \\
+    python -m dense_cf.cli.prepare --datasets nq --splits train,dev,test,gold,corpus \\
         --data_dir data/dpr [--manual_dir DIR] [--base_url URL]
 
 Files keep their published names (``biencoder-nq-train.json.gz``, ``nq-test.qa.csv``,
@@ -22,19 +22,18 @@ server in tests).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-import sys
-from typing import Iterable, Sequence
+import runpy
+from typing import Iterable
 
 from absl import logging
 
 from dense_cf.datasets import download
 
 __all__ = ["DEFAULT_BASE_URL", "BASE_URL_ENV", "Resource", "RESOURCES", "DATASETS", "SPLITS",
-           "PINNED", "resolve_base_url", "select", "file_specs", "prepare", "config_overrides",
-           "main"]
+           "PINNED", "resolve_base_url", "dataset_names", "select", "file_specs", "prepare",
+           "config_overrides", "resolve_data_file"]
 
 DEFAULT_BASE_URL = "https://dl.fbaipublicfiles.com/dpr/"
 BASE_URL_ENV = "DENSE_CF_DPR_BASE_URL"
@@ -168,16 +167,20 @@ def _split_list(value: str | Iterable[str]) -> list[str]:
     return [i.strip().lower() for i in items if i.strip()]
 
 
+def dataset_names(datasets: str | Iterable[str]) -> list[str]:
+    """``datasets`` (a comma list or names) with aliases resolved, "all" expanded, no repeats."""
+    ds = [ALIASES.get(d, d) for d in _split_list(datasets)]
+    return list(DATASETS) if "all" in ds else list(dict.fromkeys(ds))
+
+
 def select(datasets: str | Iterable[str], splits: str | Iterable[str]) -> list[Resource]:
     """Resources for ``datasets`` x ``splits`` (deduplicated, registry order kept).
 
     A split a dataset does not publish (e.g. ``gold`` for TriviaQA) is skipped with a log line;
     an unknown dataset or split name raises ValueError listing the valid ones.
     """
-    ds = [ALIASES.get(d, d) for d in _split_list(datasets)]
+    ds = dataset_names(datasets)
     sp = _split_list(splits)
-    if "all" in ds:
-        ds = list(DATASETS)
     quiet = "all" in sp  # "all" means "whatever each dataset publishes": no skip messages
     if quiet:
         sp = list(SPLITS)
@@ -250,88 +253,6 @@ def config_overrides(dataset: str, data_dir: str,
     return flags
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m dense_cf.datasets.dpr",
-        description="Download (or take from --manual_dir) DPR's retriever data into --data_dir.")
-    p.add_argument("--datasets", default="nq",
-                   help=f"comma list of {', '.join(DATASETS)} or all (default: nq)")
-    p.add_argument("--splits", default=",".join(DEFAULT_SPLITS),
-                   help=f"comma list of {', '.join(SPLITS)} or all "
-                        f"(default: {','.join(DEFAULT_SPLITS)})")
-    p.add_argument("--data_dir", help="where the files go (config.data.data_dir); required "
-                   "unless --list")
-    p.add_argument("--manual_dir", default=None,
-                   help="take files from this directory instead of downloading (offline clusters)")
-    p.add_argument("--base_url", default=None,
-                   help=f"mirror of {DEFAULT_BASE_URL} (default: ${BASE_URL_ENV} or DPR's)")
-    p.add_argument("--force", action="store_true",
-                   help="fetch again even if present (records in checksums.tsv are kept)")
-    p.add_argument("--verify", choices=("size", "full"), default="size",
-                   help="check present files by recorded size (fast) or full sha256")
-    p.add_argument("--gunzip", action="store_true",
-                   help="store .gz files decompressed (our readers do not need this)")
-    p.add_argument("--link", choices=("symlink", "hardlink", "copy"), default="symlink",
-                   help="how --manual_dir files are placed into --data_dir")
-    p.add_argument("--no_etag_check", action="store_true",
-                   help="do not treat a 32-hex ETag as the file's md5")
-    p.add_argument("--no_gzip_check", action="store_true",
-                   help="skip the full gzip decode of new .gz files without a known checksum")
-    p.add_argument("--retries", type=int, default=download.DownloadOptions.max_retries)
-    p.add_argument("--timeout", type=float, default=download.DownloadOptions.timeout)
-    p.add_argument("--list", action="store_true", help="print the selected files and exit")
-    p.add_argument("--sizes", action="store_true",
-                   help="with --list: ask the server for each file's size (HEAD) and the total")
-    a = p.parse_args(argv)
-    logging.set_verbosity(logging.INFO)
-    try:
-        resources = select(a.datasets, a.splits)
-    except ValueError as e:
-        p.error(str(e))
-    base = resolve_base_url(a.base_url)
-    if a.list or a.sizes:
-        total = 0
-        for r in resources:
-            size = ""
-            if a.sizes:
-                try:
-                    n = download.remote_size(base + r.path)
-                except download.DownloadError as e:
-                    print(f"error: {e}", file=sys.stderr)
-                    return 1
-                total += n or 0
-                size = download.human_bytes(n) if n is not None else "?"
-            print("\t".join(x for x in (r.name, size, base + r.path, r.desc) if x))
-        if a.sizes:
-            print(f"total to download: {download.human_bytes(total)}")
-        return 0
-    if not a.data_dir:
-        p.error("--data_dir is required (unless --list)")
-    opts = download.DownloadOptions(max_retries=a.retries, timeout=a.timeout, link=a.link,
-                                    check_etag_md5=not a.no_etag_check,
-                                    verify_gzip=not a.no_gzip_check)
-    try:
-        paths = download.fetch_all(file_specs(resources, base), a.data_dir,
-                                   manual_dir=a.manual_dir, force=a.force, verify=a.verify,
-                                   gunzip=a.gunzip, opts=opts)
-    except download.DownloadError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    total = sum(os.path.getsize(p) for p in paths.values())
-    print(f"{len(paths)} file(s) ready in {a.data_dir} ({download.human_bytes(total)}):")
-    for local in paths.values():
-        print(f"  {local}")
-    local_names = {pub: os.path.basename(loc) for pub, loc in paths.items()}
-    chosen = [ALIASES.get(x, x) for x in _split_list(a.datasets)]
-    for d in DATASETS if "all" in chosen else dict.fromkeys(chosen):
-        print(f"{d}: " + " ".join(config_overrides(d, a.data_dir, local_names)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def resolve_data_file(data_config, key: str, override: str | None = None, *,
                       required: bool = True) -> str | None:
     """The path of a data file: ``override`` (a command-line value) or ``data_config.<key>``.
@@ -361,3 +282,8 @@ def resolve_data_file(data_config, key: str, override: str | None = None, *,
             f"  or run on the synthetic benchmark: --config=configs/demo.py "
             f"--config.data.data_dir=DIR (generated when absent)")
     return path
+
+
+if __name__ == "__main__":
+    # The binary lives in dense_cf/cli/prepare.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.prepare", run_name="__main__", alter_sys=True)

@@ -20,17 +20,16 @@ The raw files come through :mod:`dense_cf.datasets.dpr` / :mod:`dense_cf.dataset
     builder.download_and_prepare()
     ds = builder.as_dataset(split="train")
 
-or ``python -m dense_cf.datasets.dpr_tfds --config nq --data_dir DIR [--manual_dir M]``.
+or ``python -m dense_cf.cli.prepare_tfds --config nq --data_dir DIR [--manual_dir M]``.
 Missing optional fields are encoded as ``passage_id=""`` and ``score=NaN``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
-import sys
+import runpy
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -40,7 +39,7 @@ from etils import epath
 
 from dense_cf.datasets import download, formats, dpr as prepare
 
-__all__ = ["DprConfig", "DprRetriever", "main"]
+__all__ = ["DprConfig", "DprRetriever"]
 
 _CITATION = """@inproceedings{karpukhin-etal-2020-dense,
   title = {Dense Passage Retrieval for Open-Domain Question Answering},
@@ -89,8 +88,9 @@ def _ctxs(passages: Sequence[formats.Passage]) -> dict[str, list]:
     }
 
 
-# Run as ``python -m dense_cf.datasets.dpr_tfds``, this file is ``__main__``: its copy of the class
-# must not claim the registry name, which the importable module's class registers.
+# Run as ``python -m dense_cf.datasets.dpr_tfds`` (an alias of ``dense_cf.cli.prepare_tfds``), this
+# file is ``__main__``: its copy of the class must not claim the registry name, which the
+# importable module's class registers.
 class DprRetriever(tfds.core.GeneratorBasedBuilder, skip_registration=__name__ == "__main__"):
     """DPR retriever data (docs/method.md §8) as TFDS; see the module docstring."""
 
@@ -105,7 +105,7 @@ class DprRetriever(tfds.core.GeneratorBasedBuilder, skip_registration=__name__ =
         "published names (e.g. biencoder-nq-train.json.gz, nq-test.qa.csv, "
         "nq-test_gold_info.json.gz, psgs_w100.tsv.gz; uncompressed or gzipped), or point "
         "manual_dir at a tree made by DPR's download_data.py (downloads/data/...). "
-        "`python -m dense_cf.datasets.dpr --list --datasets all --splits all` lists the URLs.")
+        "`python -m dense_cf.cli.prepare --list --datasets all --splits all` lists the URLs.")
 
     def __init__(self, *, base_url: str | None = None, raw_dir: str | None = None,
                  download_options: download.DownloadOptions | None = None, **kwargs: Any) -> None:
@@ -223,31 +223,6 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dense_cf.datasets.dpr_tfds",
-                                description="Build dpr_retriever/<config> as a TFDS dataset.")
-    p.add_argument("--config", required=True,
-                   help=", ".join(c.name for c in DprRetriever.BUILDER_CONFIGS))
-    p.add_argument("--data_dir", required=True, help="TFDS data_dir")
-    p.add_argument("--manual_dir", default=None, help="take raw files from here (no network)")
-    p.add_argument("--raw_dir", default=None,
-                   help="where raw files are (or go); e.g. a prepare --data_dir to reuse them")
-    p.add_argument("--base_url", default=None, help="DPR mirror URL")
-    a = p.parse_args(argv)
-    logging.set_verbosity(logging.INFO)
-    builder = DprRetriever(config=a.config, data_dir=a.data_dir, base_url=a.base_url,
-                           raw_dir=a.raw_dir)
-    try:
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=a.manual_dir))
-    except download.DownloadError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for name, split in builder.info.splits.items():
-        print(f"{builder.info.full_name} {name}: {split.num_examples} examples")
-    return 0
-
-
 if __name__ == "__main__":
-    from dense_cf.datasets import dpr_tfds as _module  # the registered, importable builder
-    sys.exit(_module.main())
+    # The binary lives in dense_cf/cli/prepare_tfds.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.prepare_tfds", run_name="__main__", alter_sys=True)

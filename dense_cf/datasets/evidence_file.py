@@ -85,7 +85,7 @@ class EvidenceMatcher:
     def __init__(self, evidence_path: str, biencoder_path: str):
         if not os.path.exists(evidence_path):
             raise FileNotFoundError(f"evidence file not found: {evidence_path} (make it with "
-                                    "python -m dense_cf.mining.evidence.annotate)")
+                                    "python -m dense_cf.cli.evidence)")
         self.path, self.source = evidence_path, source_name(biencoder_path)
         self.biencoder_path = biencoder_path
         # Part of the tokenised cache's key: appended annotations (a resumed run) invalidate
@@ -109,7 +109,7 @@ class EvidenceMatcher:
                     f"{self.path}: record for example {i} has question {rec.question!r:.80} but "
                     f"example {i} of {self.biencoder_path} is {ex.question!r:.80}: the evidence file "
                     "was made for a different (or changed) biencoder file; re-run "
-                    "python -m dense_cf.mining.evidence.annotate")
+                    "python -m dense_cf.cli.evidence")
             self._seen = i + 1
             yield ex
 

@@ -1,4 +1,4 @@
-"""Answer-awareness of a trained run: ``python -m dense_cf.eval.aar --workdir DIR`` (docs/method.md §5).
+"""Answer-awareness of a trained run (docs/method.md §5): ``python -m dense_cf.cli.eval_aar --workdir DIR``.
 
 Triplets (q, p+, p*) come from gold-passage info (DPR's ``nq-test_gold_info.json`` or the
 synthetic benchmark's): p+ is the gold context. DPR's gold info carries no answers, so they are
@@ -25,14 +25,12 @@ mismatches.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import runpy
 from typing import Any, Sequence
 
 import numpy as np
-from absl import app, flags, logging
-
-FLAGS = flags.FLAGS
+from absl import logging
 
 from dense_cf.datasets.formats import (BiencoderExample, Passage, SkipReport, read_gold_info,
                                        read_qa_csv)
@@ -260,22 +258,6 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
     return result
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
-    res = evaluate_aar(FLAGS.workdir, gold_path=FLAGS.gold, qa_path=FLAGS.qa,
-                       strategies=FLAGS.strategies)
-    print(json.dumps({k: {kk: vv for kk, vv in v.items()
-                          if kk in ("aar", "triplets", "triplet_fates")}
-                      for k, v in res["strategies"].items()}, indent=2, default=float))
-
-
 if __name__ == "__main__":
-    # Flags are defined only when run as a program: the module is also a library.
-    flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).")
-    flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).")
-    flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).")
-    flags.DEFINE_list("strategies", None, "Counterfactual strategies (default: config).")
-    flags.mark_flag_as_required("workdir")
-    app.run(main)
+    # The binary lives in dense_cf/cli/eval_aar.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.eval_aar", run_name="__main__", alter_sys=True)

@@ -1,6 +1,6 @@
 """Encoder marginalisation: attribute retrieval accuracy to question vs passage encoders (docs/method.md §7).
 
-``python -m dense_cf.eval.marginalize --workdirs A B C ... --test FILE [--corpus FILE]
+``python -m dense_cf.cli.marginalize --workdirs A B C ... --test FILE [--corpus FILE]
 [--k 1,5,20,100] [--in_domain NAME] [--out DIR]``
 
 Every question encoder ηQ^(i) of K trained runs is paired with every passage encoder ηD^(j):
@@ -29,9 +29,8 @@ encoder's tandem on the same questions (exact McNemar, significance at 0.05 in w
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
+import runpy
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -440,29 +439,6 @@ def plot_heatmaps(path: str, names: Sequence[str], mats: dict[int, np.ndarray],
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Encoder marginalisation (docs/method.md §7).")
-    ap.add_argument("--workdirs", nargs="+", required=True, help="run dirs (DIR or DIR@STEP)")
-    ap.add_argument("--test", required=True, help="test qa CSV (question \\t answers)")
-    ap.add_argument("--corpus", default=None, help="corpus TSV (default: the first run's)")
-    ap.add_argument("--k", default=",".join(str(k) for k in DEFAULT_KS))
-    ap.add_argument("--in_domain", default=None, help="run name or index whose tandem = 100%%")
-    ap.add_argument("--index", default="flat")
-    ap.add_argument("--answer_mode", default=None, help="string | regex (default: first run's)")
-    ap.add_argument("--batch_size", type=int, default=None)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    logging.set_verbosity(logging.INFO)  # progress of long exports
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
-    rep = run_marginalization(a.workdirs, a.test, corpus_path=a.corpus,
-                              ks=[int(x) for x in a.k.split(",") if x.strip()], out_dir=a.out,
-                              in_domain=a.in_domain, index_kind=a.index,
-                              answer_mode=a.answer_mode, batch_size=a.batch_size)
-    print(summary_text(rep))
-    return 0
-
-
 def summary_text(rep: dict[str, Any]) -> str:
     """Plain-text matrices and contributions (what the CLI and the benchmark print)."""
     names = [r["name"] for r in rep["runs"]]
@@ -487,4 +463,5 @@ def summary_text(rep: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The binary lives in dense_cf/cli/marginalize.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.marginalize", run_name="__main__", alter_sys=True)

@@ -1,6 +1,7 @@
 """Retrieval evaluation of a trained run: export → index → search → DPR-exact metrics (docs/method.md §6).
 
-``python -m dense_cf.eval.retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] [--k 100]``
+``python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat]
+[--k 100]``
 
 Writes to ``DIR/eval/step_<N>/``: ``retrieval.json`` (DPR's result format: question, answers,
 ctxs with id/title/text/score/has_answer), ``run.trec`` + ``qrels.trec`` (pyserini/trec_eval),
@@ -23,12 +24,12 @@ scored exactly as DPR's (``score`` in the result files is HasAns).
 
 from __future__ import annotations
 
-import json
 import os
+import runpy
 import time
-from typing import Any, Sequence
+from typing import Any
 
-from absl import app, flags, logging
+from absl import logging
 
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
@@ -38,8 +39,6 @@ from dense_cf.eval import stats
 from dense_cf.retrieval.corpus import load_corpus, load_qa
 from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.train.run import RunDir, load_run
-
-FLAGS = flags.FLAGS
 
 
 def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str | None = None,
@@ -101,21 +100,6 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     return summary
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
-    summary = evaluate_run(FLAGS.workdir, corpus_path=FLAGS.corpus, qa_path=FLAGS.qa,
-                           index_kind=FLAGS.index, k=FLAGS.k)
-    print(json.dumps(summary, indent=2, default=float))
-
-
 if __name__ == "__main__":
-    # Flags are defined only when run as a program: the module is also a library.
-    flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).")
-    flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).")
-    flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).")
-    flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq (default: config).")
-    flags.DEFINE_integer("k", None, "Passages per question (default: config).")
-    flags.mark_flag_as_required("workdir")
-    app.run(main)
+    # The binary lives in dense_cf/cli/eval_retrieval.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.eval_retrieval", run_name="__main__", alter_sys=True)

@@ -1,6 +1,7 @@
 """Robustness to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
 
-``python -m dense_cf.eval.robustness --workdir DIR [--max_distractors 20] [--counts 0,1,2,5,10,20]``
+``python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20]
+[--counts 0,1,2,5,10,20]``
 
 EADPR added, for every test question with a gold passage, up to 20 LLM-written passages that
 "mimic the context of the evidence passage but leave out the key evidence" and plotted top-k
@@ -45,15 +46,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import runpy
 import time
 import zlib
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from absl import app, flags, logging
-
-FLAGS = flags.FLAGS
+from absl import logging
 
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.counterfactuals import distractor_variants
@@ -393,30 +393,6 @@ def plot_runs(results_by_run: Mapping[str, Mapping[str, Any]], path: str,
         title=title or "Top-k vs. near-duplicate distractors per question (EADPR Fig. 5)")
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
-    res = evaluate_robustness(FLAGS.workdir, counts=[int(c) for c in FLAGS.counts],
-                              max_distractors=FLAGS.max_distractors, gold_path=FLAGS.gold,
-                              qa_path=FLAGS.qa, corpus_path=FLAGS.corpus, seed=FLAGS.seed)
-    print(json.dumps({"n_questions": res["n_questions"],
-                      "distractor_stats": res["distractor_stats"],
-                      "table": {K: {"top_k": e["top_k"], "mrr": e["mrr"],
-                                    "distractors_per_question_actual":
-                                        e["distractors_per_question_actual"]}
-                                for K, e in res["table"].items()}}, indent=2, default=float))
-
-
 if __name__ == "__main__":
-    # Flags are defined only when run as a program: the module is also a library.
-    flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).")
-    flags.DEFINE_integer("max_distractors", 20, "Distractor variants generated per question.")
-    flags.DEFINE_list("counts", [str(c) for c in DEFAULT_COUNTS],
-                      "Distractors per question to evaluate (each <= max_distractors).")
-    flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).")
-    flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).")
-    flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).")
-    flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.")
-    flags.mark_flag_as_required("workdir")
-    app.run(main)
+    # The binary lives in dense_cf/cli/eval_robustness.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.eval_robustness", run_name="__main__", alter_sys=True)

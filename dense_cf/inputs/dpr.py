@@ -169,7 +169,7 @@ def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_l
 
     ``fraction`` < 1 keeps the uniform random subset ``dense_cf.datasets.subsets.subset_mask(N,
     fraction, fraction_seed)`` of the N valid records (after ``max_examples``), in file order:
-    the same nested subsets that ``python -m dense_cf.mining.stats`` reports on (docs/method.md §7).
+    the same nested subsets that ``python -m dense_cf.cli.stats`` reports on (docs/method.md §7).
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"biencoder file not found: {path}")

@@ -1,7 +1,7 @@
 """Model-mined hard negatives from a trained run (ANCE-style one-shot refresh; PiCL Table 2's
 "DPR negatives" row, docs/method.md §10).
 
-``python -m dense_cf.mining.model_negatives --workdir RUN --input biencoder.json[.gz]
+``python -m dense_cf.cli.mine_model --workdir RUN --input biencoder.json[.gz]
 --output out.json[.gz] [--corpus psgs_w100.tsv --k 100 --num_negatives 30 --skip_top 0
 --index flat --existing replace|append --store_dir DIR]``
 
@@ -27,9 +27,9 @@ writes. Tested on one host with simulated devices only.
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any, Sequence
+import runpy
+from typing import Any
 
 import jax
 import numpy as np
@@ -40,10 +40,7 @@ from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.retrieval import export
 from dense_cf.retrieval.retriever import ensure_index
 from dense_cf.train.run import RunDir, load_run
-from dense_cf.mining.negatives import (PassageStore, corpus_fingerprint, define_common_flags,
-                                     mine_file, open_store)
-from absl import flags
-from absl import app, flags
+from dense_cf.mining.negatives import PassageStore, corpus_fingerprint, mine_file, open_store
 
 __all__ = ["mine_model"]
 
@@ -117,28 +114,6 @@ def mine_model(workdir: str, input_path: str, output: str, *, corpus: str | None
     return summary
 
 
-def main(argv: Sequence[str]) -> None:
-    del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
-    f = flags.FLAGS
-    summary = mine_model(f.workdir, f.input, f.output, corpus=f.corpus, k=f.k,
-                         num_negatives=f.num_negatives, skip_top=f.skip_top, step=f.step,
-                         index_kind=f.index, store_dir=f.store_dir,
-                         answer_mode=f.answer_mode if f["answer_mode"].present else None,
-                         existing=f.existing, batch_size=f.batch_size, shard_size=f.shard_size,
-                         work_dir=f.work_dir, keep_parts=f.keep_parts, skip_bad=not f.strict)
-    print(json.dumps(summary, indent=2, default=str))
-
-
 if __name__ == "__main__":
-    define_common_flags(flags)
-    flags.DEFINE_string("workdir", None, "Trained run directory (dense_cf.main).")
-    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
-    flags.DEFINE_integer("k", 100, "Passages retrieved per question.")
-    flags.DEFINE_integer("skip_top", 0, "Ignore the top N retrieved ranks (false-negative guard).")
-    flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq (default: eval.index).")
-    flags.DEFINE_string("store_dir", None, "Passage store (default RUN/mine/store) or a "
-                        "mine_bm25 --index_dir.")
-    flags.mark_flag_as_required("workdir")
-    app.run(main)
+    # The binary lives in dense_cf/cli/mine_model.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.mine_model", run_name="__main__", alter_sys=True)

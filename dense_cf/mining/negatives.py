@@ -311,22 +311,3 @@ def mine_bm25(input_path: str, corpus: str | None, output: str, *, num_negatives
                         work_dir=work_dir, keep_parts=keep_parts, skip_bad=skip_bad)
     summary["corpus_skipped_rows"] = corpus_report.total
     return summary
-
-
-def define_common_flags(flags) -> None:
-    """Flags shared by the BM25 and model miners."""
-    flags.DEFINE_string("input", None, "DPR biencoder JSON[.gz] whose questions are mined for.")
-    flags.DEFINE_string("corpus", None, "Corpus TSV[.gz] (id, text, title), e.g. psgs_w100.tsv.")
-    flags.DEFINE_string("output", None, "Output biencoder JSON[.gz] with hard_negative_ctxs.")
-    flags.DEFINE_integer("num_negatives", 30, "Hard negatives kept per question.")
-    flags.DEFINE_enum("answer_mode", "string", ["string", "regex"],
-                      "DPR has_answer mode (regex for CuratedTREC).")
-    flags.DEFINE_enum("existing", "replace", list(EXISTING_MODES),
-                      "Input hard negatives: replace them, or keep them and append mined ones.")
-    flags.DEFINE_integer("batch_size", 1024, "Questions ranked per batch.")
-    flags.DEFINE_integer("shard_size", 5000, "Input records per resumable output shard.")
-    flags.DEFINE_string("work_dir", None, "Shard directory (default: <output>.parts).")
-    flags.DEFINE_bool("keep_parts", False, "Keep the shard directory after assembly.")
-    flags.DEFINE_bool("strict", False, "Raise on the first bad input record instead of skipping.")
-    flags.mark_flags_as_required(["input", "output"])
-

@@ -1,6 +1,6 @@
 """Training-data statistics of a DPR biencoder file (docs/method.md §7; encoder attribution paper §6).
 
-``python -m dense_cf.mining.stats --input biencoder.json[.gz] [--threshold 2] [--alpha 1.3]
+``python -m dense_cf.cli.stats --input biencoder.json[.gz] [--threshold 2] [--alpha 1.3]
 [--fractions 0.1,0.25,...,1.0] [--seed 0] [--positives first|all] [--out report.json]``
 
 For the whole file and for uniform random subsets of it (the data-efficiency setting):
@@ -26,17 +26,15 @@ The file is streamed; bad records are skipped, counted and reported (they are no
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
-import sys
+import runpy
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from dense_cf.datasets import formats
 from dense_cf.datasets.subsets import subset_count, subset_mask
-from dense_cf.files import write_json
 
 DEFAULT_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0)
 
@@ -149,29 +147,6 @@ def markdown(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Corpus coverage / positive passage overlap / "
-                                             "unique passage coverage (docs/method.md §7).")
-    ap.add_argument("--input", required=True, help="biencoder-*.json[.gz]")
-    ap.add_argument("--threshold", type=int, default=2,
-                    help="a positive 'overlaps' when it is the positive of >= this many questions")
-    ap.add_argument("--alpha", type=float, default=1.3)
-    ap.add_argument("--fractions", default=",".join(str(f) for f in DEFAULT_FRACTIONS))
-    ap.add_argument("--seed", type=int, default=0, help="subset permutation seed "
-                    "(= config.data.train_fraction_seed)")
-    ap.add_argument("--positives", choices=("first", "all"), default="first")
-    ap.add_argument("--out", default="", help="write the JSON report here")
-    a = ap.parse_args(argv)
-    fractions = [float(x) for x in a.fractions.split(",") if x.strip()]
-    st = file_stats(a.input, fractions=fractions, seed=a.seed, threshold=a.threshold,
-                    alpha=a.alpha, positives=a.positives)
-    if a.out:
-        write_json(a.out, st)
-    print(markdown(st))
-    if st["skip_summary"]:
-        print(st["skip_summary"], file=sys.stderr)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # The binary lives in dense_cf/cli/stats.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.stats", run_name="__main__", alter_sys=True)

@@ -2,7 +2,7 @@
 
 Command::
 
-    python -m dense_cf.mining.evidence.annotate --input data/dpr/biencoder-nq-train.json.gz \\
+    python -m dense_cf.cli.evidence --input data/dpr/biencoder-nq-train.json.gz \\
         --output data/dpr/biencoder-nq-train.evidence.jsonl --scorer t5:allenai/unifiedqa-t5-base
 
 For every example of the biencoder file, p+ = ``positive_ctxs[0].text`` is split into sentences
@@ -27,19 +27,18 @@ a counterfactual, like an example without an answer match under the ``sentence``
 
 Resumable: on restart the existing lines are read (a torn last line from a crash is cut off),
 their indices are skipped (their questions checked against the input), and new lines are
-appended and flushed after every chunk. Progress (examples/s) is logged; the summary (counts
-per skip reason, answer matches, time) is printed as JSON at the end.
+appended and flushed after every chunk. Progress (examples/s) is logged; the command prints
+the summary (counts per skip reason, answer matches, time) as JSON at the end.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
-import sys
+import runpy
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 from absl import logging
@@ -48,7 +47,6 @@ from dense_cf.datasets.evidence_file import EvidenceRecord, read_evidence, sourc
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.mining.evidence import candidates as cand
 from dense_cf.mining.evidence.scorer import QAItem
-from dense_cf.mining.evidence.scorer import SCORER_HELP, make_scorer
 
 
 
@@ -165,43 +163,6 @@ def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
     return stats
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--input", required=True, help="DPR biencoder JSON(.gz)")
-    p.add_argument("--output", required=True, help="evidence JSONL (appended to when it exists)")
-    p.add_argument("--scorer", default="minilm", help=SCORER_HELP)
-    p.add_argument("--batch_size", type=int, default=32, help="scorer batch (padded, fixed shape)")
-    p.add_argument("--chunk_examples", type=int, default=64, help="examples scored per flush")
-    p.add_argument("--max_answers", type=int, default=1,
-                   help="answer aliases scored per candidate (passage matches first); confidence = max")
-    p.add_argument("--answer_mode", default="string", choices=("string", "regex"))
-    p.add_argument("--total_loglik", action="store_true",
-                   help="T5: total answer log-likelihood instead of the per-token mean")
-    p.add_argument("--keep_case", action="store_true",
-                   help="T5: do not lower-case the input (UnifiedQA expects lower case; Flan-T5 does not)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="T5 compute dtype (bfloat16 on TPU/GPU; norms and softmax stay float32)")
-    p.add_argument("--max_examples", type=int, default=0)
-    p.add_argument("--num_shards", type=int, default=1,
-                   help="annotate only index %% num_shards == shard_id (one output per shard; cat them)")
-    p.add_argument("--shard_id", type=int, default=0)
-    p.add_argument("--log_every_s", type=float, default=30.0)
-    args = p.parse_args(argv)
-    logging.set_verbosity(logging.INFO)
-    scorer = make_scorer(args.scorer, batch_size=args.batch_size, length_norm=not args.total_loglik,
-                         lowercase=not args.keep_case, dtype=args.dtype)
-    stats = annotate(args.input, args.output, scorer, max_answers=args.max_answers,
-                     answer_mode=args.answer_mode, chunk_examples=args.chunk_examples,
-                     max_examples=args.max_examples, log_every_s=args.log_every_s,
-                     num_shards=args.num_shards, shard_id=args.shard_id)
-    new = stats.annotated + sum(v for k, v in stats.skipped.items() if k != "bad_records_in_input")
-    summary = {"output": args.output, "scorer": scorer.name, **dataclasses.asdict(stats),
-               "new_examples_per_s": round(new / max(stats.seconds, 1e-9), 2),
-               "records_in_output": len(read_evidence(args.output))}
-    print(json.dumps(summary, indent=2), file=sys.stdout)
-    return summary
-
-
 if __name__ == "__main__":
-    main()
+    # The binary lives in dense_cf/cli/evidence.py; by name, so no upward import.
+    runpy.run_module("dense_cf.cli.evidence", run_name="__main__", alter_sys=True)

@@ -1,0 +1,90 @@
+"""Start-up shared by the ``dense_cf.cli`` binaries.
+
+Every binary defines its flags on its own ``flags.FlagValues`` (``FLAGS = flags.FlagValues()``,
+``flag_values=FLAGS``), not on absl's global one, so several binaries can be imported into one
+process (the tests) although they share flag names (``--workdir``, ``--corpus``...). A binary
+ends with ``if __name__ == "__main__": _app.run(main, FLAGS, __doc__)`` and offers
+``run_cli(argv)`` (= ``main(_app.parse(FLAGS, argv))``) for in-process calls.
+
+:func:`run` is ``absl.app.run`` with two differences: ``--help`` (``-h``, ``-?``,
+``--helpshort``) prints the module docstring and the binary's own flags and exits 0 (absl exits
+1), and ``--helpfull`` adds absl's global flags (``--verbosity``, ``--logtostderr``...), which
+are parsed as usual.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Sequence
+
+from absl import app, flags
+
+__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "flags_help", "usage", "parse", "run",
+           "no_positional"]
+
+HELP_ARGS = ("-h", "-?", "-help", "--help", "-helpshort", "--helpshort")
+HELPFULL_ARGS = ("-helpfull", "--helpfull")
+
+
+def flags_help(flag_values: flags.FlagValues) -> str:
+    """The help lines of ``flag_values``' flags (absl's format, without module headings)."""
+    text = flag_values.get_help(prefix="", include_special_flags=False)
+    return "\n".join(ln for ln in text.splitlines() if ln.startswith("  "))
+
+
+def usage(doc: str | None, flag_values: flags.FlagValues, *, full: bool = False) -> str:
+    """``doc`` (the binary's docstring), then its flags; with ``full`` absl's global ones too."""
+    parts = [(doc or "").strip(), "flags:\n" + flags_help(flag_values)]
+    if full:
+        parts.append("absl flags:\n" + flags_help(flags.FLAGS))
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def parse(flag_values: flags.FlagValues, argv: Sequence[str],
+          prog: str = "dense_cf.cli") -> list[str]:
+    """Parses ``argv`` (flags and arguments, no program name) into ``flag_values`` afresh.
+
+    Flags left out get their defaults, whatever an earlier call set. Returns ``[prog, *args]``,
+    the positional arguments, as ``absl.app.run`` passes them to ``main``. Bad flags raise
+    ``flags.Error``.
+    """
+    flag_values.unparse_flags()
+    return flag_values([prog, *argv])
+
+
+def no_positional(argv: Sequence[str]) -> None:
+    """Raises ``app.UsageError`` when ``main`` got arguments besides the program name."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+
+
+def _status(result: Any) -> int | None:
+    """``main``'s result as an exit status: an int is one, anything else (a summary) means 0."""
+    return result if isinstance(result, int) and not isinstance(result, bool) else None
+
+
+def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
+        doc: str | None = None) -> None:
+    """``absl.app.run(main)`` with ``flag_values`` holding the binary's flags (see above)."""
+    args = sys.argv[1:]
+    if any(a in HELP_ARGS + HELPFULL_ARGS for a in args):
+        sys.stdout.write(usage(doc, flag_values, full=any(a in HELPFULL_ARGS for a in args)))
+        sys.exit(0)
+
+    def parser(argv: list[str]) -> list[str]:
+        try:
+            rest = flag_values(argv, known_only=True)   # this binary's flags
+            return flags.FLAGS(rest)                    # absl's: --verbosity, --logtostderr...
+        except flags.Error as e:
+            sys.stderr.write(f"FATAL Flags parsing error: {e}\n"
+                             "Pass --help to see the flags of this binary.\n")
+            sys.exit(1)
+
+    def body(argv: list[str]) -> int | None:
+        try:
+            return _status(main(argv))
+        except app.UsageError as e:
+            sys.stderr.write(f"error: {e}\nPass --help to see the flags of this binary.\n")
+            return e.exitcode
+
+    app.run(body, flags_parser=parser)

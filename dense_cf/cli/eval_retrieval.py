@@ -1,0 +1,52 @@
+"""Retrieval evaluation of a trained run: export → index → search → DPR metrics (docs/method.md §6).
+
+    python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] \\
+        [--k 100]
+
+Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, report.json/md), reusing the
+run's export and index, and prints the summary as JSON. Also ``python -m
+dense_cf.eval.retrieval``. Decisions: :mod:`dense_cf.eval.retrieval`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from absl import flags
+
+from dense_cf.cli import _app
+from dense_cf.eval.retrieval import evaluate_run
+
+FLAGS = flags.FlagValues()
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).",
+                               required=True, flag_values=FLAGS)
+_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
+                              flag_values=FLAGS)
+_QA = flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).",
+                          flag_values=FLAGS)
+_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq (default: config).",
+                             flag_values=FLAGS)
+_K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
+                          flag_values=FLAGS)
+
+
+def main(argv: Sequence[str]) -> dict[str, Any]:
+    """Evaluates the run; prints and returns the summary."""
+    _app.no_positional(argv)
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
+    summary = evaluate_run(_WORKDIR.value, corpus_path=_CORPUS.value, qa_path=_QA.value,
+                           index_kind=_INDEX.value, k=_K.value)
+    print(json.dumps(summary, indent=2, default=float))
+    return summary
+
+
+def run_cli(argv: Sequence[str]) -> dict[str, Any]:
+    """``main`` in-process on ``argv`` (flags, no program name); returns the summary."""
+    return main(_app.parse(FLAGS, argv, __name__))
+
+
+if __name__ == "__main__":
+    _app.run(main, FLAGS, __doc__)

@@ -1,0 +1,62 @@
+"""Robustness of a trained run to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
+
+    python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \\
+        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0]
+
+Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
+and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
+as JSON. Also ``python -m dense_cf.eval.robustness``. Decisions: :mod:`dense_cf.eval.robustness`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from absl import flags
+
+from dense_cf.cli import _app
+from dense_cf.eval.robustness import DEFAULT_COUNTS, evaluate_robustness
+
+FLAGS = flags.FlagValues()
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).",
+                               required=True, flag_values=FLAGS)
+_MAX_DISTRACTORS = flags.DEFINE_integer(
+    "max_distractors", 20, "Distractor variants generated per question.", flag_values=FLAGS)
+_COUNTS = flags.DEFINE_list(
+    "counts", [str(c) for c in DEFAULT_COUNTS],
+    "Distractors per question to evaluate (each <= max_distractors).", flag_values=FLAGS)
+_GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
+                            flag_values=FLAGS)
+_QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
+                          flag_values=FLAGS)
+_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.",
+                             flag_values=FLAGS)
+
+
+def main(argv: Sequence[str]) -> dict[str, Any]:
+    """Evaluates the run; prints top-k and MRR per distractor count, returns the result."""
+    _app.no_positional(argv)
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
+    res = evaluate_robustness(_WORKDIR.value, counts=[int(c) for c in _COUNTS.value],
+                              max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
+                              qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value)
+    table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
+                 "distractors_per_question_actual": e["distractors_per_question_actual"]}
+             for K, e in res["table"].items()}
+    print(json.dumps({"n_questions": res["n_questions"],
+                      "distractor_stats": res["distractor_stats"], "table": table},
+                     indent=2, default=float))
+    return res
+
+
+def run_cli(argv: Sequence[str]) -> dict[str, Any]:
+    """``main`` in-process on ``argv`` (flags, no program name); returns the result."""
+    return main(_app.parse(FLAGS, argv, __name__))
+
+
+if __name__ == "__main__":
+    _app.run(main, FLAGS, __doc__)

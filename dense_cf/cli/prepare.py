@@ -1,0 +1,126 @@
+"""Download (or take from --manual_dir) DPR's retriever data into --data_dir (docs/method.md §8).
+
+    python -m dense_cf.cli.prepare --datasets nq --splits train,dev,test,gold,corpus \\
+        --data_dir data/dpr [--manual_dir DIR] [--base_url URL] [--list [--sizes]]
+
+Prints the files made ready and, per dataset, the ``--config.data.*`` flags that point a run at
+them. Exit status 1 on a download error. The registry and the checks are in
+:mod:`dense_cf.datasets.dpr` and :mod:`dense_cf.datasets.download`; see docs/datasets.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from absl import app, flags
+
+from dense_cf.cli import _app
+from dense_cf.datasets import download
+from dense_cf.datasets import dpr
+
+FLAGS = flags.FlagValues()
+
+_DATASETS = flags.DEFINE_string(
+    "datasets", "nq", f"Comma list of {', '.join(dpr.DATASETS)} or all.", flag_values=FLAGS)
+_SPLITS = flags.DEFINE_string(
+    "splits", ",".join(dpr.DEFAULT_SPLITS), f"Comma list of {', '.join(dpr.SPLITS)} or all.",
+    flag_values=FLAGS)
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "Where the files go (config.data.data_dir); required unless --list.",
+    flag_values=FLAGS)
+_MANUAL_DIR = flags.DEFINE_string(
+    "manual_dir", None, "Take files from this directory instead of downloading (offline).",
+    flag_values=FLAGS)
+_BASE_URL = flags.DEFINE_string(
+    "base_url", None, f"Mirror of {dpr.DEFAULT_BASE_URL} (default: ${dpr.BASE_URL_ENV} or DPR's).",
+    flag_values=FLAGS)
+_FORCE = flags.DEFINE_bool(
+    "force", False, "Fetch again even if present (records in checksums.tsv are kept).",
+    flag_values=FLAGS)
+_VERIFY = flags.DEFINE_enum(
+    "verify", "size", ["size", "full"], "Check present files by recorded size (fast) or sha256.",
+    flag_values=FLAGS)
+_GUNZIP = flags.DEFINE_bool(
+    "gunzip", False, "Store .gz files decompressed (our readers do not need this).",
+    flag_values=FLAGS)
+_LINK = flags.DEFINE_enum(
+    "link", "symlink", ["symlink", "hardlink", "copy"],
+    "How --manual_dir files are placed into --data_dir.", flag_values=FLAGS)
+_NO_ETAG_CHECK = flags.DEFINE_bool(
+    "no_etag_check", False, "Do not treat a 32-hex ETag as the file's md5.", flag_values=FLAGS)
+_NO_GZIP_CHECK = flags.DEFINE_bool(
+    "no_gzip_check", False, "Skip the full gzip decode of new .gz files without a known checksum.",
+    flag_values=FLAGS)
+_RETRIES = flags.DEFINE_integer(
+    "retries", download.DownloadOptions.max_retries,
+    "Consecutive failures without progress before giving up.", flag_values=FLAGS)
+_TIMEOUT = flags.DEFINE_float(
+    "timeout", download.DownloadOptions.timeout,
+    "Seconds without a byte before a read counts as failed.", flag_values=FLAGS)
+_LIST = flags.DEFINE_bool("list", False, "Print the selected files and exit.", flag_values=FLAGS)
+_SIZES = flags.DEFINE_bool(
+    "sizes", False, "With --list: ask the server for each file's size (HEAD) and the total.",
+    flag_values=FLAGS)
+
+
+def _list(resources: list[dpr.Resource], base: str) -> int:
+    """--list [--sizes]: one line per selected file, then the total size."""
+    total = 0
+    for r in resources:
+        size = ""
+        if _SIZES.value:
+            try:
+                n = download.remote_size(base + r.path)
+            except download.DownloadError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            total += n or 0
+            size = download.human_bytes(n) if n is not None else "?"
+        print("\t".join(x for x in (r.name, size, base + r.path, r.desc) if x))
+    if _SIZES.value:
+        print(f"total to download: {download.human_bytes(total)}")
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    """Fetches the selection; prints the files and each dataset's config overrides."""
+    _app.no_positional(argv)
+    try:
+        resources = dpr.select(_DATASETS.value, _SPLITS.value)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    base = dpr.resolve_base_url(_BASE_URL.value)
+    if _LIST.value or _SIZES.value:
+        return _list(resources, base)
+    data_dir = _DATA_DIR.value
+    if not data_dir:
+        raise app.UsageError("--data_dir is required (unless --list)")
+    opts = download.DownloadOptions(max_retries=_RETRIES.value, timeout=_TIMEOUT.value,
+                                    link=_LINK.value, check_etag_md5=not _NO_ETAG_CHECK.value,
+                                    verify_gzip=not _NO_GZIP_CHECK.value)
+    try:
+        paths = download.fetch_all(dpr.file_specs(resources, base), data_dir,
+                                   manual_dir=_MANUAL_DIR.value, force=_FORCE.value,
+                                   verify=_VERIFY.value, gunzip=_GUNZIP.value, opts=opts)
+    except download.DownloadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    total = sum(os.path.getsize(p) for p in paths.values())
+    print(f"{len(paths)} file(s) ready in {data_dir} ({download.human_bytes(total)}):")
+    for local in paths.values():
+        print(f"  {local}")
+    local_names = {pub: os.path.basename(loc) for pub, loc in paths.items()}
+    for d in dpr.dataset_names(_DATASETS.value):
+        print(f"{d}: " + " ".join(dpr.config_overrides(d, data_dir, local_names)))
+    return 0
+
+
+def run_cli(argv: Sequence[str]) -> int:
+    """``main`` in-process on ``argv`` (flags, no program name); returns the exit status."""
+    return main(_app.parse(FLAGS, argv, __name__))
+
+
+if __name__ == "__main__":
+    _app.run(main, FLAGS, __doc__)
