@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(PY) -m dense_cf.demo --workdir=$(WORKDIR)
 
 test: $(STAMP)
+	$(PY) -m ruff check dense_cf tests configs tools
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
 
 bench: $(STAMP)

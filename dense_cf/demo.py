@@ -19,10 +19,9 @@ import numpy as np
 from absl import app, flags, logging
 
 from dense_cf.configs.presets import demo_config
-from dense_cf.eval import aar_math
+from dense_cf.eval import aar_math, stats
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 

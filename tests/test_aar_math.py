@@ -188,8 +188,7 @@ def test_join_prefers_answers_carried_by_the_gold_record():
 
 
 def test_reason_counts_invariant_and_table():
-    from dense_cf.eval.aar_math import (AAR_FATES, JOIN_REASONS, LOST_AT_JOIN, ReasonCounts,
-                                        reason_table)
+    from dense_cf.eval.aar_math import AAR_FATES, JOIN_REASONS, LOST_AT_JOIN, ReasonCounts, reason_table
     join = ReasonCounts(JOIN_REASONS)
     join.add("joined_by_position", "gold record 0: 'a'", 3)
     join.add("no_qa_record", "gold record 3: 'b'")

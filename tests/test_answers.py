@@ -8,7 +8,6 @@ import regex
 
 from dense_cf.text.answers import dpr_tokenize, find_answer_spans, has_answer, question_type
 
-
 # A literal transcription of DPR's qa_validation.has_answer + SimpleTokenizer, as the oracle.
 _DPR_RE = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])",
                         flags=regex.IGNORECASE + regex.UNICODE + regex.MULTILINE)

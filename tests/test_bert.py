@@ -152,13 +152,15 @@ def test_axis_rules_for_divisibility():
 
 
 def _sharded_check(mesh) -> None:
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     model = BertEncoder(CFG.replace(num_layers=1))  # one layer covers every sharded param kind
     ids, mask = _batch(b=3, length=8)
     ids, mask = jnp.concatenate([ids, ids[:1]]), jnp.concatenate([mask, mask[:1]])  # batch 4
     # rbg keys: compile much faster than threefry on CPU; the partitioning path is the same.
-    init = lambda: model.init(jax.random.key(0, impl="rbg"), ids, mask)
+    def init():
+        return model.init(jax.random.key(0, impl="rbg"), ids, mask)
     rules = DEFAULT_LOGICAL_AXIS_RULES
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract = jax.eval_shape(init)

@@ -6,11 +6,11 @@ import os
 
 import numpy as np
 import pytest
+from helpers import tiny_synthetic_config
 
 from dense_cf.configs.presets import DPR_LOSS
 from dense_cf.eval import compare as compare_lib
 from dense_cf.synthetic import generate as synthetic
-from helpers import tiny_synthetic_config
 
 
 @pytest.fixture(scope="module")

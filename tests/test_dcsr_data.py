@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from dense_cf.inputs import dcsr, dpr as pipeline, tokens
 from dense_cf.datasets.formats import BiencoderExample, Passage
+from dense_cf.inputs import dcsr, tokens
+from dense_cf.inputs import dpr as pipeline
 from dense_cf.inputs.dpr import Ragged
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import SENT_TOKEN, add_tokens, load_tokenizer
@@ -41,7 +42,8 @@ def test_markers_under_truncation(tok):
     assert (full["ids"][0][pos_full] == sid).all()
     assert (full["ids"][0] == sid).sum() == 3
     for max_len in range(6, 24):
-        out = tokens.tokenize_marked_passages(tok, ["Title"], [text], sent_token=SENT_TOKEN, max_len=max_len, max_sents=8)
+        out = tokens.tokenize_marked_passages(tok, ["Title"], [text], sent_token=SENT_TOKEN,
+                                            max_len=max_len, max_sents=8)
         ids, valid, p = out["ids"][0], out["valid"][0], out["positions"][0]
         got = p[valid]
         # Valid markers are exactly the full-length markers with their first word piece kept
@@ -58,13 +60,15 @@ def _examples():
     hard = Passage("Hard", "Omega one. Omega two. Omega three.")
     return [
         # 0: answer in the 2nd of three sentences.
-        BiencoderExample("q0", ["beta"], [Passage("P0", "Alpha is here. Beta was there. Gamma came later.")], [], [hard]),
+        BiencoderExample("q0", ["beta"], [Passage("P0", "Alpha is here. Beta was there. Gamma came later.")], [],
+                         [hard]),
         # 1: a single (answer) sentence: in-passage negative falls back to the BM25 passage.
         BiencoderExample("q1", ["delta"], [Passage("P1", "Delta stands alone here.")], [], [hard]),
         # 2: no hard negative at all.
         BiencoderExample("q2", ["eps"], [Passage("P2", "One thing happened. Then eps arrived.")], [], []),
         # 3: no answer match in p+.
-        BiencoderExample("q3", ["nowhere"], [Passage("P3", "Kappa is first. Lambda is second. Mu is third.")], [], [hard]),
+        BiencoderExample("q3", ["nowhere"], [Passage("P3", "Kappa is first. Lambda is second. Mu is third.")], [],
+                         [hard]),
     ]
 
 

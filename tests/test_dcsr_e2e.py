@@ -12,11 +12,11 @@ import os
 import jax
 import numpy as np
 import pytest
+from helpers import tiny_synthetic_config
 
 from dense_cf.inputs import tokens
 from dense_cf.models.tokenizer import SENT_TOKEN
 from dense_cf.synthetic import generate as synthetic
-from helpers import tiny_synthetic_config
 
 
 def _config(data_dir):
@@ -78,7 +78,6 @@ def test_load_run_rebuilds_the_extended_vocabulary(trained, run):
 
 def test_export_vectors_are_marker_outputs_and_map_to_passages(trained, run):
     from dense_cf.retrieval import export
-    from dense_cf.inputs import dcsr
     from dense_cf.retrieval.corpus import load_corpus, load_qa
     from dense_cf.retrieval.sentence_ranking import rank_passages
     workdir, summary = trained

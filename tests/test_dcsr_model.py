@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from dense_cf.configs.base import base_config
-from dense_cf.models import dual_encoder as de
 from dense_cf.models.hf import CheckpointError, extend_word_embeddings, resolve_model_dir
 from dense_cf.models.tokenizer import SENT_TOKEN, tokenizer_for_run
 from dense_cf.train import run as run_lib

@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from dense_cf.retrieval.sentence_ranking import (has_ans, num_sentences_to_retrieve, rank_passages,
-                                            softmax)
+from dense_cf.retrieval.sentence_ranking import has_ans, num_sentences_to_retrieve, rank_passages, softmax
 
 
 def test_has_ans_by_hand():

@@ -20,8 +20,10 @@ import threading
 import pytest
 
 from dense_cf.cli import prepare as prepare_cli
-from dense_cf.datasets import download, formats, dpr as prepare
+from dense_cf.datasets import download, formats
+from dense_cf.datasets import dpr as prepare
 from dense_cf.datasets.download import ChecksumError, DownloadError, DownloadOptions, FileSpec
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

@@ -8,9 +8,10 @@ import os
 
 import pytest
 import tensorflow_datasets as tfds
-
-from dense_cf.datasets import download, dpr_tfds, dpr as prepare
 from test_download import FixtureServer, write_dpr_mirror
+
+from dense_cf.datasets import download, dpr_tfds
+from dense_cf.datasets import dpr as prepare
 
 FAST = download.DownloadOptions(chunk_size=256, backoff=0.0, max_retries=2, log_every=0.0,
                                 timeout=10)

@@ -11,9 +11,9 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import tiny_synthetic_config
 
 from dense_cf.synthetic import generate as synthetic
-from helpers import tiny_synthetic_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,18 +4,17 @@ annotation command (resume, skips, index agreement with the pipeline) and traini
 import json
 import os
 
-from dense_cf.datasets import evidence_file
-
 import jax
 import numpy as np
 import pytest
 
 from dense_cf.cli import evidence as evidence_cli
-from dense_cf.mining.evidence import annotate as ev
+from dense_cf.datasets import evidence_file
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
-from dense_cf.text.sentences import split_sentences
+from dense_cf.mining.evidence import annotate as ev
 from dense_cf.mining.evidence import candidates as cand
 from dense_cf.mining.evidence.scorer import DenseSimilarityScorer, QAItem, QAScorer, T5Scorer
+from dense_cf.text.sentences import split_sentences
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "t5_tiny")
 TEXT = ("Pelgate is a town on the Arno river. It was founded by Marcus Vell in 1820. "
@@ -273,6 +272,7 @@ def test_indices_agree_with_the_pipeline(tmp_path):
 def test_cli_with_minilm_then_training_on_the_evidence_strategy(tmp_path, capsys):
     """Offline end to end: MiniLM scorer CLI → JSONL → EADPR training with `evidence` p*."""
     from helpers import apply_overrides
+
     from dense_cf.configs.base import base_config
     from dense_cf.experiment import train_and_evaluate as train
     d = tmp_path / "data"

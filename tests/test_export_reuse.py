@@ -9,11 +9,11 @@ import os
 
 import numpy as np
 import pytest
+from helpers import sharded_params, tiny_synthetic_config
 
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import Corpus
 from dense_cf.retrieval.retriever import INDEX_SOURCE, ensure_index, ensure_sentence_index
-from helpers import sharded_params, tiny_synthetic_config
 
 N, SHARD = 30, 8  # 4 shards, the last one short
 

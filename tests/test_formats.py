@@ -8,9 +8,19 @@ import pickle
 import pytest
 
 from dense_cf.datasets.formats import (
-    BiencoderExample, DataFormatError, Passage, SkipReport, iter_biencoder, read_biencoder,
-    read_corpus_tsv, read_gold_info, read_qa_csv, write_biencoder, write_corpus_tsv,
-    write_gold_info, write_qa_csv,
+    BiencoderExample,
+    DataFormatError,
+    Passage,
+    SkipReport,
+    iter_biencoder,
+    read_biencoder,
+    read_corpus_tsv,
+    read_gold_info,
+    read_qa_csv,
+    write_biencoder,
+    write_corpus_tsv,
+    write_gold_info,
+    write_qa_csv,
 )
 
 

@@ -7,17 +7,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import linen as nn
+from helpers import random_batch, sharded_params
 
+from dense_cf import methods
 from dense_cf.configs.base import base_config
+from dense_cf.methods import embed_passages
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
-from dense_cf.train import gradcache
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train import gradcache
 from dense_cf.train.state import TrainState, make_optimizer
-from dense_cf.methods import embed_passages
 from dense_cf.train.step import batch_loss, gathered_loss, make_train_step
-from helpers import random_batch, sharded_params
-from dense_cf import methods
 
 METHOD = methods.get("picl")  # loss weights come from each test's LOSS
 
@@ -164,7 +164,9 @@ def test_grad_cache_reduces_compiled_memory():
     n, lp = 32, 64
     params = jax.eval_shape(lambda: nn.meta.unbox(model.init(
         jax.random.key(0), *(jnp.ones((1, lp), jnp.int32),) * 4)["params"]))
-    spec = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)
+    def spec(*s):
+        return jax.ShapeDtypeStruct(s, jnp.int32)
+
     batch = {"q_ids": spec(n, LQ), "q_mask": spec(n, LQ), "pos_ids": spec(n, lp),
              "pos_mask": spec(n, lp), "hard_ids": spec(n, H, lp), "hard_mask": spec(n, H, lp),
              "cf_ids": spec(n, lp), "cf_mask": spec(n, lp),
@@ -174,7 +176,9 @@ def test_grad_cache_reduces_compiled_memory():
     for chunks in (1, 4):
         def f(p, b):
             if chunks == 1:
-                return jax.value_and_grad(lambda p: batch_loss(METHOD, model, p, b, loss_hparams=LOSS, mesh=None, deterministic=True), has_aux=True)(p)
+                return jax.value_and_grad(
+                    lambda p: batch_loss(METHOD, model, p, b, loss_hparams=LOSS, mesh=None, deterministic=True),
+                    has_aux=True)(p)
             return gradcache.grad_cache_value_and_grad(
                 lambda e: gathered_loss(METHOD, e, loss_hparams=LOSS, mesh=None), embed_passages, model,
                 p, b, num_chunks=chunks, mesh=None, deterministic=True)

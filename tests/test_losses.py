@@ -321,7 +321,9 @@ def test_missing_counterfactuals_contribute_dpr_only_and_mean_over_all_B():
     kw = dict(lam=0.2, tau1=0.7, tau2=0.4)
     loss, m = run(q, pos, hard, hv, cf, cv, **kw)
     # Per question by hand: rows 1, 3, 4 have only the plain DPR term (no lambda term).
-    s = lambda i, x: float(np.dot(q[i].astype(np.float64), x.astype(np.float64)))
+    def s(i, x):
+        return float(np.dot(q[i].astype(np.float64), x.astype(np.float64)))
+
     B, H = q.shape[0], hard.shape[1]
 
     def negs(i):

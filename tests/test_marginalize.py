@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 import pytest
+from helpers import tiny_synthetic_config
 
 from dense_cf.cli import marginalize as marginalize_cli
 from dense_cf.eval import marginalize as mg
-from helpers import tiny_synthetic_config
 
 
 # ------------------------------------------------------------------ arithmetic on hand-made matrices
@@ -80,8 +80,8 @@ def test_dimension_mismatch_is_reported_before_any_work(tmp_path):
 # ------------------------------------------------------------------ tiny end-to-end
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    from dense_cf.synthetic import generate as synthetic
     from dense_cf.experiment import train_and_evaluate as train
+    from dense_cf.synthetic import generate as synthetic
     data_dir = tmp_path_factory.mktemp("synth_mg")
     synthetic.generate(str(data_dir), num_passages=240, seed=2, workers=1, num_hard_negatives=1)
     runs = []

@@ -14,15 +14,16 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import tiny_synthetic_config
 
-from dense_cf.text import answers as answers_lib
 from dense_cf.datasets import formats
-from dense_cf.mining import negatives as mine_bm25, writers
-from dense_cf.synthetic import generate as synthetic
 from dense_cf.index import bm25 as bm25_lib
 from dense_cf.index.bm25 import ANSERINI, BM25Index
+from dense_cf.mining import negatives as mine_bm25
+from dense_cf.mining import writers
 from dense_cf.mining.negatives import mine_bm25 as run_bm25
-from helpers import tiny_synthetic_config
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.text import answers as answers_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -253,8 +254,8 @@ def test_cli_gzip(files):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from dense_cf.train.run import load_run
     from dense_cf.experiment import train_and_evaluate as train
+    from dense_cf.train.run import load_run
     data_dir = tmp_path_factory.mktemp("synth")
     synthetic.generate(str(data_dir), num_passages=300, seed=1)
     workdir = str(tmp_path_factory.mktemp("run"))
@@ -283,8 +284,8 @@ def _expected(scores_row, pids, corpus_rows, positives, answers, num, skip_top):
 
 @pytest.mark.parametrize("skip_top", [0, 3])
 def test_model_mining_end_to_end(trained, tmp_path, skip_top):
-    from dense_cf.retrieval import export
     from dense_cf.mining.model_negatives import mine_model
+    from dense_cf.retrieval import export
     data_dir, workdir, run = trained
     inp = os.path.join(data_dir, "biencoder-synth-dev.json")
     out = str(tmp_path / "mined.json")

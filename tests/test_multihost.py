@@ -16,7 +16,6 @@ import sys
 import jax
 import numpy as np
 import pytest
-
 from helpers import write_tower_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,8 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dense_cf.inputs import dpr as pipeline
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
+from dense_cf.inputs import dpr as pipeline
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import load_tokenizer
 

@@ -5,16 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import linen as nn
+from helpers import random_batch
 
+from dense_cf import methods
 from dense_cf.configs.base import base_config
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder, model_from_config
-from dense_cf.train import run as run_lib
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train import run as run_lib
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import batch_loss, make_train_step
-from helpers import random_batch
-from dense_cf import methods
 
 METHOD = methods.get("picl")  # loss weights come from each test's LOSS
 
@@ -53,7 +53,9 @@ def _grad_fn(model, dropout=False):
     rngs = {"dropout": jax.random.key(3, impl="rbg")} if dropout else None  # rbg compiles fast
 
     def f(p, b):
-        return jax.value_and_grad(lambda p: batch_loss(METHOD, model, p, b, loss_hparams=LOSS, mesh=None, deterministic=not dropout, rngs=rngs),
+        return jax.value_and_grad(
+            lambda p: batch_loss(METHOD, model, p, b, loss_hparams=LOSS, mesh=None,
+                                 deterministic=not dropout, rngs=rngs),
             has_aux=True)(p)
     return f
 

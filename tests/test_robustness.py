@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 import pytest
+from helpers import tiny_synthetic_config
 
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.text.answers import has_answer
-from helpers import tiny_synthetic_config
 
 COUNTS = (0, 1, 3)
 KS = (1, 5, 20, 100)
@@ -69,8 +69,8 @@ def test_build_distractors_counts_join_losses():
 @pytest.fixture(scope="module")
 def robust(tmp_path_factory):
     from dense_cf.eval.robustness import evaluate_robustness
-    from dense_cf.train.run import load_run
     from dense_cf.experiment import train_and_evaluate as train
+    from dense_cf.train.run import load_run
     data_dir = tmp_path_factory.mktemp("synth")
     synthetic.generate(str(data_dir), num_passages=300, seed=1)
     workdir = str(tmp_path_factory.mktemp("run"))
@@ -84,8 +84,8 @@ def robust(tmp_path_factory):
 
 
 def test_k0_equals_plain_retrieval_and_export_is_reused(robust):
-    from dense_cf.retrieval import export
     from dense_cf.eval import metrics
+    from dense_cf.retrieval import export
     from dense_cf.retrieval.corpus import load_corpus, load_qa
     from dense_cf.retrieval.retriever import ensure_index, retrieve
     workdir, run, result = robust

@@ -5,15 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import linen as nn
+from helpers import random_batch, sharded_params
 
+from dense_cf import methods
 from dense_cf.configs.base import base_config
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.state import TrainState, make_optimizer
 from dense_cf.train.step import batch_loss, make_train_step
-from helpers import random_batch, sharded_params
-from dense_cf import methods
 
 METHOD = methods.get("picl")  # loss weights come from each test's LOSS
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dense_cf.cli import stats as stats_cli
-from dense_cf.datasets import formats
+from dense_cf.datasets import formats, subsets
 from dense_cf.mining import stats
 
 
@@ -75,13 +75,13 @@ def test_subsets_are_nested_sized_and_seeded():
     n = 101
     masks = [stats.subset_mask(n, f, seed=3) for f in stats.DEFAULT_FRACTIONS]
     for f, m in zip(stats.DEFAULT_FRACTIONS, masks):
-        assert m.sum() == stats.subset_count(n, f) == max(1, int(np.floor(f * n + 0.5)))
+        assert m.sum() == subsets.subset_count(n, f) == max(1, int(np.floor(f * n + 0.5)))
     for small, big in zip(masks, masks[1:]):
         assert not (small & ~big).any()  # 10% ⊂ 25% ⊂ ...
     assert masks[-1].all()
     assert (stats.subset_mask(n, 0.4, seed=3) == masks[2]).all()  # deterministic
     assert (stats.subset_mask(n, 0.4, seed=4) != masks[2]).any()
-    assert stats.subset_count(0, 0.5) == 0 and stats.subset_count(5, 0.01) == 1
+    assert subsets.subset_count(0, 0.5) == 0 and subsets.subset_count(5, 0.01) == 1
     with pytest.raises(ValueError):
         stats.subset_mask(10, 0.0)
     with pytest.raises(ValueError):
@@ -123,9 +123,9 @@ def test_file_stats_cli_with_bad_record(tmp_path, capsys):
 # ------------------------------------------------------------------ data.train_fraction
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
-    from dense_cf.synthetic import generate as synthetic
-    from dense_cf.models.tokenizer import load_tokenizer
     from dense_cf.models.hf import resolve_model_dir
+    from dense_cf.models.tokenizer import load_tokenizer
+    from dense_cf.synthetic import generate as synthetic
     d = tmp_path_factory.mktemp("synth_stats")
     synthetic.generate(str(d), num_passages=150, seed=4, workers=1, num_hard_negatives=1)
     return d, load_tokenizer(resolve_model_dir("minilm"))
@@ -168,7 +168,7 @@ def test_config_train_fraction_applies_to_train_only(synth):
     n_dev = len(list(formats.iter_biencoder(d / "biencoder-synth-dev.json")))
     train = loop.load_split(c, tok, "train_file")
     dev = loop.load_split(c, tok, "dev_file")
-    assert train.num_examples == stats.subset_count(n_train, 0.25)
+    assert train.num_examples == subsets.subset_count(n_train, 0.25)
     assert dev.num_examples == n_dev
     with pytest.raises(ValueError, match="fraction must be in"):
         mod.get_config("0")

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dense_cf.datasets import formats
-
 from dense_cf.cli import synthetic as synthetic_cli
+from dense_cf.datasets import formats
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.synthetic import vocab, world
 from dense_cf.text.answers import find_answer_spans, has_answer, question_type

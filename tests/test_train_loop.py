@@ -9,12 +9,11 @@ import sys
 import jax
 import numpy as np
 import pytest
+from helpers import apply_overrides, write_tower_data
 
 from dense_cf.configs.base import base_config
 from dense_cf.configs.presets import PICL_LOSS
 from dense_cf.parallel import mesh as mesh_lib
-from helpers import apply_overrides, write_tower_data
-
 
 # ---------------------------------------------------------------- end-to-end loop and resume
 
@@ -96,6 +95,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
     """A training process killed with SIGKILL after its first checkpoint resumes to the same end."""
     import signal
     import time
+
     from dense_cf.train.run import load_run
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

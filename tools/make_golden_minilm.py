@@ -32,7 +32,8 @@ TEXTS = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model_dir", required=True, help="all-MiniLM-L6-v2 directory (config.json, model.safetensors)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "minilm_golden.npz"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures",
+                                                  "minilm_golden.npz"))
     args = ap.parse_args()
 
     tok = AutoTokenizer.from_pretrained(args.model_dir)

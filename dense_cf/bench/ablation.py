@@ -34,8 +34,9 @@ import time
 from typing import Any, Sequence
 
 import ml_collections
-from absl import app, flags, logging
+from absl import flags, logging
 
+from dense_cf.cli import _app
 from dense_cf.configs.ablation import ROWS, ablation_config
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
@@ -340,7 +341,7 @@ def main(argv: Sequence[str]) -> None:
     del argv
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
-    f = flags.FLAGS
+    f = FLAGS
     out = f.out or tempfile.mkdtemp(prefix="ablation_bench_")
     result = run_ablation(out, f.rows, steps=f.steps, seeds=[int(s) for s in f.seeds],
                           model=f.model, num_passages=f.num_passages,
@@ -350,23 +351,26 @@ def main(argv: Sequence[str]) -> None:
     print(f"written: {os.path.join(out, 'ablation.md')}, {os.path.join(out, 'ablation.json')}")
 
 
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+
+
 def define_flags() -> None:
     """The command's flags (defined only when run as a program: the module is also a library)."""
-    flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).")
+    flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).", flag_values=FLAGS)
     flags.DEFINE_list("rows", list(DEFAULT_ROWS), f"Rows ({', '.join(ROWS)}); dpr and picl are "
-                      f"always trained (the paired tables compare against them).")
-    flags.DEFINE_integer("steps", 100, "Training steps per run.")
-    flags.DEFINE_integer("batch", 16, "Global batch (questions).")
-    flags.DEFINE_float("lr", 5e-5, "Learning rate.")
+                      f"always trained (the paired tables compare against them).", flag_values=FLAGS)
+    flags.DEFINE_integer("steps", 100, "Training steps per run.", flag_values=FLAGS)
+    flags.DEFINE_integer("batch", 16, "Global batch (questions).", flag_values=FLAGS)
+    flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
     flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed); with several, the mean and "
-                      "spread over seeds too, and paired tables per seed.")
-    flags.DEFINE_string("model", "minilm", "model.name_or_path (minilm, tiny, a HF dir).")
-    flags.DEFINE_integer("num_passages", 2000, "Synthetic corpus size.")
-    flags.DEFINE_integer("test_questions", 300, "Synthetic test questions.")
+                      "spread over seeds too, and paired tables per seed.", flag_values=FLAGS)
+    flags.DEFINE_string("model", "minilm", "model.name_or_path (minilm, tiny, a HF dir).", flag_values=FLAGS)
+    flags.DEFINE_integer("num_passages", 2000, "Synthetic corpus size.", flag_values=FLAGS)
+    flags.DEFINE_integer("test_questions", 300, "Synthetic test questions.", flag_values=FLAGS)
     flags.DEFINE_integer("n_resamples", stats.DEFAULT_RESAMPLES,
-                         "Bootstrap resamples of the paired tests.")
+                         "Bootstrap resamples of the paired tests.", flag_values=FLAGS)
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

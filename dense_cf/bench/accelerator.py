@@ -33,40 +33,39 @@ Imports no TensorFlow (``tests/test_tf_free.py``): the state and batches are bui
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 import types
 from typing import Any, Callable
 
-from absl import app, flags
-
-from dense_cf import methods
-from dense_cf.configs.presets import PICL_LOSS
-from dense_cf.models.bert import BertConfig
-import sys
-import jax
 import flax
+import jax
+import jax.numpy as jnp
 import jaxlib
+import numpy as np
 import optax
+from absl import flags
 from flax import linen as nn
+
+import dense_cf
+from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, random_batch
+from dense_cf.bench.peak import measure_matmul_peak
+from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
-from dense_cf.models.bert import axis_rules_for
+from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.models.bert import BertConfig, axis_rules_for
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib
-from dense_cf.train.state import make_optimizer
-import contextlib
-import jax.numpy as jnp
-from dense_cf.train.state import TrainState
-from dense_cf.train.step import make_train_step
-import numpy as np
 from dense_cf.retrieval.export import Encoder
-import dense_cf
-from dense_cf.bench.peak import measure_matmul_peak
+from dense_cf.train.state import TrainState, make_optimizer
+from dense_cf.train.step import make_train_step
 
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072, max_position_embeddings=512)
@@ -563,33 +562,34 @@ def summary(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
 _SHAPES = flags.DEFINE_enum("shapes", "auto", ["auto", "small", "paper"],
                             "small: tiny BERT (CPU); paper: BERT-base at docs/method.md §9 shapes; auto: "
-                            "paper on GPU/TPU, small on CPU.")
-_OUT = flags.DEFINE_string("out", "", "Write the JSON result here.")
+                            "paper on GPU/TPU, small on CPU.", flag_values=FLAGS)
+_OUT = flags.DEFINE_string("out", "", "Write the JSON result here.", flag_values=FLAGS)
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32", "float16"],
-                           "Compute dtype (master weights and Adam state stay float32).")
+                           "Compute dtype (master weights and Adam state stay float32).", flag_values=FLAGS)
 _ATTN = flags.DEFINE_enum("attention_impl", "dot_product",
-                          ["einsum", "dot_product", "xla", "cudnn"], "BertConfig.attention_impl.")
-_DROPOUT = flags.DEFINE_float("dropout", 0.1, "Hidden dropout.")
+                          ["einsum", "dot_product", "xla", "cudnn"], "BertConfig.attention_impl.", flag_values=FLAGS)
+_DROPOUT = flags.DEFINE_float("dropout", 0.1, "Hidden dropout.", flag_values=FLAGS)
 _ATTN_DROPOUT = flags.DEFINE_float("attention_dropout", 0.0,
-                                   "Attention-probability dropout (> 0 forces the einsum path).")
-_REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.")
-_REMAT_POLICY = flags.DEFINE_string("remat_policy", "nothing_saveable", "jax checkpoint policy.")
-_CHUNKS = flags.DEFINE_integer("grad_cache_chunks", 0, "GradCache chunks; 0: 1, doubled on OOM.")
-_BATCH = flags.DEFINE_integer("global_batch", 0, "Questions per step; 0: the shapes' default.")
-_LQ = flags.DEFINE_integer("max_q_len", 0, "Question tokens; 0: the shapes' default (paper 64).")
-_LP = flags.DEFINE_integer("max_p_len", 0, "Passage tokens; 0: the shapes' default (paper 256).")
-_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps (median reported).")
-_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.")
-_EXPORT_BATCH = flags.DEFINE_integer("export_batch", 0, "Passages per export batch; 0: default.")
-_EXPORT_BATCHES = flags.DEFINE_integer("export_batches", 8, "Batches through Encoder.passages.")
-_CHECK = flags.DEFINE_bool("check_sharding", True, "With >1 device: sharded == single-device.")
-_MATMUL = flags.DEFINE_bool("matmul_peak", True, "Also measure a bf16 matmul's FLOP/s.")
-_EXPORT = flags.DEFINE_bool("export", True, "Also time passage encoding (export).")
+                                   "Attention-probability dropout (> 0 forces the einsum path).", flag_values=FLAGS)
+_REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.", flag_values=FLAGS)
+_REMAT_POLICY = flags.DEFINE_string("remat_policy", "nothing_saveable", "jax checkpoint policy.", flag_values=FLAGS)
+_CHUNKS = flags.DEFINE_integer("grad_cache_chunks", 0, "GradCache chunks; 0: 1, doubled on OOM.", flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("global_batch", 0, "Questions per step; 0: the shapes' default.", flag_values=FLAGS)
+_LQ = flags.DEFINE_integer("max_q_len", 0, "Question tokens; 0: the shapes' default (paper 64).", flag_values=FLAGS)
+_LP = flags.DEFINE_integer("max_p_len", 0, "Passage tokens; 0: the shapes' default (paper 256).", flag_values=FLAGS)
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps (median reported).", flag_values=FLAGS)
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps after compilation.", flag_values=FLAGS)
+_EXPORT_BATCH = flags.DEFINE_integer("export_batch", 0, "Passages per export batch; 0: default.", flag_values=FLAGS)
+_EXPORT_BATCHES = flags.DEFINE_integer("export_batches", 8, "Batches through Encoder.passages.", flag_values=FLAGS)
+_CHECK = flags.DEFINE_bool("check_sharding", True, "With >1 device: sharded == single-device.", flag_values=FLAGS)
+_MATMUL = flags.DEFINE_bool("matmul_peak", True, "Also measure a bf16 matmul's FLOP/s.", flag_values=FLAGS)
+_EXPORT = flags.DEFINE_bool("export", True, "Also time passage encoding (export).", flag_values=FLAGS)
 _RNG = flags.DEFINE_enum("rng_impl", "", ["", "threefry2x32", "rbg", "unsafe_rbg"],
                          "PRNG of the dropout key; '' = jax's default (what the training loop "
-                         "uses).")
+                         "uses).", flag_values=FLAGS)
 
 
 def main(argv) -> None:
@@ -615,4 +615,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

@@ -31,24 +31,27 @@ import os
 import tempfile
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
+
+from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
-from dense_cf.synthetic import generate as synthetic
 from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.synthetic import generate as synthetic
 
-_STEPS = flags.DEFINE_integer("steps", 40, "Training steps per run (same for DPR and DCSR).")
-_BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions).")
-_PASSAGES = flags.DEFINE_integer("num_passages", 800, "Synthetic corpus size.")
-_QPP = flags.DEFINE_integer("qpp", 3, "questions_per_passage of the many-questions setting.")
-_TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per setting.")
-_MODEL = flags.DEFINE_string("model", "minilm", "model.name_or_path.")
-_OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).")
-_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both methods).")
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_STEPS = flags.DEFINE_integer("steps", 40, "Training steps per run (same for DPR and DCSR).", flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions).", flag_values=FLAGS)
+_PASSAGES = flags.DEFINE_integer("num_passages", 800, "Synthetic corpus size.", flag_values=FLAGS)
+_QPP = flags.DEFINE_integer("qpp", 3, "questions_per_passage of the many-questions setting.", flag_values=FLAGS)
+_TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per setting.", flag_values=FLAGS)
+_MODEL = flags.DEFINE_string("model", "minilm", "model.name_or_path.", flag_values=FLAGS)
+_OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).", flag_values=FLAGS)
+_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both methods).", flag_values=FLAGS)
 _SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): every run is trained "
-                           "once per seed; with several, the mean and spread over seeds too.")
+                           "once per seed; with several, the mean and spread over seeds too.", flag_values=FLAGS)
 
 
 def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: str, lr: float):
@@ -136,4 +139,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

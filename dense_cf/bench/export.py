@@ -12,24 +12,27 @@ import resource
 import tempfile
 import time
 
-from absl import app, flags
 import jax
+from absl import flags
 from flax import linen as nn
-from dense_cf.retrieval import export
+
+from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
-from dense_cf.synthetic import generate as synthetic
-from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.tokenizer import load_tokenizer
-from dense_cf.train import run as loop
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.retrieval import export
+from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.train import run as loop
 from dense_cf.train.state import make_optimizer
 
-_MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.")
-_N = flags.DEFINE_integer("passages", 4096, "Passages to encode.")
-_BATCH = flags.DEFINE_integer("batch_size", 128, "Encoding batch size.")
-_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length (the demo's).")
-_DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype.")
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.", flag_values=FLAGS)
+_N = flags.DEFINE_integer("passages", 4096, "Passages to encode.", flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("batch_size", 128, "Encoding batch size.", flag_values=FLAGS)
+_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length (the demo's).", flag_values=FLAGS)
+_DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype.", flag_values=FLAGS)
 
 
 def main(argv) -> None:
@@ -75,4 +78,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

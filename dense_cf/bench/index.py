@@ -35,27 +35,29 @@ import time
 from typing import Any
 
 import numpy as np
-from absl import app, flags, logging
-from dense_cf.index import merge_topk
-from dense_cf.index import IndexSpec, build_index_from_dir
+from absl import flags, logging
 
-_N = flags.DEFINE_integer("n", 1_000_000, "Corpus vectors.")
-_DIM = flags.DEFINE_integer("dim", 768, "Vector dimension.")
-_KINDS = flags.DEFINE_string("kinds", "flat,hnsw,ivfpq,sq8", "Comma-separated index kinds.")
-_QUERIES = flags.DEFINE_integer("queries", 1000, "Number of queries.")
-_K = flags.DEFINE_integer("k", 100, "Search depth (recall@10 and @100 come from it).")
-_SEED = flags.DEFINE_integer("seed", 0, "Data seed.")
-_CLUSTERS = flags.DEFINE_integer("clusters", 0, "Clusters (0: max(16, n // 1000)).")
-_NOISE = flags.DEFINE_float("noise", 1.0, "Within-cluster noise norm relative to centres.")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Dtype of the shards.")
-_WORKDIR = flags.DEFINE_string("workdir", "", "Data / index directory (default: a temp dir).")
-_KEEP = flags.DEFINE_bool("keep", False, "Keep the workdir afterwards.")
-_OMP = flags.DEFINE_integer("omp_threads", 0, "faiss threads (0: faiss default).")
-_TRAIN = flags.DEFINE_integer("train_size", 262_144, "Max training vectors.")
-_NPROBE = flags.DEFINE_integer("nprobe", 32, "IVF lists probed.")
-_EF = flags.DEFINE_integer("ef_search", 128, "HNSW efSearch.")
-_SINGLE = flags.DEFINE_string("single", "", "Internal: benchmark one kind in this process.")
-_JSON = flags.DEFINE_string("json_out", "", "Also write the results to this JSON file.")
+from dense_cf.cli import _app
+from dense_cf.index import IndexSpec, build_index_from_dir, merge_topk
+
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_N = flags.DEFINE_integer("n", 1_000_000, "Corpus vectors.", flag_values=FLAGS)
+_DIM = flags.DEFINE_integer("dim", 768, "Vector dimension.", flag_values=FLAGS)
+_KINDS = flags.DEFINE_string("kinds", "flat,hnsw,ivfpq,sq8", "Comma-separated index kinds.", flag_values=FLAGS)
+_QUERIES = flags.DEFINE_integer("queries", 1000, "Number of queries.", flag_values=FLAGS)
+_K = flags.DEFINE_integer("k", 100, "Search depth (recall@10 and @100 come from it).", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Data seed.", flag_values=FLAGS)
+_CLUSTERS = flags.DEFINE_integer("clusters", 0, "Clusters (0: max(16, n // 1000)).", flag_values=FLAGS)
+_NOISE = flags.DEFINE_float("noise", 1.0, "Within-cluster noise norm relative to centres.", flag_values=FLAGS)
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "float16"], "Dtype of the shards.", flag_values=FLAGS)
+_WORKDIR = flags.DEFINE_string("workdir", "", "Data / index directory (default: a temp dir).", flag_values=FLAGS)
+_KEEP = flags.DEFINE_bool("keep", False, "Keep the workdir afterwards.", flag_values=FLAGS)
+_OMP = flags.DEFINE_integer("omp_threads", 0, "faiss threads (0: faiss default).", flag_values=FLAGS)
+_TRAIN = flags.DEFINE_integer("train_size", 262_144, "Max training vectors.", flag_values=FLAGS)
+_NPROBE = flags.DEFINE_integer("nprobe", 32, "IVF lists probed.", flag_values=FLAGS)
+_EF = flags.DEFINE_integer("ef_search", 128, "HNSW efSearch.", flag_values=FLAGS)
+_SINGLE = flags.DEFINE_string("single", "", "Internal: benchmark one kind in this process.", flag_values=FLAGS)
+_JSON = flags.DEFINE_string("json_out", "", "Also write the results to this JSON file.", flag_values=FLAGS)
 
 BLOCK = 65_536  # rows per generated block = rows per shard file
 
@@ -271,4 +273,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

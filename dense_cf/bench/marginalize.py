@@ -22,24 +22,27 @@ import json
 import os
 import time
 
-from absl import app, flags
-from dense_cf.configs.base import base_config
 import numpy as np
-from dense_cf.synthetic import generate as synthetic
+from absl import flags
+
+from dense_cf.cli import _app
+from dense_cf.configs.base import base_config
 from dense_cf.eval import marginalize as mg
 from dense_cf.eval.report import write_json
 from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.synthetic import generate as synthetic
 
-_DOMAINS = flags.DEFINE_integer("domains", 3, "Number of synthetic domains (1-3).")
-_STEPS = flags.DEFINE_integer("steps", 100, "Training steps per domain model.")
-_PASSAGES = flags.DEFINE_integer("passages", 1000, "Passages per domain.")
-_TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per domain.")
-_MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tiny' (random).")
-_BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.")
-_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.")
-_KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.")
-_SEED = flags.DEFINE_integer("seed", 0, "Data and training seed.")
-_OUT = flags.DEFINE_string("out", "runs/bench_marginalize", "Output directory.")
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_DOMAINS = flags.DEFINE_integer("domains", 3, "Number of synthetic domains (1-3).", flag_values=FLAGS)
+_STEPS = flags.DEFINE_integer("steps", 100, "Training steps per domain model.", flag_values=FLAGS)
+_PASSAGES = flags.DEFINE_integer("passages", 1000, "Passages per domain.", flag_values=FLAGS)
+_TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per domain.", flag_values=FLAGS)
+_MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tiny' (random).", flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
+_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
+_KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Data and training seed.", flag_values=FLAGS)
+_OUT = flags.DEFINE_string("out", "runs/bench_marginalize", "Output directory.", flag_values=FLAGS)
 
 
 def domain_config(data_dir: str, *, model: str, steps: int, batch: int, lr: float, seed: int):
@@ -135,4 +138,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

@@ -26,20 +26,22 @@ import subprocess
 import sys
 import time
 from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
-from dense_cf.bench.common import batch_shapes, random_batch
+
 from dense_cf import methods
+from dense_cf.bench.common import batch_shapes, random_batch
 from dense_cf.configs.base import base_config
 from dense_cf.configs.presets import PICL_LOSS
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
+from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as loop
 from dense_cf.train.state import TrainState, make_optimizer
 from dense_cf.train.step import make_train_step
-from dense_cf.parallel import mesh as mesh_lib
 
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072)
@@ -126,7 +128,7 @@ def _run(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return dict(spec, error=f"timeout after {timeout:.0f}s")
-    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode or not lines:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         return dict(spec, error=f"exit {p.returncode}: {' | '.join(tail)}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from typing import Any
+
 import jax
 import jax.numpy as jnp
 

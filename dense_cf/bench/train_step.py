@@ -14,36 +14,39 @@ import resource
 import statistics
 import time
 
-from absl import app, flags
 import jax
 import jax.numpy as jnp
+from absl import flags
 from flax import linen as nn
+
+from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, random_batch
 from dense_cf.bench.peak import measure_matmul_peak
-from dense_cf import methods
+from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.configs.presets import PICL_LOSS
 from dense_cf.models.bert import axis_rules_for
-from dense_cf.train import run as loop
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train import run as loop
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_train_step
 
-_MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.")
-_BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per global batch.")
-_LQ = flags.DEFINE_integer("max_q_len", 32, "Question length.")
-_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length.")
-_HARD = flags.DEFINE_integer("num_hard", 1, "Hard negatives per question.")
-_CF = flags.DEFINE_bool("counterfactual", True, "PiCL batch (one counterfactual per question).")
-_STEPS = flags.DEFINE_integer("steps", 8, "Timed steps.")
-_DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype (bfloat16 is slow on this CPU).")
-_REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.")
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.", flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per global batch.", flag_values=FLAGS)
+_LQ = flags.DEFINE_integer("max_q_len", 32, "Question length.", flag_values=FLAGS)
+_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length.", flag_values=FLAGS)
+_HARD = flags.DEFINE_integer("num_hard", 1, "Hard negatives per question.", flag_values=FLAGS)
+_CF = flags.DEFINE_bool("counterfactual", True, "PiCL batch (one counterfactual per question).", flag_values=FLAGS)
+_STEPS = flags.DEFINE_integer("steps", 8, "Timed steps.", flag_values=FLAGS)
+_DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype (bfloat16 is slow on this CPU).", flag_values=FLAGS)
+_REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.", flag_values=FLAGS)
 _REMAT_POLICY = flags.DEFINE_enum("remat_policy", "nothing_saveable",
                                   ["nothing_saveable", "dots_with_no_batch_dims_saveable",
-                                   "dots_saveable"], "jax checkpoint policy of remat'ed layers.")
-_CHUNKS = flags.DEFINE_integer("grad_cache_chunks", 1, "GradCache chunks (1 = off).")
-_MESH_MODEL = flags.DEFINE_integer("mesh_model", 1, "Size of the 'model' mesh axis.")
-_JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.")
+                                   "dots_saveable"], "jax checkpoint policy of remat'ed layers.", flag_values=FLAGS)
+_CHUNKS = flags.DEFINE_integer("grad_cache_chunks", 1, "GradCache chunks (1 = off).", flag_values=FLAGS)
+_MESH_MODEL = flags.DEFINE_integer("mesh_model", 1, "Size of the 'model' mesh axis.", flag_values=FLAGS)
+_JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.", flag_values=FLAGS)
 
 
 def _peak_rss_mb() -> float:
@@ -105,7 +108,7 @@ def main(argv) -> None:
 
     n_params = sum(x.size for x in jax.tree.leaves(state.params))
     tower = model.config
-    emb = tower.vocab_size * tower.hidden_size + (tower.max_position_embeddings + tower.type_vocab_size) * tower.hidden_size
+    emb = (tower.vocab_size + tower.max_position_embeddings + tower.type_vocab_size) * tower.hidden_size
     towers = 1 if model.shared else 2
     non_emb = n_params / towers - emb
     tokens = b * _LQ.value + passages * _LP.value
@@ -142,4 +145,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf.cli import _app
-from dense_cf.cli.mining_flags import define_common_flags
+from dense_cf.cli._mining_flags import define_common_flags
 from dense_cf.mining.model_negatives import mine_model
 
 FLAGS = flags.FlagValues()

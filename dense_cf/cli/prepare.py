@@ -17,8 +17,7 @@ from typing import Sequence
 from absl import app, flags
 
 from dense_cf.cli import _app
-from dense_cf.datasets import download
-from dense_cf.datasets import dpr
+from dense_cf.datasets import download, dpr
 
 FLAGS = flags.FlagValues()
 

@@ -16,8 +16,7 @@ import tensorflow_datasets as tfds
 from absl import flags
 
 from dense_cf.cli import _app
-from dense_cf.datasets import download
-from dense_cf.datasets import dpr_tfds
+from dense_cf.datasets import download, dpr_tfds
 
 FLAGS = flags.FlagValues()
 

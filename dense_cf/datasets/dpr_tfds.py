@@ -37,7 +37,8 @@ import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
 
-from dense_cf.datasets import download, formats, dpr as prepare
+from dense_cf.datasets import download, formats
+from dense_cf.datasets import dpr as prepare
 
 __all__ = ["DprConfig", "DprRetriever"]
 

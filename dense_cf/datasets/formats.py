@@ -30,7 +30,7 @@ import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, TextIO, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO, Union
 
 from absl import logging
 
@@ -476,6 +476,23 @@ def _example_to_dict(ex: BiencoderExample | Mapping[str, Any]) -> dict[str, Any]
     raise TypeError(f"expected BiencoderExample or dict, got {type(ex).__name__}")
 
 
+def _write_json_list(path: PathLike, head: str, tail: str, items: Iterable[Any],
+                     checked: Callable[[int, Any], dict[str, Any]]) -> int:
+    """Streams ``head``, one ``checked(i, item)`` JSON object per line, ``tail``, atomically.
+
+    Returns the count. ``checked`` raises on a bad item before anything is renamed into place.
+    """
+    n = 0
+    with files.atomic_open_gz(path) as f:
+        f.write(head)
+        for i, item in enumerate(items):
+            f.write(",\n" if i else "\n")
+            f.write(json.dumps(checked(i, item), ensure_ascii=False))
+            n = i + 1
+        f.write("\n" + tail + "\n")
+    return n
+
+
 def write_biencoder(path: PathLike,
                     examples: Iterable[BiencoderExample | Mapping[str, Any]]) -> int:
     """Write a DPR biencoder JSON list, one example per line, streaming; returns the count.
@@ -484,17 +501,13 @@ def write_biencoder(path: PathLike,
     in ``examples``) and written as given, so extra keys survive.
     """
     file = os.fspath(path)
-    n = 0
-    with files.atomic_open_gz(path) as f:
-        f.write("[")
-        for n_, ex in enumerate(examples):
-            d = _example_to_dict(ex)
-            _parse_example(d, file, n_)
-            f.write(",\n" if n_ else "\n")
-            f.write(json.dumps(d, ensure_ascii=False))
-            n = n_ + 1
-        f.write("\n]\n")
-    return n
+
+    def checked(i: int, ex: BiencoderExample | Mapping[str, Any]) -> dict[str, Any]:
+        d = _example_to_dict(ex)
+        _parse_example(d, file, i)
+        return d
+
+    return _write_json_list(path, "[", "]", examples, checked)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -673,14 +686,10 @@ def read_gold_info(path: PathLike, *, skip_bad: bool = True, report: SkipReport 
 def write_gold_info(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int:
     """Write ``{"data": [...]}`` streaming, one record per line; returns the count."""
     file = os.fspath(path)
-    n = 0
-    with files.atomic_open_gz(path) as f:
-        f.write('{"data": [')
-        for i, rec in enumerate(records):
-            rec = dict(rec)
-            _check_gold(rec, file, i)
-            f.write(",\n" if i else "\n")
-            f.write(json.dumps(rec, ensure_ascii=False))
-            n = i + 1
-        f.write("\n]}\n")
-    return n
+
+    def checked(i: int, rec: Mapping[str, Any]) -> dict[str, Any]:
+        rec = dict(rec)
+        _check_gold(rec, file, i)
+        return rec
+
+    return _write_json_list(path, '{"data": [', "]}", records, checked)

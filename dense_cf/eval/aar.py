@@ -32,15 +32,13 @@ from typing import Any, Sequence
 import numpy as np
 from absl import logging
 
-from dense_cf.datasets.formats import (BiencoderExample, Passage, SkipReport, read_gold_info,
-                                       read_qa_csv)
-from dense_cf.inputs import dpr as pipeline
-from dense_cf.text.answers import find_answer_spans
-from dense_cf.eval import aar_math
-from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
 from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
+from dense_cf.eval import aar_math, stats
+from dense_cf.eval import report as report_lib
+from dense_cf.inputs import dpr as pipeline
 from dense_cf.retrieval import export
+from dense_cf.text.answers import find_answer_spans
 from dense_cf.train.run import RunDir, load_run
 
 

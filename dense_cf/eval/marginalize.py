@@ -46,8 +46,7 @@ from dense_cf.files import atomic_save_npy
 from dense_cf.index.faiss_index import DenseIndex, is_saved_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus, load_qa
-from dense_cf.retrieval.retriever import (ensure_index, ensure_sentence_index,
-                                          retrieve_by_sentences)
+from dense_cf.retrieval.retriever import ensure_index, ensure_sentence_index, retrieve_by_sentences
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve
 from dense_cf.train.run import RunDir, build_model, file_tag, load_config, load_run
 

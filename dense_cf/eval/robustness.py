@@ -55,17 +55,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from absl import logging
 
-from dense_cf.text.answers import find_answer_spans
-from dense_cf.text.counterfactuals import distractor_variants
-from dense_cf.eval import aar_math
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.eval import aar, aar_math, stats
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
-from dense_cf.datasets.dpr import resolve_data_file
-from dense_cf.eval import aar
 from dense_cf.index.faiss_index import IndexSpec, build_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.text.answers import find_answer_spans
+from dense_cf.text.counterfactuals import distractor_variants
 from dense_cf.train.run import RunDir, load_run
 
 __all__ = ["DEFAULT_COUNTS", "ROBUSTNESS_FATES", "DistractorSet", "build_distractors",

@@ -22,11 +22,7 @@ counterfactual (``cf_valid`` False) and trains with the plain DPR terms.
 
 from __future__ import annotations
 
-from typing import Sequence
-
-import numpy as np
 from dense_cf.inputs.lazy import tf
-
 from dense_cf.inputs.tokens import token_answer_flags, token_sentence_ids  # noqa: F401 (re-export)
 
 STRATEGIES = ("sentence", "window", "answer", "evidence")

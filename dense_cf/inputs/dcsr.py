@@ -51,17 +51,14 @@ Batch layout (host-local numpy; passages are encoded once, sentence vectors are 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
 
 import numpy as np
-from dense_cf.inputs.lazy import tf
 from absl import logging
 
-from dense_cf.inputs import cf_masks as cf_lib
 from dense_cf.inputs import dpr as pipeline
 from dense_cf.inputs.dpr import Preprocessed, _fix_len
+from dense_cf.inputs.lazy import tf
 from dense_cf.inputs.tokens import Ragged, insert_markers, marker_valid  # noqa: F401
-from dense_cf.text.sentences import split_sentences
 from dense_cf.models.tokenizer import SENT_TOKEN
 
 NEGATIVES = ("in_passage", "bm25", "bm25x2", "in_batch")

@@ -21,16 +21,15 @@ import os
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
-from dense_cf.inputs.lazy import tf
 from absl import logging
 
 from dense_cf import files
-from dense_cf.inputs import cf_masks as cf_lib
 from dense_cf.datasets.evidence_file import EvidenceMatcher
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.datasets.subsets import subset_mask
-from dense_cf.inputs.tokens import (Ragged, encode_texts, passage_rows, question_row, special_ids,
-                                    token_answer_flags)
+from dense_cf.inputs import cf_masks as cf_lib
+from dense_cf.inputs.lazy import tf
+from dense_cf.inputs.tokens import Ragged, encode_texts, passage_rows, question_row, special_ids, token_answer_flags
 from dense_cf.text.sentences import large_re_cache
 
 # 2: passages with an empty title are "[CLS] text" (docs/method.md §8); older caches are rebuilt.

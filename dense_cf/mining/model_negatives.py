@@ -37,10 +37,10 @@ from absl import logging
 
 from dense_cf.datasets import formats
 from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.mining.negatives import PassageStore, corpus_fingerprint, mine_file, open_store
 from dense_cf.retrieval import export
 from dense_cf.retrieval.retriever import ensure_index
 from dense_cf.train.run import RunDir, load_run
-from dense_cf.mining.negatives import PassageStore, corpus_fingerprint, mine_file, open_store
 
 __all__ = ["mine_model"]
 

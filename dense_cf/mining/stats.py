@@ -27,14 +27,13 @@ The file is streamed; bad records are skipped, counted and reported (they are no
 from __future__ import annotations
 
 import hashlib
-import math
 import runpy
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from dense_cf.datasets import formats
-from dense_cf.datasets.subsets import subset_count, subset_mask
+from dense_cf.datasets.subsets import subset_mask
 
 DEFAULT_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0)
 

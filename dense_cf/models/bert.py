@@ -29,9 +29,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 LogicalRules = tuple[tuple[str, str | None], ...]
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 import numpy as np
 
-from dense_cf.models.bert import BertConfig, BertEncoder
 from dense_cf.models import hf
+from dense_cf.models.bert import BertConfig, BertEncoder
 from dense_cf.models.tokenizer import add_tokens, load_tokenizer
 
 POOLINGS = ("cls", "mean")

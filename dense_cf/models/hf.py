@@ -23,8 +23,6 @@ from safetensors.numpy import load_file, save_file
 
 from dense_cf.models.bert import BertConfig, BertEncoder
 
-
-
 MINILM_ALIASES = frozenset(
     {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 )

@@ -18,16 +18,20 @@ import shutil
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from dense_cf.models.hf import (CheckpointError, _flatten, _read_safetensors, _unflatten,
-                                raise_on_mismatch, resolve_model_dir)
-from dense_cf.models.t5 import T5Config
 import jax
-from dense_cf.models.t5 import init_params
+import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
-from dense_cf.models.t5 import T5ForConditionalGeneration
+
+from dense_cf.models.hf import (
+    CheckpointError,
+    _flatten,
+    _read_safetensors,
+    _unflatten,
+    raise_on_mismatch,
+    resolve_model_dir,
+)
+from dense_cf.models.t5 import T5Config, T5ForConditionalGeneration, init_params
 
 __all__ = ["load_hf_t5_params", "save_hf_t5", "load_t5", "load_t5_tokenizer", "hf_config_dict"]
 

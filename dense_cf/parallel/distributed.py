@@ -37,9 +37,9 @@ import os
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+import jax
 from absl import logging
 from jax._src import hardware_utils
-import jax
 
 MODES = ("auto", "none", "tpu", "slurm", "explicit")
 PORT_ENV_VARS = ("DENSE_CF_COORDINATOR_PORT", "JAX_COORDINATOR_PORT")

@@ -13,7 +13,8 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 from flax import linen as nn
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ("data", "model")
 

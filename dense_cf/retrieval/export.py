@@ -58,8 +58,7 @@ from flax import linen as nn
 from jax.experimental import multihost_utils
 
 from dense_cf import files
-from dense_cf.inputs.tokens import (tokenize_marked_passages, tokenize_passages,  # noqa: F401
-                                    tokenize_questions)
+from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
 from dense_cf.parallel import mesh as mesh_lib
 
 # Recorded in export settings: 2 = title-less passages as "[CLS] text [SEP]" (docs/method.md
@@ -351,7 +350,8 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     if dtype not in ("float16", "float32"):
         raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
     max_p_len = max_p_len or run.config.data.max_p_len
-    settings = {"unit": "passage", "input_format": INPUT_FORMAT, "step": int(run.step), "dim": int(run.model.config.hidden_size),
+    settings = {"unit": "passage", "input_format": INPUT_FORMAT, "step": int(run.step),
+                "dim": int(run.model.config.hidden_size),
                 "dtype": dtype, "max_p_len": int(max_p_len)}
     exp = _ShardedExport(out_dir, settings, shard_size, source)
     encoder = encoder or Encoder(run, batch_size)

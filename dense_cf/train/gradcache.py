@@ -34,7 +34,8 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 __all__ = ["chunk_rngs", "chunked_embed", "grad_cache_value_and_grad", "merge_chunks",
            "split_chunks"]

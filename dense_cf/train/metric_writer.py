@@ -6,6 +6,7 @@ Only process 0 writes (multi-host runs would otherwise write N copies).
 from __future__ import annotations
 
 import json
+import logging as py_logging
 import os
 import time
 from typing import Any, Mapping
@@ -13,7 +14,6 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 from absl import logging
-import logging as py_logging
 
 
 def _scalar(v: Any) -> float:

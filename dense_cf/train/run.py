@@ -27,9 +27,9 @@ import ml_collections
 from flax import linen as nn
 
 from dense_cf import methods
-from dense_cf.files import file_key
 from dense_cf.configs.base import base_config
 from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.files import file_key
 from dense_cf.models import dual_encoder as de
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.hf import resolve_model_dir

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 import jax
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from dense_cf.methods import Method
 from dense_cf.train import gradcache

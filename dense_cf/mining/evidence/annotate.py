@@ -38,7 +38,7 @@ import json
 import os
 import runpy
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 from absl import logging
@@ -47,7 +47,6 @@ from dense_cf.datasets.evidence_file import EvidenceRecord, read_evidence, sourc
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.mining.evidence import candidates as cand
 from dense_cf.mining.evidence.scorer import QAItem
-
 
 
 @dataclasses.dataclass

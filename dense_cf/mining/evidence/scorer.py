@@ -34,13 +34,14 @@ import dataclasses
 import math
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import jax
-from dense_cf.models.t5 import answer_log_likelihood
-from dense_cf.models.hf_t5 import load_t5
-from dense_cf.models.dual_encoder import pool
+import numpy as np
+
 from dense_cf.models.bert import BertConfig, BertEncoder
+from dense_cf.models.dual_encoder import pool
 from dense_cf.models.hf import load_hf_bert_params, resolve_model_dir
+from dense_cf.models.hf_t5 import load_t5
+from dense_cf.models.t5 import answer_log_likelihood
 from dense_cf.models.tokenizer import load_tokenizer
 
 UNIFIEDQA_SEP = " \\n "  # UnifiedQA's literal separator "question \n context" (backslash + n)
