@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from dense_cf.configs.base import base_config
+from dense_cf.configs.base import base_config, merge_over_base
 from dense_cf.models.bert import BertConfig, BertEncoder, _fused_impl
 from dense_cf.models.dual_encoder import model_from_config
 
@@ -115,9 +115,9 @@ def test_attention_impl_round_trips_through_run_config_and_dict():
     assert model.config.attention_impl == "dot_product"
     assert model.config.attention_dropout_rate == 0.0 and model.config.dropout_rate == 0.1
     assert BertConfig(**model.config.to_dict()) == model.config
-    # Old run configs without the fields keep today's behaviour.
+    # Old run configs without the fields keep today's behaviour (loaders merge over the base).
     del reloaded.model["attention_impl"], reloaded.model["attention_dropout"]
-    model, _ = model_from_config(reloaded)
+    model, _ = model_from_config(merge_over_base(reloaded))
     assert model.config.attention_impl == "einsum" and model.config.attention_dropout_rate == 0.1
 
 

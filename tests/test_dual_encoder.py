@@ -7,6 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from dense_cf.configs.base import merge_over_base
 from dense_cf.models.bert import BertConfig, BertEncoder
 from dense_cf.models.dual_encoder import DualEncoder, init_params, model_from_config, pretrained_params
 
@@ -113,14 +114,14 @@ def test_model_from_config_tiny_and_minilm():
                    "remat": True, "dropout": 0.0, "tiny_hidden": 24, "tiny_layers": 3, "tiny_heads": 4,
                    "tiny_vocab": 99}}
     )
-    model, model_dir = model_from_config(cfg)
+    model, model_dir = model_from_config(merge_over_base(cfg))
     assert model_dir is None and model.shared and model.pooling == "mean"
     c = model.config
     assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads) == (99, 24, 3, 4)
     assert c.dtype == "bfloat16" and c.remat and c.dropout_rate == 0.0 and c.attention_dropout_rate == 0.0
     cfg.model.name_or_path = "minilm"
     cfg.model.shared = False
-    model, model_dir = model_from_config(cfg)
+    model, model_dir = model_from_config(merge_over_base(cfg))
     assert model_dir is not None and model.config.hidden_size == 384 and model.config.num_layers == 6
 
 

@@ -6,6 +6,8 @@ code branch. Defaults follow docs/method.md §9 (DPR's NQ set-up) unless noted.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import ml_collections
 
 
@@ -109,3 +111,24 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.model = 1
     c.mesh.logical_axis_rules = ml_collections.config_dict.placeholder(tuple)
     return c
+
+
+def merge_over_base(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """``saved`` (a run's config.json, or a partial config) over :func:`base_config`.
+
+    Fields added since a run was saved take their defaults here, so call sites (the model
+    builder, the loaders) never carry defaults of their own. Lists become tuples.
+    """
+
+    def merge(base: ml_collections.ConfigDict, over: Mapping[str, Any]) -> None:
+        for k, v in over.items():
+            nested = isinstance(v, (Mapping, ml_collections.ConfigDict))
+            if k in base and isinstance(base[k], ml_collections.ConfigDict) and nested:
+                merge(base[k], v)
+            else:
+                with base.ignore_type():
+                    base[k] = tuple(v) if isinstance(v, list) else v
+
+    cfg = base_config()
+    merge(cfg, saved)
+    return cfg

@@ -122,30 +122,27 @@ def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool
 
 
 def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder, str | None]:
-    """Builds the model from an ml_collections-style ``cfg.model`` (name_or_path: "tiny" |
+    """Builds the model from a complete ``cfg.model`` (see ``configs.base``; name_or_path: "tiny" |
     "minilm" | local dir | hub name; shared; pooling; dtype; remat; remat_policy; dropout;
     attention_dropout (default: dropout); attention_impl (see ``bert.ATTENTION_IMPLS``); tiny_*).
 
     Returns ``(model, model_dir)``; ``model_dir`` is None for "tiny" (random init), else pass
     it to ``load_hf_bert_params(model_dir, model.config)`` and :func:`pretrained_params`.
     """
-    m = cfg.model
+    m = cfg.model  # complete: run configs are merged over the base config (configs.base)
     n_added = int(num_added_tokens)
-    over: dict[str, Any] = dict(dtype=getattr(m, "dtype", "float32"), remat=bool(getattr(m, "remat", False)),
-                                remat_policy=getattr(m, "remat_policy", "nothing_saveable"),
-                                attention_impl=getattr(m, "attention_impl", None) or "einsum")
-    dropout = getattr(m, "dropout", None)
-    if dropout is not None:
-        over.update(dropout_rate=float(dropout), attention_dropout_rate=float(dropout))
-    attention_dropout = getattr(m, "attention_dropout", None)
-    if attention_dropout is not None:  # e.g. 0 so fused attention also runs in training
-        over.update(attention_dropout_rate=float(attention_dropout))
+    over: dict[str, Any] = dict(dtype=m.dtype, remat=bool(m.remat), remat_policy=m.remat_policy,
+                                attention_impl=m.attention_impl)
+    if m.dropout is not None:
+        over.update(dropout_rate=float(m.dropout), attention_dropout_rate=float(m.dropout))
+    if m.attention_dropout is not None:  # e.g. 0 so fused attention also runs in training
+        over.update(attention_dropout_rate=float(m.attention_dropout))
     if m.name_or_path == "tiny":
         bert = BertConfig.tiny(
-            vocab_size=getattr(m, "tiny_vocab", 30522) + n_added,
-            hidden=getattr(m, "tiny_hidden", 32),
-            layers=getattr(m, "tiny_layers", 2),
-            heads=getattr(m, "tiny_heads", 2),
+            vocab_size=m.tiny_vocab + n_added,
+            hidden=m.tiny_hidden,
+            layers=m.tiny_layers,
+            heads=m.tiny_heads,
             max_position_embeddings=512,
             **over,
         )
@@ -155,7 +152,7 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder,
         bert = BertConfig.from_hf_json(model_dir, **over)
         if n_added:  # e.g. DCSR's <sent> (docs/method.md §4): rows appended after the pretrained ones
             bert = bert.replace(vocab_size=bert.vocab_size + n_added)
-    model = DualEncoder(bert, shared=bool(getattr(m, "shared", False)), pooling=getattr(m, "pooling", "cls"))
+    model = DualEncoder(bert, shared=bool(m.shared), pooling=m.pooling)
     return model, model_dir
 
 

@@ -27,7 +27,7 @@ import ml_collections
 from flax import linen as nn
 
 from dense_cf import methods
-from dense_cf.configs.base import base_config
+from dense_cf.configs.base import merge_over_base
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import file_key
 from dense_cf.models import dual_encoder as de
@@ -38,8 +38,7 @@ from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.state import TrainState, make_optimizer
 
-__all__ = ["Run", "RunDir", "build_model", "init_state", "load_config", "load_run",
-           "merge_over_base"]
+__all__ = ["Run", "RunDir", "build_model", "init_state", "load_config", "load_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,23 +93,6 @@ def file_tag(path: str) -> str:
     """``<stem>-<hash of path, size, mtime>``: a directory name for artifacts of one file."""
     h = hashlib.sha1(json.dumps(file_key(path)).encode())
     return f"{os.path.basename(path).split('.')[0]}-{h.hexdigest()[:10]}"
-
-
-def merge_over_base(saved: dict[str, Any]) -> ml_collections.ConfigDict:
-    """A saved config over the base config: fields added since the run was saved take their
-    defaults, so call sites never carry their own."""
-
-    def merge(base: ml_collections.ConfigDict, over: dict[str, Any]) -> None:
-        for k, v in over.items():
-            if k in base and isinstance(base[k], ml_collections.ConfigDict) and isinstance(v, dict):
-                merge(base[k], v)
-            else:
-                with base.ignore_type():
-                    base[k] = tuple(v) if isinstance(v, list) else v
-
-    cfg = base_config()
-    merge(cfg, saved)
-    return cfg
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
