@@ -8,6 +8,7 @@ call it; libraries never do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -16,7 +17,7 @@ import ml_collections
 from absl import logging
 
 from dense_cf.eval.after_training import evaluate_after_training
-from dense_cf.files import write_json
+from dense_cf.files import workdir_lock, write_json
 from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.train.loop import train
@@ -50,6 +51,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     Returns the training summary; with evaluation it has an ``eval`` entry (also written to
     ``summary.json``). The trained :class:`~dense_cf.train.run.Run` is under ``"run"``.
     """
+    lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
+            else contextlib.nullcontext())
+    with lock:  # refuse at once; train and evaluation under one lock, no evaluator in between
+        return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     maybe_generate_synthetic(config)
     summary, run = train(config, workdir)
     finished = summary["step"] == summary["total_steps"]

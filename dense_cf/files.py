@@ -24,7 +24,9 @@ import json
 import math
 import os
 import secrets
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
@@ -32,7 +34,8 @@ import numpy as np
 
 __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "atomic_write",
            "content_sha256", "file_key", "is_tmp_name", "read_json", "remove_if_exists",
-           "sha256_hex", "tmp_path", "to_jsonable", "write_json"]
+           "sha256_hex", "tmp_path", "to_jsonable", "write_json", "LOCK_NAME", "UserError", "WorkdirLockedError",
+           "workdir_lock"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -203,3 +206,94 @@ def content_sha256(chunks: Iterable[bytes]) -> str:
     for c in chunks:
         h.update(c)
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------- workdir lock
+LOCK_NAME = ".dense_cf.lock"
+
+
+class UserError(RuntimeError):
+    """An error about the user's situation (a held lock, no intact checkpoint), not a bug:
+    binaries print its message as one line, without a traceback (``cli._app``)."""
+
+
+class WorkdirLockedError(UserError):
+    """Another live process holds the workdir lock."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+_HELD: dict[str, int] = {}  # lock path -> nesting depth in this process
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str | os.PathLike, purpose: str,
+                 warn: Callable[[str], Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Holds ``<workdir>/.dense_cf.lock`` (pid, host, purpose, start time) while writing there.
+
+    A second process that wants the lock gets :class:`WorkdirLockedError` at once, naming the
+    holder's pid, host and purpose. A lock left by a dead process on this host is taken over
+    (``warn`` is told); one from another host is never guessed dead: the error says to remove
+    the file once that run is known to be gone. The same process may nest the lock (training,
+    then evaluation in one call). Created with O_EXCL, so it also works on shared filesystems
+    without flock; multi-host runs take it on process 0 only.
+    """
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.abspath(os.path.join(workdir, LOCK_NAME))
+    if _HELD.get(path):
+        _HELD[path] += 1
+        try:
+            yield read_json(path) or {}
+        finally:
+            _HELD[path] -= 1
+        return
+    host = socket.gethostname()
+    me = {"pid": os.getpid(), "host": host, "purpose": purpose, "started": time.time()}
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            holder = read_json(path)
+            if not isinstance(holder, dict):  # being written by its creator, or garbage
+                time.sleep(0.2)
+                holder = read_json(path)
+            if not isinstance(holder, dict):
+                raise WorkdirLockedError(f"{path} exists but is unreadable; remove it if no dense_cf "
+                                         f"job is writing {workdir}") from None
+            pid, where = int(holder.get("pid", -1)), holder.get("host", "?")
+            if where == host and not _pid_alive(pid):
+                if warn:
+                    warn(f"{path}: taking over a stale lock of pid {pid} on {where} "
+                         f"({holder.get('purpose', '?')}), which is no longer running")
+                if read_json(path) == holder:  # not replaced meanwhile by another taker
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                continue
+            hint = ("wait for it or stop it" if where == host else
+                    f"if that run is gone, delete {path}")
+            raise WorkdirLockedError(
+                f"{workdir} is in use by pid {pid} on {where} ({holder.get('purpose', '?')}, "
+                f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))}): "
+                f"{hint}, or use another workdir") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        break
+    else:
+        raise WorkdirLockedError(f"{path}: could not take the lock (another process keeps taking it)")
+    _HELD[path] = 1
+    try:
+        yield me
+    finally:
+        _HELD.pop(path, None)
+        holder = read_json(path)
+        if isinstance(holder, dict) and holder.get("pid") == me["pid"] and holder.get("host") == host:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)

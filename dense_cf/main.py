@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from dense_cf.cli import _app
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.parallel import distributed
 
@@ -54,6 +55,9 @@ def main(argv) -> None:
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:
         summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    except _app.USER_ERRORS as e:
+        logging.flush()
+        os._exit(_app.report_user_error(e))  # every process: peers may wait in a collective
     except BaseException:
         if jax.process_count() == 1:
             raise

@@ -14,13 +14,21 @@ are parsed as usual.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
-__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "flags_help", "usage", "parse", "run",
-           "no_positional"]
+from dense_cf.files import UserError
+
+__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run",
+           "no_positional", "report_user_error"]
+
+# Errors that describe the user's situation, not a bug: one line, no traceback (unless
+# DENSE_CF_TRACEBACK=1), exit status 1. Everything else keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError,)
+TRACEBACK_ENV = "DENSE_CF_TRACEBACK"
 
 HELP_ARGS = ("-h", "-?", "-help", "--help", "-helpshort", "--helpshort")
 HELPFULL_ARGS = ("-helpfull", "--helpfull")
@@ -63,6 +71,16 @@ def _status(result: Any) -> int | None:
     return result if isinstance(result, int) and not isinstance(result, bool) else None
 
 
+def report_user_error(e: BaseException) -> int:
+    """Writes ``error: <message>`` (one line) and returns exit status 1; re-raises instead
+    when ``DENSE_CF_TRACEBACK=1``."""
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        raise e
+    sys.stderr.write(f"error: {e}\n(set {TRACEBACK_ENV}=1 for the traceback)\n")
+    sys.stderr.flush()
+    return 1
+
+
 def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
         doc: str | None = None) -> None:
     """``absl.app.run(main)`` with ``flag_values`` holding the binary's flags (see above)."""
@@ -86,5 +104,7 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
         except app.UsageError as e:
             sys.stderr.write(f"error: {e}\nPass --help to see the flags of this binary.\n")
             return e.exitcode
+        except USER_ERRORS as e:
+            return report_user_error(e)
 
     app.run(body, flags_parser=parser)

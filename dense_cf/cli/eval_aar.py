@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from absl import flags
+from absl import flags, logging
 
 from dense_cf.cli import _app
 from dense_cf.eval.aar import evaluate_aar
+from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
 
@@ -35,8 +36,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    res = evaluate_aar(_WORKDIR.value, gold_path=_GOLD.value, qa_path=_QA.value,
-                       strategies=_STRATEGIES.value)
+    with workdir_lock(_WORKDIR.value, "eval_aar", warn=logging.warning):
+        res = evaluate_aar(_WORKDIR.value, gold_path=_GOLD.value, qa_path=_QA.value,
+                           strategies=_STRATEGIES.value)
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("aar", "triplets", "triplet_fates")}
                       for k, v in res["strategies"].items()}, indent=2, default=float))
     return res

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from absl import flags
+from absl import flags, logging
 
 from dense_cf.cli import _app
 from dense_cf.eval.retrieval import evaluate_run
+from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
 
@@ -37,8 +38,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    summary = evaluate_run(_WORKDIR.value, corpus_path=_CORPUS.value, qa_path=_QA.value,
-                           index_kind=_INDEX.value, k=_K.value)
+    with workdir_lock(_WORKDIR.value, "eval_retrieval", warn=logging.warning):
+        summary = evaluate_run(_WORKDIR.value, corpus_path=_CORPUS.value, qa_path=_QA.value,
+                               index_kind=_INDEX.value, k=_K.value)
     print(json.dumps(summary, indent=2, default=float))
     return summary
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from absl import flags
+from absl import flags, logging
 
 from dense_cf.cli import _app
 from dense_cf.eval.robustness import DEFAULT_COUNTS, evaluate_robustness
+from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
 
@@ -41,12 +42,13 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    res = evaluate_robustness(_WORKDIR.value, counts=[int(c) for c in _COUNTS.value],
-                              max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
-                              qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value)
-    table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
-                 "distractors_per_question_actual": e["distractors_per_question_actual"]}
-             for K, e in res["table"].items()}
+    with workdir_lock(_WORKDIR.value, "eval_robustness", warn=logging.warning):
+        res = evaluate_robustness(_WORKDIR.value, counts=[int(c) for c in _COUNTS.value],
+                                  max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
+                                  qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value)
+        table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
+                     "distractors_per_question_actual": e["distractors_per_question_actual"]}
+                 for K, e in res["table"].items()}
     print(json.dumps({"n_questions": res["n_questions"],
                       "distractor_stats": res["distractor_stats"], "table": table},
                      indent=2, default=float))

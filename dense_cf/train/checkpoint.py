@@ -1,17 +1,28 @@
 """Orbax checkpoints of the train state plus the data-iterator state (resume = same batches).
 
 Saves are asynchronous; ``restore`` puts arrays straight into the mesh using the shardings of
-the abstract target, so no host ever holds the full state when it is sharded.
+the abstract target, so no host ever holds the full state when it is sharded. Resuming from an
+unreadable newest checkpoint (a truncated file, a crash mid-save) falls back to the newest intact
+one; the unreadable step directories are moved aside, not deleted.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+from jax.experimental import multihost_utils
+
+from dense_cf.files import UserError
+
+
+class CheckpointError(UserError):
+    """No checkpoint in the directory can be restored."""
 
 
 class Checkpointer:
@@ -37,14 +48,59 @@ class Checkpointer:
         return saved
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any], int]:
-        """Restores (state, data_state, step); ``abstract_state`` carries target shardings."""
-        step = self.latest_step() if step is None else step
-        if step is None:
+        """Restores (state, data_state, step); ``abstract_state`` carries target shardings.
+
+        With ``step`` None: the newest intact step. An unreadable newer step is logged with both
+        step numbers and moved to ``<directory>.corrupt/`` (so a later save of that step works);
+        when none is intact, :class:`CheckpointError` names the steps and the first error.
+        """
+        if step is not None:
+            return self._restore(abstract_state, step)
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        errors: list[tuple[int, Exception]] = []
+        for s in steps:
+            try:
+                out = self._restore(abstract_state, s)
+            except Exception as e:  # orbax/tensorstore raise ValueError, OSError, XlaRuntimeError...
+                errors.append((s, e))
+                logging.warning("checkpoint: step %d in %s is unreadable (%s: %s)", s, self.directory,
+                                type(e).__name__, _first_line(e))
+                continue
+            if errors:
+                bad = [b for b, _ in errors]
+                logging.warning("checkpoint: newest step %d unreadable; resumed from step %d instead "
+                                "(unreadable steps %s moved to %s)", bad[0], s, bad, self._aside_dir())
+                self._move_aside(bad)
+            return out
+        first = errors[0]
+        raise CheckpointError(
+            f"no intact checkpoint in {self.directory}: steps {[b for b, _ in errors]} are all unreadable "
+            f"(step {first[0]}: {type(first[1]).__name__}: {_first_line(first[1])}); move the directory "
+            f"away to train from scratch")
+
+    def _restore(self, abstract_state: Any, step: int) -> tuple[Any, dict[str, Any], int]:
         out = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
         logging.info("checkpoint: restored step %d from %s", step, self.directory)
         return out["state"], out["data"], step
+
+    def _aside_dir(self) -> str:
+        return self.directory.rstrip("/") + ".corrupt"
+
+    def _move_aside(self, steps: list[int]) -> None:
+        if jax.process_index() == 0:
+            aside = self._aside_dir()
+            os.makedirs(aside, exist_ok=True)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            for s in steps:
+                src = os.path.join(self.directory, str(s))
+                if os.path.isdir(src):
+                    shutil.move(src, os.path.join(aside, f"{s}-{stamp}"))
+        if jax.process_count() > 1:  # nobody reloads before process 0 has moved the steps
+            multihost_utils.sync_global_devices("dense_cf checkpoint: unreadable steps moved")
+        self.manager.reload()
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
@@ -57,3 +113,8 @@ class Checkpointer:
 def abstract_like(tree: Any) -> Any:
     """ShapeDtypeStructs (with shardings) of a tree of jax.Arrays, for ``restore``."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else ""

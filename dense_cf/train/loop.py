@@ -7,6 +7,7 @@ method's loss. ``train()`` trains and nothing else: evaluation after training is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -21,7 +22,7 @@ from flax import linen as nn
 
 from dense_cf import methods
 from dense_cf.datasets.dpr import resolve_data_file
-from dense_cf.files import atomic_open, write_json
+from dense_cf.files import atomic_open, workdir_lock, write_json
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
@@ -87,8 +88,17 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     """Trains (or resumes) a run in ``workdir``.
 
     Returns the summary of the final metrics (also written to ``summary.json``) and the trained
-    :class:`Run` (final params in their shardings, for evaluation in the same process).
+    :class:`Run` (final params in their shardings, for evaluation in the same process). Holds
+    the workdir lock (``files.workdir_lock``, process 0 only) throughout, so a second trainer or
+    evaluator on the same workdir refuses at once.
     """
+    lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
+            else contextlib.nullcontext())
+    with lock:
+        return _train(config, workdir)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, Any], Run]:
     rd = RunDir(workdir)
     os.makedirs(workdir, exist_ok=True)
     quiet_library_logs()

@@ -1,0 +1,159 @@
+"""Fault tolerance (issue 17 §5): a corrupt newest checkpoint, and the workdir lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dense_cf import files
+from dense_cf.cli import _app, eval_aar, eval_retrieval, eval_robustness
+from dense_cf.train.checkpoint import Checkpointer, CheckpointError, abstract_like
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def _state(shift: float):
+    p = {"w": jnp.arange(4096.0).reshape(64, 64) + shift, "b": jnp.full((64,), shift)}
+    return {"params": p, "opt": optax.adam(1e-3).init(p)}
+
+
+def _truncate_largest_data_file(step_dir: str) -> str:
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(step_dir, "state")) for f in fs]
+    victim = max(paths, key=os.path.getsize)
+    with open(victim, "r+b") as f:
+        f.truncate(os.path.getsize(victim) // 3)
+    return victim
+
+
+@pytest.fixture
+def two_steps(tmp_path):
+    d = str(tmp_path / "checkpoints")
+    c = Checkpointer(d, async_save=False, save_interval_steps=1)
+    c.save(1, _state(1.0), {"pos": 1})
+    c.save(2, _state(2.0), {"pos": 2})
+    c.close()
+    return d
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_intact_one(two_steps, caplog):
+    _truncate_largest_data_file(os.path.join(two_steps, "2"))
+    c = Checkpointer(two_steps, async_save=False, save_interval_steps=1)
+    with caplog.at_level("WARNING"):
+        state, data, step = c.restore(abstract_like(_state(0.0)))
+    assert step == 1 and data == {"pos": 1}
+    np.testing.assert_array_equal(np.asarray(state["params"]["w"]), np.asarray(_state(1.0)["params"]["w"]))
+    msgs = " ".join(r.getMessage() for r in caplog.records)
+    assert "newest step 2 unreadable; resumed from step 1" in msgs
+    # Nothing deleted: the unreadable step is set aside, and training can save step 2 again.
+    aside = os.listdir(two_steps + ".corrupt")
+    assert len(aside) == 1 and aside[0].startswith("2-")
+    assert c.latest_step() == 1
+    assert c.save(2, _state(5.0), {"pos": 2}, force=True)
+    c.wait()
+    state, data, step = c.restore(abstract_like(_state(0.0)))
+    assert step == 2 and float(state["params"]["b"][0]) == 5.0
+    c.close()
+
+
+def test_no_intact_checkpoint_is_one_clear_error(two_steps):
+    for s in ("1", "2"):
+        _truncate_largest_data_file(os.path.join(two_steps, s))
+    c = Checkpointer(two_steps, async_save=False, save_interval_steps=1)
+    with pytest.raises(CheckpointError, match=r"no intact checkpoint in .*steps \[2, 1\] are all unreadable"):
+        c.restore(abstract_like(_state(0.0)))
+    assert sorted(os.listdir(two_steps)) == ["1", "2"]  # untouched when nothing could be restored
+    c.close()
+
+
+def test_user_errors_print_one_line_and_exit_1(capsys, monkeypatch):
+    monkeypatch.delenv(_app.TRACEBACK_ENV, raising=False)
+    assert _app.report_user_error(CheckpointError("no intact checkpoint in /x")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no intact checkpoint in /x\n") and "Traceback" not in err
+    monkeypatch.setenv(_app.TRACEBACK_ENV, "1")
+    with pytest.raises(CheckpointError):
+        _app.report_user_error(CheckpointError("again"))
+
+
+# ------------------------------------------------------------------------------ workdir lock
+def _holder(workdir: str) -> subprocess.Popen:
+    """A process that takes the lock, says so, and sleeps."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from dense_cf import files
+        with files.workdir_lock({workdir!r}, "training picl"):
+            print("locked", flush=True)
+            time.sleep(120)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_second_writer_refuses_naming_pid_and_host_then_stale_lock_is_taken_over(tmp_path):
+    wd = str(tmp_path / "run")
+    p = _holder(wd)
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(files.WorkdirLockedError) as e:
+            with files.workdir_lock(wd, "eval_aar"):
+                pass
+        msg = str(e.value)
+        assert f"pid {p.pid} on {socket.gethostname()} (training picl" in msg and wd in msg
+        assert time.perf_counter() - t0 < 5  # at once, not after a wait
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    # The holder died without releasing: its lock is stale and is taken over with a warning.
+    warnings = []
+    with files.workdir_lock(wd, "training dpr", warn=warnings.append) as me:
+        assert me["pid"] == os.getpid()
+        assert json.load(open(os.path.join(wd, files.LOCK_NAME)))["purpose"] == "training dpr"
+        with files.workdir_lock(wd, "eval_retrieval"):  # the same process may nest
+            pass
+        assert os.path.exists(os.path.join(wd, files.LOCK_NAME))
+    assert len(warnings) == 1 and f"stale lock of pid {p.pid}" in warnings[0]
+    assert not os.path.exists(os.path.join(wd, files.LOCK_NAME))  # released
+
+
+def test_lock_from_another_host_is_never_taken_over(tmp_path):
+    wd = tmp_path / "run"
+    wd.mkdir()
+    (wd / files.LOCK_NAME).write_text(json.dumps(
+        {"pid": 1, "host": "some-other-node", "purpose": "training picl", "started": 0}))
+    with pytest.raises(files.WorkdirLockedError, match=r"pid 1 on some-other-node .*if that run is gone, delete"):
+        with files.workdir_lock(str(wd), "eval_aar"):
+            pass
+
+
+def test_trainer_refuses_a_locked_workdir_at_once(tmp_path):
+    """The real binaries: a held workdir makes ``dense_cf.main`` exit 1 with one line, and the
+    evaluation binaries refuse."""
+    wd = str(tmp_path / "run")
+    p = _holder(wd)
+    try:
+        env = dict(os.environ, JAX_PLATFORMS="cpu")
+        env.pop(_app.TRACEBACK_ENV, None)
+        r = subprocess.run([sys.executable, "-m", "dense_cf.main", "--config=configs/demo.py",
+                            f"--workdir={wd}"], capture_output=True, text=True, env=env, timeout=300,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        for cli in (eval_aar, eval_retrieval, eval_robustness):  # evaluators refuse too
+            with pytest.raises(files.WorkdirLockedError, match=f"pid {p.pid}"):
+                cli.run_cli([f"--workdir={wd}"])
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"error: {wd} is in use by pid {p.pid}" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not os.path.exists(os.path.join(wd, "checkpoints"))  # refused before any work
