@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gzip
 import hashlib
 import io
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -35,10 +37,60 @@ import numpy as np
 __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "atomic_write",
            "content_sha256", "file_key", "is_tmp_name", "read_json", "remove_if_exists",
            "sha256_hex", "tmp_path", "to_jsonable", "write_json", "LOCK_NAME", "UserError", "WorkdirLockedError",
+           "DiskFullError", "is_disk_full", "human_bytes",
            "workdir_lock"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
+
+
+class UserError(RuntimeError):
+    """An error about the user's situation (a full disk, a held lock, no intact checkpoint), not
+    a bug: binaries print its message as one line, without a traceback (``cli._app``)."""
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Whether ``e`` (or its cause) is "no space left", "quota exceeded" or "file too large"."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+            return True
+        text = str(e)
+        if "No space left on device" in text or "Disk quota exceeded" in text:
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+class DiskFullError(UserError):
+    """A write ran out of space; nothing half-written was left in place."""
+
+    @classmethod
+    def for_path(cls, path: str | os.PathLike, nbytes: int, *, what: str = "",
+                 estimate: bool = False) -> DiskFullError:
+        """The one-line message: the path, roughly the space needed, the space free.
+
+        ``nbytes``: the size it needs (``estimate``) or what was written when space ran out.
+        """
+        where = os.path.dirname(os.path.abspath(path))
+        while where and not os.path.exists(where):
+            where = os.path.dirname(where)
+        free = shutil.disk_usage(where).free if where else 0
+        need = f"about {human_bytes(nbytes)}" if estimate else f"more than {human_bytes(nbytes)}"
+        return cls(f"no space left writing {what or os.fspath(path)}: it needs {need}, "
+                   f"{human_bytes(free)} free in {where}; free space and run the same command "
+                   f"again (nothing half-written was kept)")
 
 
 def _umask() -> int:
@@ -79,9 +131,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w",
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # atomic on POSIX within one file system
-    except BaseException:
+    except BaseException as e:
+        written = os.stat(tmp).st_size if os.path.exists(tmp) else 0
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(e):
+            raise DiskFullError.for_path(path, written) from e
         raise
 
 
@@ -210,11 +265,6 @@ def content_sha256(chunks: Iterable[bytes]) -> str:
 
 # --------------------------------------------------------------------------------- workdir lock
 LOCK_NAME = ".dense_cf.lock"
-
-
-class UserError(RuntimeError):
-    """An error about the user's situation (a held lock, no intact checkpoint), not a bug:
-    binaries print its message as one line, without a traceback (``cli._app``)."""
 
 
 class WorkdirLockedError(UserError):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -157,3 +159,75 @@ def test_trainer_refuses_a_locked_workdir_at_once(tmp_path):
     assert f"error: {wd} is in use by pid {p.pid}" in r.stderr
     assert "Traceback" not in r.stderr
     assert not os.path.exists(os.path.join(wd, "checkpoints"))  # refused before any work
+
+
+# ------------------------------------------------------------------------------ full disk
+def test_atomic_write_out_of_space_keeps_the_old_file_and_no_temp(tmp_path):
+    target = tmp_path / "report.md"
+    target.write_text("previous report\n")
+    with pytest.raises(files.DiskFullError, match=r"no space left writing .*report\.md: it needs more than"):
+        with files.atomic_open(target) as f:
+            f.write("partial")
+            f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert target.read_text() == "previous report\n"
+    assert os.listdir(tmp_path) == ["report.md"]
+    assert files.is_disk_full(ValueError("RESOURCE_EXHAUSTED: ... No space left on device [os_error_code='28']"))
+    assert not files.is_disk_full(OSError(errno.ENOENT, "missing"))
+
+
+_FULL_DISK_SCRIPT = r'''
+import os, sys
+import jax, optax
+from dense_cf import files
+from dense_cf.train.checkpoint import Checkpointer, abstract_like
+
+d, phase = sys.argv[1], sys.argv[2]
+w = jax.random.normal(jax.random.key(0), (2048, 1024))  # 8 MB of incompressible floats
+state = {"params": {"w": w}, "opt": optax.adam(1e-3).init({"w": w})}
+c = Checkpointer(os.path.join(d, "checkpoints"), async_save=True, save_interval_steps=1)
+if phase == "full":
+    for attempt in ("save", "report"):
+        try:
+            if attempt == "save":
+                c.save(1, state, {"pos": 1})
+                c.wait()
+            else:
+                with files.atomic_open(os.path.join(d, "report.md")) as f:
+                    f.write("x" * (16 << 20))
+            print(attempt, "OK")
+        except files.DiskFullError as e:
+            print(attempt, "DISKFULL", e)
+    print("LEFT", sorted(os.listdir(os.path.join(d, "checkpoints"))), sorted(os.listdir(d)))
+else:
+    assert c.latest_step() is None
+    c.save(1, state, {"pos": 1})
+    c.wait()
+    restored, data, step = c.restore(abstract_like(state))
+    print("RESUMED", step, data, bool((restored["params"]["w"] == w).all()))
+c.close()
+'''
+
+
+def test_full_disk_checkpoint_and_report_then_resume_after_space_is_freed(tmp_path):
+    """A 6 MB tmpfs (mounted in a user namespace): the checkpoint and a report each fail with
+    one DiskFullError, leave nothing half-written, and after the tmpfs grows the same save works."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"],
+            capture_output=True).returncode:
+        pytest.skip("no user namespaces here to mount a small tmpfs")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = tmp_path / "full.py"
+    script.write_text(_FULL_DISK_SCRIPT)
+    py = sys.executable
+    shell = (f"mount -t tmpfs -o size=6m tmpfs {mnt} && {py} {script} {mnt} full && "
+             f"mount -o remount,size=64m {mnt} && {py} {script} {mnt} resume")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    out = r.stdout
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"save DISKFULL no space left writing checkpoint step 1 to {mnt}/checkpoints: it needs about 24.0 MB" in out
+    assert "report DISKFULL no space left writing" in out and "report.md: it needs more than" in out
+    assert "LEFT [] ['checkpoints']" in out  # no partial step, no temp report
+    assert "RESUMED 1 {'pos': 1} True" in out

@@ -18,7 +18,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from dense_cf.files import UserError
+from dense_cf.files import DiskFullError, UserError, is_disk_full
+
+TMP_CHECKPOINT_MARK = ".orbax-checkpoint-tmp"  # orbax's name for a step still being written
 
 
 class CheckpointError(UserError):
@@ -33,7 +35,9 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
-            enable_async_checkpointing=async_save, create=True)
+            enable_async_checkpointing=async_save, create=True,
+            cleanup_tmp_directories=True)  # a save cut short (kill, full disk) is never "valid"
+        self._pending: tuple[int, int] | None = None  # (step, bytes) of the save in flight
         self.manager = ocp.CheckpointManager(self.directory, options=options,
                                              item_names=("state", "data"))
 
@@ -41,11 +45,34 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, data_state: dict[str, Any], *, force: bool = False) -> bool:
-        saved = self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=force)
+        """Saves (asynchronously when so configured). Out of space, here or when the async
+        save finishes: :class:`~dense_cf.files.DiskFullError`, and the partial step is removed."""
+        self._pending = (step, sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state)))
+        saved = self._guard(lambda: self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=force))
         if saved:
             logging.info("checkpoint: saving step %d to %s (async)", step, self.directory)
         return saved
+
+    def _guard(self, fn: Any) -> Any:
+        """``fn()``, with a full disk turned into one clear error (the partial save removed)."""
+        try:
+            return fn()
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            step, nbytes = self._pending or (None, 0)
+            self._remove_partial_saves()
+            raise DiskFullError.for_path(self.directory, nbytes,
+                                         what=f"checkpoint step {step} to {self.directory}",
+                                         estimate=True) from e
+
+    def _remove_partial_saves(self) -> None:
+        if jax.process_index() != 0 or not os.path.isdir(self.directory):
+            return
+        for name in os.listdir(self.directory):
+            if TMP_CHECKPOINT_MARK in name:
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any], int]:
         """Restores (state, data_state, step); ``abstract_state`` carries target shardings.
@@ -103,11 +130,13 @@ class Checkpointer:
         self.manager.reload()
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        self._guard(self.manager.wait_until_finished)
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def abstract_like(tree: Any) -> Any:
