@@ -22,6 +22,7 @@ from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.train.loop import train
 from dense_cf.train.run import RunDir
+from dense_cf.train.validate import validate
 
 __all__ = ["maybe_generate_synthetic", "train_and_evaluate"]
 
@@ -51,6 +52,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     Returns the training summary; with evaluation it has an ``eval`` entry (also written to
     ``summary.json``). The trained :class:`~dense_cf.train.run.Run` is under ``"run"``.
     """
+    validate(config, check_files=not config.data.synthetic.generate)  # generated below if so
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
     with lock:  # refuse at once; train and evaluation under one lock, no evaluator in between

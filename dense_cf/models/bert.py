@@ -57,6 +57,7 @@ DEFAULT_LOGICAL_AXIS_RULES: LogicalRules = (
 )
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+DTYPES = tuple(_DTYPES)  # compute dtypes by name (config.model.dtype)
 
 # ``jax.checkpoint_policies`` usable as ``remat_policy`` (what a remat'ed layer keeps for the
 # backward pass): "nothing_saveable" keeps only layer inputs (least memory, one extra forward);

@@ -38,7 +38,7 @@ _TOKEN_RE_FAST = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=_FLAGS
 # sub-sequence of [x, a, b, y]. This turns the sub-sequence test into one C-level substring search.
 _SEP = "\0"
 _QUESTION_WORD_RE = re.compile(r"\b(how|what|when|where|which|who)\b", re.IGNORECASE)
-_MODES = ("string", "regex")
+MODES = ("string", "regex")  # has_answer matching: DPR string rules, or a regex (CuratedTREC)
 
 
 def dpr_tokenize(text: str) -> list[tuple[str, int, int]]:
@@ -92,8 +92,8 @@ def _check_args(answers: Sequence[str], mode: str) -> None:
     if isinstance(answers, str):
         # Iterating a str would silently test single characters as answers.
         raise TypeError("answers must be a sequence of strings, not a single str")
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
 
 def has_answer(answers: Sequence[str], text: str, mode: str = "string") -> bool:

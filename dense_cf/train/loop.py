@@ -32,6 +32,7 @@ from dense_cf.train.metric_writer import MetricWriter, quiet_library_logs
 from dense_cf.train.run import Run, RunDir, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
+from dense_cf.train.validate import validate
 
 CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "rank_acc", "examples_per_s", "step_time_s")
 
@@ -92,6 +93,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     the workdir lock (``files.workdir_lock``, process 0 only) throughout, so a second trainer or
     evaluator on the same workdir refuses at once.
     """
+    validate(config)  # before the lock and any work: a bad value fails in a second, not later
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
     with lock:

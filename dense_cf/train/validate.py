@@ -1,0 +1,139 @@
+"""Config checks at load time: enums, ranges, model names and data files, before any work.
+
+A typo such as ``--config.data.counterfactual=windw`` used to pass start-up and fail seconds
+later inside tf.data. :func:`validate` raises one :class:`ConfigError` listing every problem,
+each naming the field, the value and what is allowed (with a "did you mean" for enums).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Any, Iterable
+
+import ml_collections
+
+from dense_cf import methods
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.files import UserError
+from dense_cf.index.faiss_index import KINDS as INDEX_KINDS
+from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
+from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
+from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
+from dense_cf.models.dual_encoder import POOLINGS
+from dense_cf.models.hf import NEW_TOKEN_INITS
+from dense_cf.text.answers import MODES as ANSWER_MODES
+from dense_cf.text.counterfactuals import TEXT_STRATEGIES
+
+__all__ = ["ConfigError", "problems", "validate"]
+
+# "org/name" or "name" on the Hugging Face hub; anything else must be an existing directory.
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_BUILTIN_MODELS = ("tiny", "minilm")
+
+
+class ConfigError(UserError):
+    """The config has values that cannot work (listed, field by field)."""
+
+
+def _enum(out: list[str], field: str, value: Any, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        out.append(f"config.{field}={value!r} is not one of {', '.join(allowed)}{hint}")
+
+
+def _range(out: list[str], field: str, value: Any, lo: float | None = None, hi: float | None = None,
+           *, lo_open: bool = False, hi_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and lo is not None:
+        ok = value > lo if lo_open else value >= lo
+    if ok and hi is not None:
+        ok = value < hi if hi_open else value <= hi
+    if not ok:
+        lo_s = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
+        hi_s = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
+        out.append(f"config.{field}={value!r} must be a number {' and '.join(s for s in (lo_s, hi_s) if s)}")
+
+
+def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> list[str]:
+    """Every problem found in ``config`` (a complete config: see ``configs.base``)."""
+    out: list[str] = []
+    try:
+        methods.get(config.method)
+    except ValueError as e:
+        out.append(str(e))
+    m, d, t, o, ev = config.model, config.data, config.train, config.optim, config.eval
+    name = str(m.name_or_path)
+    if name not in _BUILTIN_MODELS and not os.path.isdir(name) and (
+            not _HUB_NAME.match(name) or os.path.isabs(name) or name.startswith(".")):
+        out.append(f"config.model.name_or_path={name!r} is neither tiny, minilm, an existing "
+                   f"directory nor a hub name like 'bert-base-uncased' or 'org/name'")
+    _enum(out, "model.pooling", m.pooling, POOLINGS)
+    _enum(out, "model.dtype", m.dtype, DTYPES)
+    _enum(out, "model.remat_policy", m.remat_policy, REMAT_POLICIES)
+    _enum(out, "model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+    _range(out, "model.dropout", m.dropout, 0, 1, hi_open=True)
+    if m.attention_dropout is not None:
+        _range(out, "model.attention_dropout", m.attention_dropout, 0, 1, hi_open=True)
+
+    _enum(out, "data.counterfactual", d.counterfactual, CF_STRATEGIES)
+    if d.counterfactual == "evidence" and not d.evidence_file:
+        out.append("config.data.counterfactual='evidence' needs config.data.evidence_file "
+                   "(python -m dense_cf.cli.evidence writes one)")
+    _enum(out, "data.answer_mode", d.answer_mode, ANSWER_MODES)
+    _range(out, "data.max_q_len", d.max_q_len, 1, 512)
+    _range(out, "data.max_p_len", d.max_p_len, 1, 512)
+    _range(out, "data.num_hard", d.num_hard, 0)
+    _range(out, "data.window", d.window, 0)
+    _range(out, "data.train_fraction", d.train_fraction, 0, 1, lo_open=True)
+    _enum(out, "dcsr.negatives", config.dcsr.negatives, DCSR_NEGATIVES)
+    _enum(out, "dcsr.sent_init", config.dcsr.sent_init, NEW_TOKEN_INITS)
+
+    _range(out, "optim.learning_rate", o.learning_rate, 0, lo_open=True)
+    _range(out, "optim.warmup_steps", o.warmup_steps, 0)
+    _range(out, "optim.grad_clip", o.grad_clip, 0)
+    _range(out, "optim.b1", o.b1, 0, 1, hi_open=True)
+    _range(out, "optim.b2", o.b2, 0, 1, hi_open=True)
+    _range(out, "train.global_batch", t.global_batch, 1)
+    _range(out, "train.num_steps", t.num_steps, 0)
+    if not t.num_steps:
+        _range(out, "train.num_epochs", t.num_epochs, 0, lo_open=True)
+    _range(out, "train.grad_cache_chunks", t.grad_cache_chunks, 1)
+    if (isinstance(t.grad_cache_chunks, int) and isinstance(t.global_batch, int) and t.grad_cache_chunks > 0
+            and t.global_batch % t.grad_cache_chunks):
+        out.append(f"config.train.grad_cache_chunks={t.grad_cache_chunks} must divide "
+                   f"config.train.global_batch={t.global_batch}")
+    for f in ("log_every", "checkpoint_every", "keep_checkpoints"):
+        _range(out, f"train.{f}", t[f], 1)
+    _range(out, "train.eval_every", t.eval_every, 0)  # 0: no dev evaluation
+
+    _enum(out, "eval.index", ev.index, INDEX_KINDS)
+    _range(out, "eval.k", ev.k, 1)
+    for k in ev.ks:
+        _range(out, "eval.ks[]", k, 1)
+    _enum(out, "eval.embedding_dtype", ev.embedding_dtype, ("float16", "float32"))
+    for s in ev.aar_strategies:
+        _enum(out, "eval.aar_strategies[]", s, TEXT_STRATEGIES)
+    for c in ev.robustness_counts:
+        _range(out, "eval.robustness_counts[]", c, 0)
+    if config.mesh.data != -1:
+        _range(out, "mesh.data", config.mesh.data, 1)
+    _range(out, "mesh.model", config.mesh.model, 1)
+
+    if check_files and not d.synthetic.generate:
+        for key in ("train_file", "dev_file"):
+            try:
+                resolve_data_file(d, key, required=key == "train_file")
+            except (FileNotFoundError, ValueError) as e:
+                out.append(str(e).splitlines()[0] + " (docs/datasets.md; or --config=configs/demo.py)")
+    return out
+
+
+def validate(config: ml_collections.ConfigDict, *, check_files: bool = True) -> None:
+    """Raises :class:`ConfigError` naming every problem of :func:`problems`; else returns."""
+    found = problems(config, check_files=check_files)
+    if found:
+        raise ConfigError("bad config: " + "; ".join(found))
