@@ -86,8 +86,10 @@ def test_cli_smoke(tmp_path, data_dir):
 
 def test_missing_data_file_message(tmp_path):
     from dense_cf.experiment import train_and_evaluate as train
+    from dense_cf.train.validate import ConfigError
     c = _tiny_config(tmp_path)
-    with pytest.raises(FileNotFoundError, match="dl.fbaipublicfiles.com/dpr"):
+    # Found by the config check before any work: one error naming the field, the path and the fix.
+    with pytest.raises(ConfigError, match=r"config.data.train_file is missing: .*dl.fbaipublicfiles.com/dpr"):
         train(c, str(tmp_path / "w"))
 
 

@@ -128,7 +128,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
             try:
                 resolve_data_file(d, key, required=key == "train_file")
             except (FileNotFoundError, ValueError) as e:
-                out.append(str(e).splitlines()[0] + " (docs/datasets.md; or --config=configs/demo.py)")
+                out.append(str(e).splitlines()[0] + " (get DPR's files from https://dl.fbaipublicfiles.com/dpr/ "
+                           "with python -m dense_cf.cli.prepare, docs/datasets.md; or --config=configs/demo.py)")
     return out
 
 
