@@ -15,8 +15,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
 
 # Bottom to top. A module may import only packages at or below its own rank.
-LAYERS = ("files", "text", "configs", "losses", "datasets", "models", "parallel", "index",
-          "inputs", "synthetic", "methods", "train", "retrieval", "eval", "mining")
+LAYERS = ("progress", "files", "text", "configs", "losses", "datasets", "models", "parallel",
+          "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "mining")
 TOP = ("experiment", "main", "demo", "cli", "bench")
 
 # Third-party modules that may be imported inside a function: optional or heavy, and only

@@ -43,6 +43,7 @@ from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.experiment import maybe_generate_synthetic, train_and_evaluate
 from dense_cf.files import atomic_open, write_json
+from dense_cf.progress import format_duration
 from dense_cf.train.run import RunDir
 
 __all__ = ["DEFAULT_ROWS", "METRICS", "REFERENCES", "row_config", "run_ablation", "run_metrics"]
@@ -156,12 +157,6 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _duration(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else \
-        f"{s // 60}m{s % 60:02d}s"
-
-
 def _rows(rows: Sequence[str]) -> list[str]:
     bad = [r for r in rows if r not in ROWS]
     if bad:
@@ -233,9 +228,9 @@ def run_ablation(out: str, rows: Sequence[str] = DEFAULT_ROWS, *, steps: int = 1
         key = json.dumps(_as_json(cfg), sort_keys=True)
         elapsed = time.perf_counter() - t_start
         left = len(jobs) - i + 1
-        eta = _duration(trained_s / n_trained * left) if n_trained else "unknown"
+        eta = format_duration(trained_s / n_trained * left) if n_trained else "unknown"
         logging.info("ablation row %d of %d: %s (seed %d) -> %s; elapsed %s, ETA %s", i,
-                     len(jobs), row, seed, workdir, _duration(elapsed), eta)
+                     len(jobs), row, seed, workdir, format_duration(elapsed), eta)
         if key in by_config:
             same, workdir = by_config[key]
             logging.info("ablation row %s: same config as %s, reusing %s", row, same, workdir)
@@ -253,7 +248,7 @@ def run_ablation(out: str, rows: Sequence[str] = DEFAULT_ROWS, *, steps: int = 1
                 n_trained += 1
                 eval_dir = RunDir(workdir).eval(summary["step"])
                 logging.info("ablation row %s trained and evaluated in %s", row,
-                             _duration(time.perf_counter() - t0))
+                             format_duration(time.perf_counter() - t0))
             by_config[key] = (row, workdir)
         if eval_dir is None:
             raise RuntimeError(f"{workdir}: no evaluation after training")

@@ -50,6 +50,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from absl import logging
 
 from dense_cf import files
+from dense_cf.progress import Progress
 
 __all__ = [
     "FileSpec", "DownloadOptions", "DownloadError", "ChecksumError", "ManualFilesMissingError",
@@ -135,11 +136,6 @@ def human_bytes(n: float) -> str:
     raise AssertionError
 
 
-def _fmt_duration(s: float) -> str:
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 # ---------------------------------------------------------------------------------------------
 # Hashing and gzip checks
 
@@ -156,7 +152,8 @@ def scan_file(path: str, *, check_gzip: bool = False, chunk_size: int = 1 << 20,
     problem = None
     dec = zlib.decompressobj(zlib.MAX_WBITS | 16) if check_gzip else None
     in_member = False
-    t0 = t_log = time.monotonic()
+    progress = Progress(f"verifying {log_name}", os.path.getsize(path), every_s=30.0,
+                        fmt=human_bytes, enabled=bool(log_name))
     with open(path, "rb") as f:
         while chunk := f.read(chunk_size):
             sha.update(chunk)
@@ -176,11 +173,7 @@ def scan_file(path: str, *, check_gzip: bool = False, chunk_size: int = 1 << 20,
                             data = b""
                 except zlib.error as e:
                     problem = f"corrupt gzip data at or before byte {size}: {e}"
-            now = time.monotonic()
-            if log_name and now - t_log > 30:
-                logging.info("verifying %s: %s read (%s/s)", log_name, human_bytes(size),
-                             human_bytes(size / max(now - t0, 1e-9)))
-                t_log = now
+            progress.update(len(chunk))
     if dec is not None and problem is None:
         if size == 0:
             problem = "empty file (not gzip)"
@@ -251,27 +244,6 @@ class ChecksumStore:
 
 # ---------------------------------------------------------------------------------------------
 # HTTP
-
-
-class _Progress:
-    def __init__(self, name: str, total: int | None, start: int, every: float) -> None:
-        self.name, self.total, self.every = name, total, every
-        self.t0 = self.t_log = time.monotonic()
-        self.start = start
-
-    def update(self, done: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.t_log < self.every:
-            return
-        self.t_log = now
-        rate = (done - self.start) / max(now - self.t0, 1e-9)
-        if self.total:
-            eta = (self.total - done) / rate if rate > 0 else float("inf")
-            logging.info("%s: %s / %s (%.1f%%) at %s/s, ETA %s", self.name, human_bytes(done),
-                         human_bytes(self.total), 100.0 * done / self.total, human_bytes(rate),
-                         _fmt_duration(eta) if eta != float("inf") else "?")
-        else:
-            logging.info("%s: %s at %s/s", self.name, human_bytes(done), human_bytes(rate))
 
 
 class _Retryable(Exception):
@@ -363,7 +335,9 @@ def _request_once(url: str, part: str, meta_path: str, opts: DownloadOptions,
         meta = {"url": url, "etag": etag, "last_modified": last_modified, "total": total}
         _save_meta(meta_path, meta)
         done = offset
-        progress = _Progress(progress_name, total, offset, opts.log_every)
+        # Bytes already in the .part count towards the total but not the rate.
+        progress = Progress(progress_name, total, every_s=opts.log_every, start=offset,
+                            fmt=human_bytes)
         with open(part, mode) as f:
             while True:
                 try:
@@ -376,8 +350,8 @@ def _request_once(url: str, part: str, meta_path: str, opts: DownloadOptions,
                     break
                 f.write(chunk)  # a local write error (disk full) is not retried
                 done += len(chunk)
-                progress.update(done)
-        progress.update(done, force=True)
+                progress.set(done)
+        progress.log()
     if total is not None and done != total:
         raise _Retryable(f"connection closed at byte {done} of {total}")
     return meta

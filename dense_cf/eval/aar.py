@@ -37,6 +37,7 @@ from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, rea
 from dense_cf.eval import aar_math, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.inputs import dpr as pipeline
+from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.train.run import RunDir, load_run
@@ -134,10 +135,13 @@ def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
                                  window=cfg.data.window, pad_id=run.tokenizer.token_to_id("[PAD]") or 0,
                                  sep_id=run.tokenizer.token_to_id("[SEP]"), shuffle=False)
     cols: dict[str, list[np.ndarray]] = {}
-    for batch in pipeline.make_eval_dataset(data, spec).as_numpy_iterator():
-        for key in ("q_ids", "q_mask", "pos_ids", "pos_mask", "cf_ids", "cf_mask", "cf_valid"):
-            cols.setdefault(key, []).append(batch[key])
     n = len(examples)
+    # Building p* runs example by example in tf.data: tens of seconds per strategy.
+    with Progress(f"AAR {strategy}: building counterfactuals", n, unit="triplets") as progress:
+        for batch in pipeline.make_eval_dataset(data, spec).as_numpy_iterator():
+            for key in ("q_ids", "q_mask", "pos_ids", "pos_mask", "cf_ids", "cf_mask", "cf_valid"):
+                cols.setdefault(key, []).append(batch[key])
+            progress.update(len(batch["q_ids"]))
     arr = {k: np.concatenate(v) for k, v in cols.items()}
     cf_valid = arr["cf_valid"].astype(bool)
     # p+ is cut to its first max_p_len - 1 body word pieces plus [SEP] (pipeline._fix_len).
@@ -162,9 +166,11 @@ def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
     idx = np.flatnonzero(valid)
     if len(idx):
         encoder = encoder or export.Encoder(run, batch_size)
-        q = encoder.questions(arr["q_ids"][valid], arr["q_mask"][valid])
-        pos = encoder.passages(arr["pos_ids"][valid], arr["pos_mask"][valid])
-        cf = encoder.passages(arr["cf_ids"][valid], arr["cf_mask"][valid])
+        with Progress(f"AAR {strategy}: encoding q, p+ and p*", 3 * len(idx), unit="vectors") as progress:
+            q, pos, cf = (export.encode_in_slices(fn, arr[f"{key}_ids"][valid], arr[f"{key}_mask"][valid],
+                                                  encoder=encoder, progress=progress)
+                          for fn, key in ((encoder.questions, "q"), (encoder.passages, "pos"),
+                                          (encoder.passages, "cf")))
         pos_s, cf_s = np.einsum("bd,bd->b", q, pos), np.einsum("bd,bd->b", q, cf)
     else:
         pos_s = cf_s = np.zeros(0, np.float32)

@@ -60,6 +60,7 @@ from dense_cf.eval import aar, aar_math, stats
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.index.faiss_index import IndexSpec, build_index
+from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.text.answers import find_answer_spans
@@ -242,7 +243,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     t0 = time.perf_counter()
     manifest = export.export_passages(run, corpus.rows(), export_dir, shard_size=cfg.eval.shard_size,
                                       batch_size=cfg.eval.batch_size, dtype=cfg.eval.embedding_dtype,
-                                      encoder=encoder)
+                                      encoder=encoder, num_rows=len(corpus))
     if manifest["count"] != len(corpus) or export.load_passage_ids(export_dir) != corpus.ids:
         raise RuntimeError(f"the export in {export_dir} is not of this corpus ({len(corpus)} "
                            "passages): it was made from another corpus file; move it away")
@@ -253,7 +254,10 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     d_titles, d_texts = dset.flat()
     ids, mask = export.tokenize_passages(run.tokenizer, d_titles, d_texts, manifest["max_p_len"])
     # Same precision as the stored corpus vectors, so neither side is favoured by rounding.
-    d_emb = encoder.passages(ids, mask).astype(manifest["dtype"]).astype(np.float32)
+    with Progress("robustness: encoding distractors", len(ids), unit="passages") as progress:
+        d_emb = export.encode_in_slices(encoder.passages, ids, mask, encoder=encoder,
+                                        progress=progress)
+    d_emb = d_emb.astype(manifest["dtype"]).astype(np.float32)
     q_emb = export.encode_questions(run, dset.questions, encoder=encoder)
     timing["encode_s"] = time.perf_counter() - t0
 
@@ -266,6 +270,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     table: dict[int, dict[str, Any]] = {}
     first_ranks: dict[int, list[int | None]] = {}
     corpus_ranks: dict[int, list[int | None]] = {}
+    # One index build and search per K: each takes seconds to minutes on a real corpus.
+    progress = Progress("robustness: index and search", len(counts), unit="K values")
     for K in counts:
         t0 = time.perf_counter()
         sel = np.concatenate([offsets[q] + np.arange(min(K, n)) for q, n in enumerate(n_var)]
@@ -299,6 +305,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
         corpus_ranks[K] = corpus_first
         logging.info("robustness K=%d: corpus %d, %s MRR=%.4f", K, entry["corpus_size"],
                      {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
+        progress.update(1)
+    progress.done()
 
     result = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
               "k": k, "ks": list(ks), "counts": counts, "max_distractors": max_distractors,

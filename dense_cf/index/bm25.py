@@ -29,6 +29,7 @@ from dense_cf.index.passage_store import (
     corpus_fingerprint,
     write_meta_json,
 )
+from dense_cf.progress import timed
 
 __all__ = ["BM25Index", "bm25_tokenize", "bm25_document", "search_texts", "ANSERINI",
            "BM25S_DEFAULTS", "TOKENIZERS", "bm25s_info"]
@@ -128,8 +129,9 @@ class BM25Index:
                 raise ValueError("the corpus has no passages")
             tok_s = time.perf_counter() - t0
             retriever = bm25s.BM25(k1=k1, b=b, method=method)
-            retriever.index(bm25s.tokenization.Tokenized(ids=docs, vocab=vocab),
-                            create_empty_token=False, show_progress=False)
+            with timed(f"BM25 index: indexing {n} passages with bm25s", "BM25 index: indexed"):
+                retriever.index(bm25s.tokenization.Tokenized(ids=docs, vocab=vocab),
+                                create_empty_token=False, show_progress=False)
             docs.clear()
             retriever.save(os.path.join(out, "bm25"), show_progress=False)
             info = {"format": INDEX_FORMAT, "passages": n,
@@ -205,7 +207,8 @@ def search_texts(documents: Sequence[str], queries: Sequence[str], k: int, *, k1
                for d in documents]
         corpus_tokens = bm25s.tokenization.Tokenized(ids=ids, vocab=vocab)
     retriever = bm25s.BM25(k1=k1, b=b, method=method)
-    retriever.index(corpus_tokens, show_progress=False)
+    with timed(f"BM25: indexing {len(documents)} documents", "BM25: indexed"):
+        retriever.index(corpus_tokens, show_progress=False)
     del corpus_tokens
     k = min(k, len(documents))
     stop = _stopwords() if tokenizer == "regex" else None

@@ -46,6 +46,7 @@ import numpy as np
 from absl import logging
 
 from dense_cf import files
+from dense_cf.progress import Progress, timed
 
 __all__ = [
     "GPU_KINDS",
@@ -710,9 +711,9 @@ def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
 
     template = _new_cpu_index(spec, dim)
     if sample is not None:
-        if progress:
-            logging.info("index: training %s on %d x %d vectors", spec.kind, *sample.shape)
-        _train(template, sample, spec, use_gpu)
+        with timed(f"index: training {spec.kind} on {sample.shape[0]} x {sample.shape[1]} vectors",
+                   f"index: trained {spec.kind}", enabled=progress):
+            _train(template, sample, spec, use_gpu)
         n_train = len(sample)
         del sample
     else:
@@ -737,7 +738,10 @@ def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
     # Add: rows go to shards contiguously when n is known, else chunk by chunk round-robin.
     # No enumerate(): its cached result tuple would keep the previous chunk alive while the
     # source loads the next one.
-    added, last_log, bs, c = 0, t1, spec.add_batch_size, -1
+    added, bs, c = 0, spec.add_batch_size, -1
+    label = ""
+    meter = Progress(f"index: {spec.kind} add", n, unit="vectors", every_s=10.0, enabled=progress,
+                     detail=lambda: label)
     for label, vecs, ids in source.chunks():
         c += 1
         x = xi = None
@@ -752,17 +756,13 @@ def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
                     if z > a:
                         parts[s].add_with_ids(x[a - added:z - added], xi[a - added:z - added])
             added += len(x)
-            now = time.perf_counter()
-            if progress and (now - last_log > 10 or added == n):
-                last_log = now
-                logging.info("index: %s added %d/%s vectors (%s) at %.0f vec/s", spec.kind,
-                             added, n if n is not None else "?", label,
-                             added / max(now - t1, 1e-9))
+            meter.set(added)
         # Drop this chunk before the loop asks the source for the next one (peak = 1 chunk).
         del vecs, ids, x, xi
     if n is not None and added != n:
         raise ValueError(f"expected {n} vectors, the input produced {added}")
     t_add = time.perf_counter() - t1
+    meter.done()
     info = {"train_s": t_train, "add_s": t_add, "n_train": n_train, "ntotal": added,
             "add_vec_per_s": added / max(t_add, 1e-9)}
     if progress:

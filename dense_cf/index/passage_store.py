@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -19,6 +18,7 @@ from absl import logging
 
 from dense_cf.datasets import formats
 from dense_cf.datasets.formats import SkipReport
+from dense_cf.progress import Progress
 
 __all__ = ["PassageStore", "corpus_fingerprint", "check_fingerprint", "build_atomically",
            "open_store", "write_meta_json", "INDEX_FORMAT"]
@@ -79,7 +79,9 @@ class PassageStore:
         """
         os.makedirs(directory, exist_ok=True)
         offsets = array.array("q", [0])
-        t0 = time.perf_counter()
+        # Rows are streamed (total unknown): lines every ``log_every`` rows and at least every
+        # DEFAULT_EVERY_S seconds.
+        progress = Progress("passage store", unit="passages", every_n=log_every or None)
         with open(os.path.join(directory, PassageStore.DATA), "wb") as f:
             pos = 0
             for pid, text, title in rows:
@@ -89,11 +91,9 @@ class PassageStore:
                 offsets.append(pos)
                 if on_row is not None:
                     on_row(pid, text, title)
-                n = len(offsets) - 1
-                if log_every and n % log_every == 0:
-                    logging.info("indexed %d passages (%.0f passages/s)", n,
-                                 n / max(time.perf_counter() - t0, 1e-9))
+                progress.update(1)
         np.save(os.path.join(directory, PassageStore.OFFSETS), np.frombuffer(offsets, np.int64))
+        progress.done()
         return len(offsets) - 1
 
 

@@ -48,6 +48,7 @@ from dense_cf.index.passage_store import (
     write_meta_json,
 )
 from dense_cf.mining.writers import ShardedParts
+from dense_cf.progress import Progress
 from dense_cf.text import answers as answers_lib
 
 __all__ = [
@@ -214,6 +215,9 @@ def mine_file(input_path: str, output: str, *, rank: RankFn,
     stats = MiningStats()
     t0 = time.perf_counter()
     timing = {"mined": 0, "reused_shards": 0}
+    # The input is streamed, so the question count (and an ETA) is unknown until the end.
+    progress = Progress("mining", unit="questions", enabled=writer,
+                        detail=lambda: f"{timing['reused_shards']} shard(s) reused")
 
     def process(shard: int, records: list[tuple[int, dict, BiencoderExample]]) -> None:
         if parts.is_done(shard):
@@ -240,12 +244,10 @@ def mine_file(input_path: str, output: str, *, rank: RankFn,
                 counts["questions_short"] += len(mined) < num_negatives
                 out.append(rec)
             timing["mined"] += len(batch)
-            dt = time.perf_counter() - t0
-            logging.info("shard %d: %d/%d questions; %d mined this run (%.1f q/s)", shard,
-                         min(b + batch_size, len(records)), len(records), timing["mined"],
-                         timing["mined"] / max(dt, 1e-9))
+            progress.update(len(batch))
         parts.write(shard, out, counts)
         stats.add(counts)
+        logging.info("shard %d: %d questions mined", shard, len(records))
 
     shard, buf, n_records = 0, [], 0
     done = parts.is_done(0)  # a done shard's records are read (for counts) but not kept
@@ -261,6 +263,7 @@ def mine_file(input_path: str, output: str, *, rank: RankFn,
     num_shards = -(-n_records // shard_size)
     if shard < num_shards:
         process(shard, buf)
+    progress.done()
     if report.total:
         report.log()
     summary = {"input": input_path, "output": output, "records": n_records,

@@ -60,6 +60,7 @@ from jax.experimental import multihost_utils
 from dense_cf import files
 from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.progress import Progress
 
 # Recorded in export settings: 2 = title-less passages as "[CLS] text [SEP]" (docs/method.md
 # §8). An export made with another format is re-encoded (with a warning), never reused.
@@ -146,8 +147,39 @@ def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
     return encoder.questions(ids, mask)
 
 
+def encode_in_slices(fn, *arrays: np.ndarray, encoder=None, progress: Progress | None = None
+                     ) -> np.ndarray:
+    """``fn(*arrays)`` (an encoder method) called on slices of rows, counting rows in ``progress``.
+
+    Slices are a multiple of the encoder's batch size, so every batch holds the same rows as one
+    call over all rows would: the vectors are identical, only progress is reported in between.
+    Works with any encoder whose methods take row arrays (``batch_size`` defaults to 128).
+    """
+    n = len(arrays[0])
+    rows = int(getattr(encoder, "batch_size", 128)) * 8
+    if n <= rows:
+        out = fn(*arrays)
+        if progress is not None:
+            progress.update(n)
+        return out
+    parts = []
+    for lo in range(0, n, rows):
+        parts.append(fn(*(a[lo:lo + rows] for a in arrays)))
+        if progress is not None:
+            progress.update(len(parts[-1]))
+    return np.concatenate(parts)
+
+
 def _shard_name(kind: str, k: int, ext: str) -> str:
     return f"{kind}-{k:05d}.{ext}"
+
+
+def _len_or_none(rows) -> int | None:
+    """The row count where ``rows`` knows it (a list, a corpus), for progress totals."""
+    try:
+        return len(rows)
+    except TypeError:
+        return None
 
 
 def _chunks(rows: Iterable[tuple[str, str, str]], size: int) -> Iterator[list[tuple[str, str, str]]]:
@@ -339,10 +371,11 @@ class _ShardedExport:
 def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
                     shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
                     max_p_len: int | None = None, encoder: Encoder | None = None,
-                    source: str | None = None) -> dict:
+                    source: str | None = None, num_rows: int | None = None) -> dict:
     """Encodes ``rows`` = (id, text, title) into shards in ``out_dir``; reuses finished shards
     of the same rows and settings (module docstring). ``source`` names the corpus (e.g. its
-    path) in the manifest and in errors.
+    path) in the manifest and in errors; ``num_rows`` (the row count, when ``rows`` is a stream)
+    only gives progress lines their ETA.
 
     Returns the manifest. float16 halves disk and RAM (scores change by ~1e-3 relative); use
     float32 for exact reproducibility of scores.
@@ -356,6 +389,8 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     exp = _ShardedExport(out_dir, settings, shard_size, source)
     encoder = encoder or Encoder(run, batch_size)
     shards, total, done_rows, t0, encoded = [], 0, 0, time.perf_counter(), 0
+    progress = Progress("export passages", num_rows if num_rows is not None else _len_or_none(rows),
+                        unit="passages", enabled=exp.writer)
     for k, chunk in exp.shards(rows):
         names = exp.names(k)
         stored, record = exp.check(k, chunk, names)
@@ -364,10 +399,12 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
             logging.info("export: shard %d already done, skipped", k)
             total += len(chunk)
             done_rows += len(chunk)
+            progress.skip(len(chunk))
             continue
         ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in chunk], [r[1] for r in chunk],
                                       max_p_len)
-        emb = encoder.passages(ids, mask).astype(dtype)
+        emb = encode_in_slices(encoder.passages, ids, mask, encoder=encoder,
+                               progress=progress).astype(dtype)
         exp.write(names, record, emb,
                   arrays={"ids": np.arange(total, total + len(chunk), dtype=np.int64)},
                   texts={"pids": "".join(r[0] + "\n" for r in chunk)})
@@ -376,6 +413,7 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
         dt = time.perf_counter() - t0
         logging.info("export: shard %d written, %d passages (%d this run) at %.1f passages/s",
                      k, total, encoded, encoded / max(dt, 1e-9))
+    progress.done()
     return exp.finish(shards, {
         "count": total, "dim": settings["dim"], "dtype": dtype, "max_p_len": max_p_len,
         "step": int(run.step), "encoded_this_run": encoded, "skipped_done": done_rows,
@@ -385,14 +423,15 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
 def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
                      shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
                      max_p_len: int | None = None, max_sents: int | None = None,
-                     encoder: Encoder | None = None, source: str | None = None) -> dict:
+                     encoder: Encoder | None = None, source: str | None = None,
+                     num_rows: int | None = None) -> dict:
     """DCSR export (docs/method.md §4): every contextual sentence of ``rows`` = (id, text, title).
 
     Passages are tokenised as in training (``dense_cf.inputs.tokens``), encoded
     once, and the vectors at their valid ``<sent>`` markers (at most ``max_sents``) become rows.
     A passage without any valid sentence (empty text) is indexed by its [CLS] vector so it stays
-    retrievable (counted). Shards hold ``shard_size`` passages; reuse and resume as in
-    :func:`export_passages`. Returns the manifest.
+    retrievable (counted). Shards hold ``shard_size`` passages; reuse, resume and ``num_rows`` as
+    in :func:`export_passages`. Returns the manifest.
     """
     if dtype not in ("float16", "float32"):
         raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
@@ -408,6 +447,8 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     shards: list[dict] = []
     n_sent = n_pass = done = encoded = dropped = no_sent = 0
     t0 = time.perf_counter()
+    progress = Progress("export sentences", num_rows if num_rows is not None else _len_or_none(rows),
+                        unit="passages", enabled=exp.writer)
     for k, chunk in exp.shards(rows):
         names = exp.names(k, ("sentence_pids", "spids", "npy"))
         stored, record = exp.check(k, chunk, names)
@@ -418,6 +459,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
             n_sent += int(stored["rows"])
             n_pass += len(chunk)
             done += len(chunk)
+            progress.skip(len(chunk))
             continue
         tok = tokenize_marked_passages(run.tokenizer, [r[2] for r in chunk],
                                        [r[1] for r in chunk], max_len=max_p_len,
@@ -435,6 +477,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
             sl = slice(lo, lo + step)
             vecs = encoder.sentences(tok["ids"][sl], tok["mask"][sl], tok["positions"][sl])
             parts.append(vecs[valid[sl]].astype(dtype))                   # row-major: by passage
+            progress.update(len(vecs))
         emb = np.concatenate(parts)
         exp.write(names, record, emb,
                   arrays={"ids": np.arange(n_sent, n_sent + len(emb), dtype=np.int64),
@@ -448,6 +491,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
         logging.info("export: sentence shard %d written, %d passages / %d sentences (%d passages "
                      "this run) at %.1f passages/s", k, n_pass, n_sent, encoded,
                      encoded / max(time.perf_counter() - t0, 1e-9))
+    progress.done()
     if dropped:
         logging.warning("export: %d sentences beyond max_sents=%d were not indexed", dropped,
                         max_sents)

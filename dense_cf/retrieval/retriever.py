@@ -74,7 +74,8 @@ def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, 
     fn = export.export_sentences if sentences else export.export_passages
     t0 = time.perf_counter()
     manifest = fn(run, corpus.rows(), export_dir, shard_size=shard_size, batch_size=batch_size,
-                  dtype=dtype, encoder=encoder, source=getattr(corpus, "path", None))
+                  dtype=dtype, encoder=encoder, source=getattr(corpus, "path", None),
+                  num_rows=len(corpus))
     export_s = time.perf_counter() - t0
     if manifest["corpus"]["passages"] != len(corpus):
         raise RuntimeError(f"export in {export_dir} has {manifest['corpus']['passages']} "

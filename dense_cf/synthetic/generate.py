@@ -73,6 +73,7 @@ import numpy as np
 
 from dense_cf.datasets import formats
 from dense_cf.index import bm25
+from dense_cf.progress import Progress, timed
 from dense_cf.synthetic.templates import FACTS_BY_TYPE
 from dense_cf.synthetic.vocab import NAME_SHARE, TYPE_NAMES, TYPE_PROBS
 from dense_cf.synthetic.world import _Candidate, _make_entity, _Question, _type_keys, _words
@@ -315,7 +316,7 @@ def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[_Q
     benchmark's hard negatives, so changing them needs a new GENERATOR_VERSION.
     """
     out: list[list[tuple[int, float]]] = []
-    t0 = time.time()
+    progress = Progress("synthetic: bm25 hard negatives", len(questions), unit="questions")
     blocks = bm25.search_texts([f"{t} {x}" for t, x in zip(titles, texts)],
                                [q.question for q in questions], k, tokenizer="bm25s",
                                threads=threads, block=_BM25_BLOCK, **bm25.BM25S_DEFAULTS)
@@ -333,8 +334,8 @@ def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[_Q
                 if len(hard) >= num_hard:
                     break
             out.append(hard)
-        log.info("bm25 mined %d/%d questions (%.1f q/s)", b + len(qs), len(questions),
-                 (b + len(qs)) / max(time.time() - t0, 1e-9))
+        progress.update(len(qs))
+    progress.done()
     return out
 
 
@@ -429,11 +430,13 @@ def _run_chunks(tasks: list[dict[str, Any]], num_passages: int, workers: int) ->
     gen = _Generated([], [], np.zeros(num_passages, dtype=np.int32),
                      {s: [] for s in SPLITS}, Counter())
     seen: set[str] = set()
+    progress = Progress("synthetic: generating", num_passages, unit="passages")
 
     def consume(results: Iterable[dict[str, Any]]) -> None:
         for task, res in zip(tasks, results):
             gen.add(task, res, seen)
-            log.info("generated %d/%d passages", len(gen.texts), num_passages)
+            progress.set(len(gen.texts))
+        progress.done()
 
     if workers == 1:
         consume(map(_generate_chunk, tasks))
@@ -549,7 +552,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
 
     paths = {k: str(out / v) for k, v in FILES.items()}
     hard_by_split = {"train": hard[:len(mined["train"])], "dev": hard[len(mined["train"]):]}
-    _write_files(paths, gen, hard_by_split, rng, num_negatives)
+    with timed(f"synthetic: writing files to {out}", "synthetic: files written"):
+        _write_files(paths, gen, hard_by_split, rng, num_negatives)
     hard_stats = {"mined_questions": len(to_mine), "hard_negatives": sum(len(h) for h in hard),
                   "mined_without_hard_negative": sum(not h for h in hard)}
     counts = _counts(gen, plan, num_negatives, hard_stats, questions_per_passage)

@@ -27,6 +27,7 @@ from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.hosts import host0_first, is_host0
+from dense_cf.progress import Progress, timed
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.metric_writer import MetricWriter, quiet_library_logs
 from dense_cf.train.run import Run, RunDir, build_model, init_state, run_tokenizer
@@ -162,20 +163,42 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
         history, last = [], {}
         t_last, steps_since = time.perf_counter(), 0
         dev_metrics: dict[str, float] = {}
+        # Rate, elapsed and ETA for the console; a time-based line between step-based ones.
+        progress = Progress("train", stop_at, unit="steps", start=step, enabled=is_host0())
+        compiled = False
         while step < stop_at:
             batch = mesh_lib.global_batch(next(it), mesh)
-            state, metrics = step_fn(state, batch, dropout_rng)
+            if compiled:
+                state, metrics = step_fn(state, batch, dropout_rng)
+            else:
+                # The first call compiles (tens of seconds on a real model): say so, and time it
+                # apart from the steady-state rate. Blocking once makes the time the compile's
+                # plus one step's rather than the dispatch's.
+                with timed("train: compiling the train step", "train: compiled and ran the first step",
+                           enabled=is_host0()):
+                    state, metrics = step_fn(state, batch, dropout_rng)
+                    jax.block_until_ready(metrics)
             step += 1
             steps_since += 1
             history.append(metrics)
-            if step % config.train.log_every == 0 or step == stop_at:
+            is_log_step = step % config.train.log_every == 0 or step == stop_at
+            if not compiled:
+                compiled = True
+                progress.set(step, log=False)
+                progress.restart_rate()
+                if not is_log_step:  # keep the compile out of step_time_s where a later step can
+                    t_last, steps_since = time.perf_counter(), 0
+            else:
+                progress.set(step, log=not is_log_step)
+            if is_log_step:
                 m = _mean_metrics(history)
                 dt = time.perf_counter() - t_last
                 m["step_time_s"] = dt / steps_since
                 m["examples_per_s"] = spec.global_batch * steps_since / dt
                 last = writer.write(step, m)
                 writer.console(step, total_steps, last, tuple(f"train/{k}" for k in CONSOLE_KEYS),
-                               label="train")
+                               label="train", extra=progress.stats())
+                progress.mark_logged()
                 history, t_last, steps_since = [], time.perf_counter(), 0
             if step % config.train.checkpoint_every == 0 or step == stop_at:
                 ckpt.save(step, state, it.get_state(), force=True)
@@ -187,6 +210,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                 writer.console(step, total_steps, dev_scalars,
                                ("dev/loss", "dev/rank_acc", "dev/mean_pos_rank"), label="dev")
                 t_last = time.perf_counter()  # keep validation out of the step time
+        if compiled:
+            progress.done()
         ckpt.close()
     writer.close()
     if not last and os.path.exists(rd.summary):  # resumed a finished run: keep its metrics

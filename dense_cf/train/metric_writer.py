@@ -47,12 +47,14 @@ class MetricWriter:
         return scalars
 
     def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],
-                label: str = "train") -> None:
+                label: str = "train", extra: str = "") -> None:
+        """Logs ``[label] step s/total (pct%) key=value ...``, then `` | extra`` if given (the
+        training loop passes :meth:`dense_cf.progress.Progress.stats`: rate, elapsed, ETA)."""
         if not self.enabled:
             return
         shown = " ".join(f"{k.split('/', 1)[-1]}={scalars[k]:.4g}" for k in keys if k in scalars)
-        logging.info("[%s] step %d/%d (%.0f%%) %s", label, step, total, 100.0 * step / max(total, 1),
-                     shown)
+        logging.info("[%s] step %d/%d (%.0f%%) %s%s", label, step, total, 100.0 * step / max(total, 1),
+                     shown, f" | {extra}" if extra else "")
 
     def close(self) -> None:
         if self._jsonl is not None:

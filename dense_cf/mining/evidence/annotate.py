@@ -47,6 +47,7 @@ from dense_cf.datasets.evidence_file import EvidenceRecord, read_evidence, sourc
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.mining.evidence import candidates as cand
 from dense_cf.mining.evidence.scorer import QAItem
+from dense_cf.progress import Progress
 
 
 @dataclasses.dataclass
@@ -91,7 +92,15 @@ def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
     stats = AnnotateStats()
     report = SkipReport()
-    t0 = last_log = time.monotonic()
+    t0 = time.monotonic()
+
+    def detail() -> str:
+        skipped = sum(stats.skipped.values())
+        return f"{stats.annotated + skipped} new, {skipped} skipped, {stats.already_done} resumed"
+
+    # The input is streamed, so the total is known only when max_examples caps it.
+    total = len(range(shard_id, max_examples, num_shards)) if max_examples else None
+    progress = Progress("evidence", total, unit="examples", every_s=log_every_s, detail=detail)
     pending: list[tuple[int, BiencoderExample]] = []
 
     def flush(f) -> None:
@@ -142,19 +151,15 @@ def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
                     raise ValueError(f"{output_path}: example {i} was annotated for question "
                                      f"{rec.question!r:.80}, but {input_path} now has {ex.question!r:.80}")
                 stats.already_done += 1
+                progress.skip(1)  # resumed: counted, but not in the rate
                 continue
             pending.append((i, ex))
             if len(pending) >= chunk_examples:
                 flush(f)
-            now = time.monotonic()
-            if now - last_log >= log_every_s:
-                last_log = now
-                new = stats.annotated + sum(stats.skipped.values())
-                logging.info("evidence: %d examples read, %d new (%.2f new examples/s), %d skipped, "
-                             "%d resumed", stats.examples, new, new / max(now - t0, 1e-9),
-                             sum(stats.skipped.values()), stats.already_done)
+            progress.update(1)
         if pending:
             flush(f)
+    progress.done()
     stats.seconds = time.monotonic() - t0
     if report.total:
         report.log()
