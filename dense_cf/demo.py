@@ -164,6 +164,7 @@ def main(argv) -> None:
         aar_math.histogram_plot(diffs, os.path.join(workdir, "aar_hist.png"),
                                 title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
         table += "\n\nAAR triplets: " + ", ".join(f"{m}: {len(d)}" for m, d in diffs.items())
+        table += "\n\n![histogram of sim(q,p+) − sim(q,p*) per method](aar_hist.png)"
     methods = list(_METHODS.value)
     pairs = ([(f"{methods[0]} (seed {s})", f"{o} (seed {s})") for s in seeds for o in methods[1:]]
              if len(seeds) > 1 else None)  # per seed: the baseline against each other method
@@ -176,7 +177,12 @@ def main(argv) -> None:
         table += ("\n\n## Top-k vs. near-duplicate distractors per question (EADPR Fig. 5)\n\n"
                   + robustness_table(robust))
         plot_runs(robust, os.path.join(workdir, "robustness.png"))
-    with open(os.path.join(workdir, "report.md"), "w") as f:
+        table += "\n\n![top-k vs. distractors per question](robustness.png)"
+    heading, legend = report_lib.columns_section(
+        ["train loss", "train l_dpr", "dev loss", "dev rank_acc", "top-k", "MRR", "AAR",
+         "mean diff", "AA score", "95% CI", "K"])
+    table += f"\n\n## {heading}\n\n{legend}"
+    with report_lib.atomic_open(os.path.join(workdir, "report.md")) as f:
         f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + table + "\n")
     report_lib.write_json(os.path.join(workdir, "report.json"), results)
     print(table)

@@ -21,6 +21,7 @@ from dense_cf.files import workdir_lock, write_json
 from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.train.loop import train
+from dense_cf.train.metric_writer import MetricWriter, flatten_numbers
 from dense_cf.train.run import RunDir
 from dense_cf.train.validate import validate
 
@@ -72,6 +73,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         summary["eval"] = {"skipped": msg}
     elif config.eval.after_training and finished:
         summary["eval"] = evaluate_after_training(run, workdir)
+        # The evaluation's numbers beside the training curves, at the final step.
+        writer = MetricWriter(workdir)
+        writer.tensorboard_scalars(summary["step"], flatten_numbers(summary["eval"], "eval"))
+        writer.close()
     if "eval" in summary and is_host0():
         write_json(RunDir(workdir).summary, summary)
     summary["run"] = run

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -213,3 +214,29 @@ def test_reason_counts_invariant_and_table():
     assert "| join | answers joined by position | 3 |" in lines
     assert "| fate | lost: answer truncated away by max_p_len | 1 |" in lines
     assert len(lines) == 2 + 1 + len(JOIN_REASONS) + len(AAR_FATES)
+
+
+def test_robustness_plot_has_one_panel_per_k_and_categorical_K(tmp_path, monkeypatch):
+    """One panel per k, K at evenly spaced positions labelled by value, no shaded areas, and
+    runs at the same value nudged apart so both stay visible."""
+    from matplotlib.figure import Figure
+    figs = []
+    real_savefig = Figure.savefig
+
+    def keep(self, *a, **kw):
+        figs.append(self)
+        return real_savefig(self, *a, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    t = {run: {K: {1: 50.0 - K, 20: 100.0} for K in (0, 1, 2, 5, 20)} for run in ("a", "b")}
+    topk_vs_distractors_plot(t, tmp_path / "r.png")
+    (fig,) = figs
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["top-1", "top-20"]
+    for ax in axes:
+        assert [lbl.get_text() for lbl in ax.get_xticklabels()] == ["0", "1", "2", "5", "20"]
+        assert list(ax.get_xticks()) == [0, 1, 2, 3, 4]
+        assert not ax.collections  # no fill_between bands
+    xa, xb = (line.get_xdata() for line in axes[1].get_lines())
+    assert (xa != xb).all()  # both runs at 100 %: drawn side by side, not over each other
+    assert os.path.getsize(tmp_path / "r.png") > 1000

@@ -115,12 +115,16 @@ def test_binaries_from_the_command_line(trained):
     # The export and index were reused, and the numbers are the same as after training.
     assert out["timing"]["encoded_this_run"] == 0 and out["timing"]["index_reused"]
     assert out["top_k"] == {str(k): v for k, v in summary["eval"]["retrieval"]["top_k"].items()}
+    # The binary says where it wrote (stderr; stdout stays JSON).
+    eval_dir = os.path.join(os.path.abspath(workdir), "eval", "step_3")
+    assert out["out_dir"] == eval_dir and f"reports written to {eval_dir}" in r.stderr
     # The documented library command (an alias of dense_cf.cli.eval_aar) keeps working.
     r = subprocess.run([sys.executable, "-m", "dense_cf.eval.aar", f"--workdir={workdir}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout[r.stdout.index("{"):])
     assert out["sentence"]["aar"] == pytest.approx(summary["eval"]["aar"]["strategies"]["sentence"]["aar"])
+    assert f"reports written to {eval_dir}" in r.stderr
 
 
 def test_other_corpus_gets_its_own_export_and_report(trained, tmp_path):
@@ -147,6 +151,7 @@ def test_other_corpus_gets_its_own_export_and_report(trained, tmp_path):
     root = os.path.join(workdir, "corpora", roots[0])
     assert os.path.exists(os.path.join(root, "export", "step_3", "manifest.json"))
     assert os.path.exists(os.path.join(root, "eval", "step_3", "report.json"))
+    assert rep["out_dir"] == os.path.join(os.path.abspath(root), "eval", "step_3")
     assert (open(manifest).read(), open(report).read()) == before
     # Again: the other corpus' export and index are reused.
     again = evaluate_run(workdir, corpus_path=str(other), run=run)
@@ -244,3 +249,48 @@ def test_aar_counts_every_gold_record_by_reason(tmp_path, caplog):
     log = caplog.text
     assert "gold record 5: 'What is the capital of Narnia?'" in log  # first no_qa_record
     assert "gold record 4: 'When was the tower built?'" in log       # first answer not found
+
+
+def test_tensorboard_holds_scalars_eval_metrics_and_config(trained):
+    """Classic scalar summaries (EventAccumulator.Scalars reads them), the evaluation's numbers at
+    the final step, and the config as text."""
+    from tensorboard.backend.event_processing import event_accumulator
+    workdir, summary = trained
+    acc = event_accumulator.EventAccumulator(os.path.join(workdir, "tb"), size_guidance={
+        event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    loss = acc.Scalars("train/loss")
+    assert [e.step for e in loss] == list(range(1, len(loss) + 1)) and len(loss) >= 1
+    jsonl = [json.loads(ln) for ln in open(os.path.join(workdir, "metrics.jsonl"))]
+    train_losses = [r["train/loss"] for r in jsonl if "train/loss" in r]
+    np.testing.assert_allclose([e.value for e in loss], train_losses, rtol=1e-6)
+    mrr = summary["eval"]["retrieval"]["mrr"]
+    (ev,) = acc.Scalars("eval/retrieval/mrr")
+    assert ev.step == summary["step"] and ev.value == pytest.approx(mrr, rel=1e-6)
+    assert any(t.startswith("eval/aar/") for t in tags)
+    (cfg,) = acc.Tensors("config")
+    text = cfg.tensor_proto.string_val[0].decode()
+    assert json.loads(text.strip("`\n"))["method"] == summary["run"].config.method
+
+
+def test_reports_define_their_columns_link_plots_and_state_units(trained):
+    from dense_cf.eval import report as report_lib
+    workdir, _ = trained
+    d = os.path.join(workdir, "eval", "step_3")
+    ret_md = open(os.path.join(d, "report.md")).read()
+    aar_md = open(os.path.join(d, "aar.md")).read()
+    assert "## Columns" in ret_md and report_lib.COLUMNS["MRR"] in ret_md
+    assert "## Top-k accuracy and MRR (%)" in ret_md
+    assert "## Columns" in aar_md and report_lib.COLUMNS["AA score"] in aar_md
+    assert report_lib.COLUMNS["mean diff"] in aar_md
+    assert "](aar_hist.png)" in aar_md and os.path.exists(os.path.join(d, "aar_hist.png"))
+    for name in ("report.json", "aar.json"):
+        units = json.load(open(os.path.join(d, name)))["units"]
+        assert units["top_k"] == "percent (0-100)" and units["mrr"] == "fraction (0-1)"
+        assert units["aar"] == "fraction (0-1)"
+    rep = json.load(open(os.path.join(d, "report.json")))
+    # The scales the units promise: top-k in percent, MRR a fraction.
+    assert all(0 <= v <= 100 for v in rep["top_k"].values()) and 0 <= rep["mrr"] <= 1
+    with pytest.raises(KeyError, match="no definition"):
+        report_lib.columns_section(["an undefined column"])

@@ -179,6 +179,9 @@ def test_report_files_and_distractor_texts(robust):
     md = open(os.path.join(out, "robustness.md")).read()
     assert "| K |" in md and "top-100" in md and "questions short" in md
     assert "## Triplets" in md and "| fate | evaluated |" in md
+    # Every column is defined in the report, the plot is linked, JSON states its scales.
+    assert "## Columns" in md and "](robustness.png)" in md and "- **questions short**:" in md
+    assert saved["units"]["top_k"] == "percent (0-100)" and saved["out_dir"] == os.path.abspath(out)
     assert os.path.getsize(os.path.join(out, "robustness.png")) > 1000
     rows = [json.loads(line) for line in open(os.path.join(out, "robustness_distractors.jsonl"))]
     assert [r["question"] for r in rows] == result["questions"]

@@ -23,7 +23,7 @@ from absl import app, flags
 from dense_cf.files import UserError
 
 __all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run",
-           "no_positional", "report_user_error"]
+           "no_positional", "report_user_error", "say_written"]
 
 # Errors that describe the user's situation, not a bug: one line, no traceback (unless
 # DENSE_CF_TRACEBACK=1), exit status 1. Everything else keeps its traceback.
@@ -46,6 +46,11 @@ def usage(doc: str | None, flag_values: flags.FlagValues, *, full: bool = False)
     if full:
         parts.append("absl flags:\n" + flags_help(flags.FLAGS))
     return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def say_written(out_dir: str, what: str = "reports") -> None:
+    """Tells the user where a binary wrote (stderr, so stdout stays parseable JSON)."""
+    print(f"{what} written to {os.path.abspath(out_dir)}", file=sys.stderr, flush=True)
 
 
 def parse(flag_values: flags.FlagValues, argv: Sequence[str],

@@ -41,9 +41,11 @@ def main(argv: Sequence[str]) -> None:
     if _OUT.value:
         with report_lib.atomic_open(_OUT.value) as f:
             f.write(result["markdown"])
+        _app.say_written(_OUT.value, "report")
     if _JSON_OUT.value:
         report_lib.write_json(_JSON_OUT.value, {k: v for k, v in result.items()
                                                 if k != "markdown"})
+        _app.say_written(_JSON_OUT.value, "JSON")
 
 
 def run_cli(argv: Sequence[str]) -> None:

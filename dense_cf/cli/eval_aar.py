@@ -41,6 +41,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                            strategies=_STRATEGIES.value)
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("aar", "triplets", "triplet_fates")}
                       for k, v in res["strategies"].items()}, indent=2, default=float))
+    _app.say_written(res["out_dir"])
     return res
 
 

@@ -42,6 +42,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         summary = evaluate_run(_WORKDIR.value, corpus_path=_CORPUS.value, qa_path=_QA.value,
                                index_kind=_INDEX.value, k=_K.value)
     print(json.dumps(summary, indent=2, default=float))
+    _app.say_written(summary["out_dir"])
     return summary
 
 

@@ -52,6 +52,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     print(json.dumps({"n_questions": res["n_questions"],
                       "distractor_stats": res["distractor_stats"], "table": table},
                      indent=2, default=float))
+    _app.say_written(res["out_dir"])
     return res
 
 

@@ -51,6 +51,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         ks=[int(x) for x in _K.value], out_dir=_OUT.value, in_domain=_IN_DOMAIN.value,
         index_kind=_INDEX.value, answer_mode=_ANSWER_MODE.value, batch_size=_BATCH_SIZE.value)
     print(marginalize.summary_text(rep))
+    _app.say_written(rep["out_dir"])
     return rep
 
 

@@ -200,7 +200,8 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
     result: dict[str, Any] = {"workdir": os.path.abspath(workdir), "method": cfg.method,
                               "step": run.step, "triplet_stats": triplets.stats,
                               "triplet_join": triplets.join.to_json() if triplets.join else None,
-                              "strategies": {}}
+                              "strategies": {}, "out_dir": os.path.abspath(out_dir),
+                              "units": report_lib.JSON_UNITS}
     diffs = {}
     fates: dict[str, aar_math.ReasonCounts] = {}
     for strategy in strategies:
@@ -258,6 +259,9 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
         sections.append(("AAR by question type", report_lib.markdown_table(type_rows, list(type_rows[0]))))
     sections.append(("Triplets (every gold record counted once per strategy)",
                      aar_math.reason_table(fates, triplets.join)))
+    if diffs:
+        sections.append(("Score gaps", "![histogram of sim(q,p+) − sim(q,p*)](aar_hist.png)"))
+    sections.append(report_lib.columns_section(["triplets", "AAR", "AA score", "mean diff", "95% CI"]))
     report_lib.write_markdown(os.path.join(out_dir, "aar.md"), f"Answer-awareness: {workdir}", sections)
     return result
 

@@ -122,12 +122,12 @@ def score_diff_stats(pos_scores: Any, cf_scores: Any) -> dict[str, Any]:
             "aar": float(aware.mean())}
 
 
-def _new_figure(figsize: tuple[float, float]):
+def _new_figure(figsize: tuple[float, float], ncols: int = 1):
     # A bare Figure (no pyplot): no global state, no GUI backend, safe in threads and tests.
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize, layout="constrained")
-    return fig, fig.add_subplot()
+    return fig, (fig.add_subplot() if ncols == 1 else fig.subplots(1, ncols, sharey=True))
 
 
 def _save_png(fig: Any, path: str | os.PathLike) -> None:
@@ -171,8 +171,11 @@ def topk_vs_distractors_plot(table: Mapping[str, Mapping[Any, Mapping[Any, float
     """Top-k accuracy vs. number of added distractors K (EADPR Fig. 5); writes a PNG.
 
     ``table[run][K][k]`` is the top-k accuracy of ``run`` with K distractors per question
-    (string keys, e.g. from JSON, are accepted). One line per (run, k): colour = run, line
-    style = k; the shaded area is the drop from the K=min value.
+    (string keys, e.g. from JSON, are accepted). One panel per k, one line per run (colour and
+    marker). K is drawn at evenly spaced positions labelled with its values (0, 1, 2, 5, ... would
+    crowd a linear axis), and runs are nudged sideways by a fraction of a step so that lines
+    at the same value (e.g. all runs at 100 % top-20) stay visible. No shading: the intervals
+    are in the report's tables.
     """
     if not table:
         raise ValueError("no runs to plot")
@@ -181,27 +184,33 @@ def topk_vs_distractors_plot(table: Mapping[str, Mapping[Any, Mapping[Any, float
                   for K, accs in per_K.items()}
             for run, per_K in table.items()}
     all_k = sorted({k for per_K in norm.values() for accs in per_K.values() for k in accs})
-    styles = ["-", "--", ":", "-."]
-    markers = ["o", "s", "^", "D"]
-    fig, ax = _new_figure((6.4, 4.2))
-    for r, (run, per_K) in enumerate(norm.items()):
-        colour = f"C{r % 10}"
-        for i, k in enumerate(all_k):
-            pts = [(K, per_K[K][k]) for K in sorted(per_K) if k in per_K[K]]
+    all_K = sorted({K for per_K in norm.values() for K in per_K})
+    pos = {K: i for i, K in enumerate(all_K)}
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    styles = ["-", "--", "-.", ":"]
+    n_runs = len(norm)
+    width = 0.25 if n_runs > 1 else 0.0   # total sideways spread of the runs, in K steps
+    fig, axes = _new_figure((3.0 * len(all_k) + 1.0, 3.6), ncols=len(all_k))
+    axes = np.atleast_1d(axes)
+    for ax, k in zip(axes, all_k):
+        for r, (run, per_K) in enumerate(norm.items()):
+            pts = [(pos[K], per_K[K][k]) for K in sorted(per_K) if k in per_K[K]]
             if not pts:
                 continue
             px, py = np.array(pts, dtype=np.float64).T
-            ax.plot(px, py, color=colour, linestyle=styles[i % len(styles)],
-                    marker=markers[i % len(markers)], markersize=4, label=f"{run} top-{k}")
-            ax.fill_between(px, py, py[0], color=colour, alpha=0.08, linewidth=0)
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # K is a count
-    ax.set_xlabel("number of near-duplicate distractors per question (K)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title or "Robustness to near-duplicate distractors")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", ncol=2)
+            dx = (r / (n_runs - 1) - 0.5) * width if n_runs > 1 else 0.0
+            ax.plot(px + dx, py, color=f"C{r % 10}", linestyle=styles[r % len(styles)],
+                    marker=markers[r % len(markers)], markersize=5, label=run)
+        ax.set_xticks(range(len(all_K)), [str(K) for K in all_K])
+        ax.set_xlim(-0.5, len(all_K) - 0.5)
+        ax.set_title(f"top-{k}", fontsize="medium")
+        ax.set_xlabel("distractors per question (K)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(n_runs, 4), fontsize="small",
+               frameon=False)
+    fig.suptitle(title or "Robustness to near-duplicate distractors")
     _save_png(fig, path)
 
 

@@ -333,10 +333,12 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
         out_dir = ts.out_dir or os.path.join(os.path.dirname(os.path.abspath(runs[0].workdir)),
                                              "marginalize", st["tag"])
         os.makedirs(out_dir, exist_ok=True)
+        report["out_dir"], report["units"] = os.path.abspath(out_dir), report_lib.JSON_UNITS
         title = ts.title or f"Encoder marginalisation on {os.path.basename(ts.test)}"
         report_lib.write_json(os.path.join(out_dir, "report.json"), report)
         report_lib.write_markdown(os.path.join(out_dir, "report.md"), title,
-                                  markdown_sections(names, mats, attr, d_idx, report))
+                                  markdown_sections(names, mats, attr, d_idx, report)
+                                  + [("Heat-map", "![top-k of every encoder pair](heatmap.png)")])
         try:
             plot_heatmaps(os.path.join(out_dir, "heatmap.png"), names, mats,
                           title=ts.title or os.path.basename(ts.test))
@@ -401,6 +403,7 @@ def markdown_sections(names: Sequence[str], mats: dict[int, np.ndarray],
         sections.append(("Cross pairs vs. the question encoder's tandem, paired on the same "
                          "questions (95 % Wilson intervals, exact McNemar)",
                          cross_pair_table(names, firsts, list(mats))))
+    sections.append(report_lib.columns_section(["top-k", "Q marginal"]))
     sections.append(("Setup", f"{rep['n_questions']} questions from {rep['test']}; corpus "
                               f"{rep['corpus']} ({rep['corpus_size']} passages); index "
                               f"{rep['index']}; answer matching {rep['answer_mode']}; "

@@ -11,7 +11,73 @@ import numpy as np
 
 from dense_cf.files import atomic_open, to_jsonable, write_json
 
-__all__ = ["atomic_open", "markdown_table", "to_jsonable", "write_json", "write_markdown"]
+__all__ = ["COLUMNS", "JSON_UNITS", "atomic_open", "columns_section", "markdown_table",
+           "to_jsonable", "write_json", "write_markdown"]
+
+# What every report column means (docs/reports.md lists the same). Markdown shows every rate
+# (top-k, MRR, AAR, AA score) as a percentage; score gaps stay in similarity units.
+COLUMNS: dict[str, str] = {
+    "top-k": "percentage of test questions with an answer-bearing passage (DPR has_answer, "
+             "docs/method.md §6) among the first k retrieved",
+    "MRR": "mean over questions of 1/rank of the first answer-bearing passage (0 if none in the "
+           "retrieved list), as a percentage (MRR × 100)",
+    "AAR": "answer-aware rate (PiCL eq. 3): percentage of (q, p+, p*) triplets with "
+           "sim(q,p+) > sim(q,p*), p* being p+ without its answer-bearing sentence "
+           "(`sentence` strategy, docs/method.md §5); a tie counts as unaware",
+    "AA score": "EADPR's answer-awareness score: AAR with p* = p+ with the answer string masked "
+                "(`answer` strategy)",
+    "mean diff": "score gap: mean of sim(q,p+) − sim(q,p*) (dot products of the encoders' "
+                 "vectors) over the triplets; `aware` = triplets with gap > 0, `unaware` = the "
+                 "rest",
+    "triplets": "gold records scored: (question, gold passage p+, counterfactual p*) triplets; "
+                "the others are counted by reason in the Triplets table",
+    "95% CI": "95 % interval: Wilson for rates (top-k, AAR, AA score), percentile bootstrap "
+              "(1,000 resamples, seed 0) for MRR and mean gaps",
+    "K": "synthetic near-duplicate distractors added to the corpus per test question "
+         "(the gold passage with its evidence removed, docs/method.md §5)",
+    "top-k (corpus)": "top-k counting hits on the original corpus passages only",
+    "corpus": "passages in the index: the corpus plus the distractors added at this K",
+    "distractors/q": "distractors actually added per question, on average (a question with "
+                     "fewer than K distinct answer-free variants gets all it has)",
+    "questions short": "questions with fewer than K distractors available",
+    "retrieved distractors": "distractors among all questions' retrieved lists (top k, every "
+                             "question)",
+    "with answer": "retrieved distractors of OTHER questions that happen to contain the answer "
+                   "(counted as hits, as DPR's has_answer does; a question's own distractors "
+                   "never contain it)",
+    "corpus-only top-k": "top-k (%) counting only answer-bearing corpus passages, not distractors",
+    "distractors above 1st corpus hit": "mean number of distractors ranked above the first "
+                                        "answer-bearing corpus passage, over questions with one",
+    "own above 1st corpus hit": "the same, counting only the question's own distractors",
+    "Q marginal": "eq. 7 (docs/method.md §7): the question encoder's top-k (%) averaged over "
+                  "every passage encoder; `P marginal` likewise for the passage encoder; "
+                  "`tandem` = the encoder pair trained together; `% tandem` / `% in-domain` = "
+                  "the marginal as a percentage of the tandem's / in-domain run's top-k",
+    "train loss": "mean training loss over the last `train.log_every` steps",
+    "train l_dpr": "its DPR term (docs/method.md §3)",
+    "dev loss": "loss on the dev set at the final evaluation",
+    "dev rank_acc": "share of dev questions whose positive scores above every in-batch and hard "
+                    "negative",
+}
+
+# The scale of each rate in report JSON files (written as ``"units"`` in each of them). JSON
+# keeps the scales it always had, so older runs still compare: top-k in percent, fractions for
+# the rest.
+JSON_UNITS: dict[str, str] = {
+    "top_k": "percent (0-100)", "top_k_corpus": "percent (0-100)", "top_k_ci": "percent (0-100)",
+    "mrr": "fraction (0-1)", "mrr_ci": "fraction (0-1)", "aar": "fraction (0-1)",
+    "aar_ci": "fraction (0-1)", "score_diff": "similarity (dot product)",
+    "score_diff_ci": "similarity (dot product)", "matrix": "percent (0-100)",
+    "matrix_ci": "percent (0-100)", "mrr_matrix": "fraction (0-1)",
+}
+
+
+def columns_section(names: Sequence[str]) -> tuple[str, str]:
+    """A ``("Columns", text)`` section defining ``names`` (keys of :data:`COLUMNS`)."""
+    unknown = [n for n in names if n not in COLUMNS]
+    if unknown:
+        raise KeyError(f"no definition for report column(s) {unknown}; add them to COLUMNS")
+    return "Columns", "\n".join(f"- **{n}**: {COLUMNS[n]}." for n in names)
 
 
 def _cell(value: Any, floatfmt: str) -> str:

@@ -73,7 +73,8 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     summary = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
                "index": kind, "k": k, "corpus_size": len(corpus), "n_questions": rep["n_questions"],
                "top_k": rep["top_k"], "mrr": rep["mrr"], **intervals, "mode": rep["mode"],
-               "timing": timing, **extra}
+               "timing": timing, **extra, "out_dir": os.path.abspath(out_dir),
+               "units": report_lib.JSON_UNITS}
     # Per-question outcomes, in question order, so that runs can be compared afterwards
     # (dense_cf.eval.compare pairs questions by text).
     report_lib.write_json(os.path.join(out_dir, "report.json"),
@@ -89,12 +90,13 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
               f"{stats.DEFAULT_RESAMPLES} resamples, seed 0):\n\n"
               + report_lib.markdown_table([ci_row], list(ci_row)))
     report_lib.write_markdown(os.path.join(out_dir, "report.md"), f"Retrieval: {workdir}",
-                              [("Top-k accuracy (%) and MRR (×100)", table),
+                              [("Top-k accuracy and MRR (%)", table),
                                ("Setup", f"index={kind}, k={k}, corpus={len(corpus)} passages, "
                                          f"questions={rep['n_questions']}"
                                          + (f"; DCSR: {extra['sentences']} sentences indexed, "
                                             f"top {extra['sentences_retrieved']} retrieved, "
-                                            f"passages ranked by HasAns" if extra else ""))])
+                                            f"passages ranked by HasAns" if extra else "")),
+                               report_lib.columns_section(["top-k", "MRR", "95% CI"])])
     logging.info("retrieval %s step %d: %s MRR=%.4f", cfg.method, run.step,
                  {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
     return summary

@@ -321,6 +321,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
               "first_hit_rank": first_ranks, "first_corpus_hit_rank": corpus_ranks}
     out_dir = out_dir or RunDir(workdir).eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
+    result["out_dir"], result["units"] = os.path.abspath(out_dir), report_lib.JSON_UNITS
     report_lib.write_json(os.path.join(out_dir, "robustness.json"), result)
     with report_lib.atomic_open(os.path.join(out_dir, "robustness_distractors.jsonl")) as f:
         for q, a, t, v in zip(dset.questions, dset.answers, dset.titles, dset.variants):
@@ -333,14 +334,14 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                "questions short": e["questions_short"],
                "retrieved distractors": e["retrieved_distractors"],
                "with answer": e["retrieved_distractors_with_answer"],
-               f"corpus-only top-{max(ks)}": e["top_k_corpus"][max(ks)],
+               f"corpus-only top-{max(ks)} (%)": e["top_k_corpus"][max(ks)],
                "distractors above 1st corpus hit": e["mean_distractors_above_first_corpus_hit"],
                "own above 1st corpus hit": e["mean_own_distractors_above_first_corpus_hit"]}
               for K, e in table.items()]
     report_lib.write_markdown(
         os.path.join(out_dir, "robustness.md"), f"Distractor robustness: {workdir}",
-        [("Top-k accuracy (%) and MRR (×100) vs. distractors per question K",
-          robustness_table({name: result})),
+        [("Top-k accuracy and MRR (%) vs. distractors per question K",
+          robustness_table({name: result}) + "\n\n![top-k vs. K](robustness.png)"),
          ("Distractors in the index and in the results", report_lib.markdown_table(detail, list(detail[0]))),
          ("Setup", f"{len(dset.questions)} questions (of {s['triplets']} triplets; "
                    f"{s['questions_without_distractors']} without an answer match in the gold "
@@ -351,7 +352,11 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                    f"{max_distractors}; {s['dropped_with_answer']} candidates dropped because "
                    f"they still contained an answer); Flat index, k={k}, seed={seed}."),
          ("Triplets (every gold record counted once)",
-          aar_math.reason_table({"questions": dset.fates}, triplets.join))])
+          aar_math.reason_table({"questions": dset.fates}, triplets.join)),
+         report_lib.columns_section(["K", "top-k", "MRR", "corpus", "distractors/q",
+                                     "questions short", "retrieved distractors", "with answer",
+                                     "corpus-only top-k", "distractors above 1st corpus hit",
+                                     "own above 1st corpus hit"])])
     return result
 
 

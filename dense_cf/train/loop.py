@@ -133,6 +133,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
     init_rng, dropout_rng = jax.random.split(rng)
 
     writer = MetricWriter(workdir)
+    # The config beside the curves (TensorBoard's Text tab), as config.json has it.
+    writer.tensorboard_text("config", "```\n" + config.to_json_best_effort(indent=2) + "\n```")
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=config.train.keep_checkpoints,
                         save_interval_steps=config.train.checkpoint_every,
                         async_save=config.train.async_checkpoint)

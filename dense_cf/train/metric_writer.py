@@ -1,6 +1,9 @@
 """Metric sinks: TensorBoard summaries, a JSONL file, and a console progress line.
 
-Only process 0 writes (multi-host runs would otherwise write N copies).
+Only process 0 writes (multi-host runs would otherwise write N copies). TensorBoard scalars are
+written as classic ``simple_value`` summaries, not TF2 tensor summaries, so that
+``EventAccumulator.Scalars`` and pandas/tbparse readers see them as scalars (TF2's
+``tf.summary.scalar`` writes tensors that only the TensorBoard UI converts).
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from absl import logging
 
 def _scalar(v: Any) -> float:
     return float(np.asarray(v))
+
+
+def flatten_numbers(tree: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """``{"a": {"b": 1.0}}`` -> ``{"prefix/a/b": 1.0}``: the int/float leaves of a nested report
+    (lists, strings and booleans are left out), for TensorBoard scalars."""
+    out: dict[str, float] = {}
+    for k, v in tree.items():
+        tag = f"{prefix}/{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten_numbers(v, tag))
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            out[tag] = float(v)
+    return out
 
 
 class MetricWriter:
@@ -38,13 +54,28 @@ class MetricWriter:
         if not self.enabled:
             return scalars
         self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **scalars}) + "\n")
-        if self._tb is not None:
-            import tensorflow as tf
-            with self._tb.as_default(step=int(step)):
-                for k, v in scalars.items():
-                    tf.summary.scalar(k, v)
-            self._tb.flush()
+        self.tensorboard_scalars(step, scalars)
         return scalars
+
+    def tensorboard_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Writes ``scalars`` (tag -> value) to TensorBoard alone, as ``simple_value`` scalars."""
+        if not self.enabled or self._tb is None or not scalars:
+            return
+        import tensorflow as tf
+        summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=k, simple_value=float(v))
+                                              for k, v in scalars.items()])
+        with self._tb.as_default(step=int(step)):
+            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(step))
+        self._tb.flush()
+
+    def tensorboard_text(self, tag: str, text: str, step: int = 0) -> None:
+        """Writes ``text`` (markdown; e.g. the config) to TensorBoard's Text tab."""
+        if not self.enabled or self._tb is None:
+            return
+        import tensorflow as tf
+        with self._tb.as_default(step=int(step)):
+            tf.summary.text(tag, text)
+        self._tb.flush()
 
     def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],
                 label: str = "train", extra: str = "") -> None:
