@@ -19,6 +19,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from dense_cf.configs.presets import demo_config
+from dense_cf.console import import_tensorflow
 from dense_cf.eval import aar_math, stats
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
@@ -122,7 +123,7 @@ def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
 
 def main(argv) -> None:
     del argv
-    import tensorflow as tf
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")
 
     workdir = os.path.abspath(_WORKDIR.value)

@@ -16,6 +16,7 @@ import jax
 import ml_collections
 from absl import logging
 
+from dense_cf.configs.base import resolve_paths
 from dense_cf.eval.after_training import evaluate_after_training
 from dense_cf.files import workdir_lock, write_json
 from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
@@ -53,6 +54,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     Returns the training summary; with evaluation it has an ``eval`` entry (also written to
     ``summary.json``). The trained :class:`~dense_cf.train.run.Run` is under ``"run"``.
     """
+    config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
     validate(config, check_files=not config.data.synthetic.generate)  # generated below if so
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())

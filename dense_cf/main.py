@@ -13,12 +13,13 @@ import os
 import sys
 
 import jax
-import tensorflow as tf
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from dense_cf.cli import _app
+from dense_cf.console import import_tensorflow, quiet_library_logs
 from dense_cf.experiment import train_and_evaluate
+from dense_cf.files import UserError
 from dense_cf.parallel import distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
@@ -44,12 +45,14 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv) -> None:
     del argv
+    quiet_library_logs()
     # Before anything touches devices: jax.distributed must come first.
     local_ids = [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None
     distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
                            local_device_ids=local_ids)
     # tf.data must not grab accelerators that JAX owns.
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
@@ -72,7 +75,54 @@ def main(argv) -> None:
         print(json.dumps({k: summary[k] for k in ("step", "train", "dev")}, indent=2, default=float))
 
 
+# The repository checkout this package runs from (where configs/ lives in a source install).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def resolve_config_arg(argv: list[str], cwd: str | None = None) -> list[str]:
+    """``argv`` with a relative ``--config`` file resolved: against ``cwd`` first, then the
+    repository root (so ``--config=configs/picl_nq.py`` works from any directory of a source
+    checkout). Raises :class:`~dense_cf.files.UserError` naming both places when it is in
+    neither. A ``:args`` suffix (``configs/demo.py:picl``) is kept."""
+    cwd = cwd or os.getcwd()
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith(("--config=", "-config=")):
+            flag, spec = arg.split("=", 1)
+        elif arg in ("--config", "-config") and i + 1 < len(out):
+            flag, spec = None, out[i + 1]
+        else:
+            continue
+        path, colon, rest = spec.partition(":")
+        if not path or os.path.isabs(path) or os.path.exists(os.path.join(cwd, path)):
+            return out
+        candidate = os.path.join(REPO_ROOT, path)
+        if not os.path.isfile(candidate):
+            raise UserError(f"config file {path} not found in {cwd} nor in the repository "
+                            f"({REPO_ROOT}); pass an absolute path or one relative to either")
+        resolved = candidate + colon + rest
+        if flag is None:
+            out[i + 1] = resolved
+        else:
+            out[i] = f"{flag}={resolved}"
+        return out
+    return out
+
+
 def run() -> None:
+    """``python -m dense_cf.main`` and the installed ``dense-cf`` script."""
+    try:
+        sys.argv[1:] = resolve_config_arg(sys.argv[1:])
+    except UserError as e:
+        sys.exit(_app.report_user_error(e))
+    if any(a in _app.HELP_ARGS for a in sys.argv[1:]):
+        # absl's --help lists the flags of the module it takes for __main__; under the console
+        # script that is none, so the training flags are listed here for both.
+        module = sys.modules[__name__]
+        text = flags.FLAGS.module_help(module) or flags.FLAGS.module_help(module.__name__)
+        sys.stdout.write(f"{__doc__.strip()}\n\nflags:\n{text}\n\nTry --helpfull for absl's own "
+                         "flags; --config.<field>=value sets any config field (dense_cf/configs/base.py lists them).\n")
+        sys.exit(0)
     app.run(main)
 
 

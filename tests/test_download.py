@@ -559,3 +559,34 @@ def test_concurrent_fetches_download_once(server, mirror, tmp_path):
     assert open(paths[0], "rb").read() == mirror["/dpr/wikipedia_split/psgs_w100.tsv.gz"]
     assert len(server.requests) == 1
     assert sorted(os.listdir(tmp_path)) == sorted([download.CHECKSUMS_FILE, spec.name])
+
+
+def _refused_url() -> str:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: connection refused
+    return f"http://127.0.0.1:{port}/nq-train.json.gz"
+
+
+@pytest.mark.parametrize("url", ["http://dense-cf-test.invalid/nq-train.json.gz", "refused"])
+def test_no_network_fails_at_once_and_names_manual_dir(tmp_path, url):
+    """A DNS failure or a refused connection is not retried 8 times over minutes: one error,
+    at once, saying to use --manual_dir."""
+    url = _refused_url() if url == "refused" else url
+    sleeps = []
+    spec = FileSpec(name="nq-train.json.gz", url=url)
+    with pytest.raises(download.NetworkUnavailableError, match="--manual_dir") as e:
+        download.fetch(spec, str(tmp_path), opts=DownloadOptions(timeout=5),
+                       sleep=sleeps.append)
+    assert sleeps == [] and url in str(e.value)
+    assert "resolve" in str(e.value) or "refused" in str(e.value)
+
+
+def test_prepare_offline_prints_one_line_with_the_fix(tmp_path, capsys):
+    code = prepare_cli.run_cli(["--datasets", "nq", "--splits", "dev", "--data_dir",
+                                str(tmp_path), "--base_url", "http://dense-cf-test.invalid/"])
+    err = capsys.readouterr().err
+    assert code == 1 and "no network" in err and "--manual_dir" in err
+    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1

@@ -294,3 +294,10 @@ def test_reports_define_their_columns_link_plots_and_state_units(trained):
     assert all(0 <= v <= 100 for v in rep["top_k"].values()) and 0 <= rep["mrr"] <= 1
     with pytest.raises(KeyError, match="no definition"):
         report_lib.columns_section(["an undefined column"])
+
+
+def test_docs_define_every_report_column():
+    from dense_cf.eval import report as report_lib
+    doc = open(os.path.join(ROOT, "docs", "reports.md")).read()
+    assert all(f"| {k} | {v} |" in doc for k, v in report_lib.COLUMNS.items())
+    assert all(f"| `{k}` | {v} |" in doc for k, v in report_lib.JSON_UNITS.items())

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
+from dense_cf.console import quiet_library_logs
 from dense_cf.files import UserError
 
 __all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run",
@@ -104,6 +105,7 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
             sys.exit(1)
 
     def body(argv: list[str]) -> int | None:
+        quiet_library_logs()  # after flag parsing: --verbosity=1 keeps library INFO lines
         try:
             return _status(main(argv))
         except app.UsageError as e:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf.cli import _app
+from dense_cf.console import import_tensorflow
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.files import workdir_lock
 
@@ -34,7 +35,7 @@ _STRATEGIES = flags.DEFINE_list("strategies", None, "Counterfactual strategies "
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Evaluates the run; prints AAR and triplet counts per strategy, returns the result."""
     _app.no_positional(argv)
-    import tensorflow as tf
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
     with workdir_lock(_WORKDIR.value, "eval_aar", warn=logging.warning):
         res = evaluate_aar(_WORKDIR.value, gold_path=_GOLD.value, qa_path=_QA.value,

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf.cli import _app
+from dense_cf.console import import_tensorflow
 from dense_cf.eval.retrieval import evaluate_run
 from dense_cf.files import workdir_lock
 
@@ -36,7 +37,7 @@ _K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Evaluates the run; prints and returns the summary."""
     _app.no_positional(argv)
-    import tensorflow as tf
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
     with workdir_lock(_WORKDIR.value, "eval_retrieval", warn=logging.warning):
         summary = evaluate_run(_WORKDIR.value, corpus_path=_CORPUS.value, qa_path=_QA.value,

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf.cli import _app
+from dense_cf.console import import_tensorflow
 from dense_cf.eval.robustness import DEFAULT_COUNTS, evaluate_robustness
 from dense_cf.files import workdir_lock
 
@@ -40,7 +41,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Evaluates the run; prints top-k and MRR per distractor count, returns the result."""
     _app.no_positional(argv)
-    import tensorflow as tf
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
     with workdir_lock(_WORKDIR.value, "eval_robustness", warn=logging.warning):
         res = evaluate_robustness(_WORKDIR.value, counts=[int(c) for c in _COUNTS.value],

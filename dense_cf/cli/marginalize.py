@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf.cli import _app
+from dense_cf.console import import_tensorflow
 from dense_cf.eval import marginalize
 
 FLAGS = flags.FlagValues()
@@ -44,7 +45,7 @@ _OUT = flags.DEFINE_string("out", None, "Report directory.", flag_values=FLAGS)
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Cross-pairs the runs (``--workdirs`` and the arguments); prints and returns the report."""
-    import tensorflow as tf
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
     rep = marginalize.run_marginalization(
         [*_WORKDIRS.value, *argv[1:]], _TEST.value, corpus_path=_CORPUS.value,

@@ -19,6 +19,7 @@ from absl import flags
 
 from dense_cf.cli import _app
 from dense_cf.cli._mining_flags import define_common_flags
+from dense_cf.console import import_tensorflow
 from dense_cf.mining.model_negatives import mine_model
 
 FLAGS = flags.FlagValues()
@@ -42,7 +43,7 @@ _STORE_DIR = flags.DEFINE_string(
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Mines ``--input`` into ``--output`` with the run's model; prints and returns the summary."""
     _app.no_positional(argv)
-    import tensorflow as tf
+    tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
     f = FLAGS
     summary = mine_model(_WORKDIR.value, f.input, f.output, corpus=f.corpus, k=_K.value,

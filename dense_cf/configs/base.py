@@ -6,6 +6,8 @@ code branch. Defaults follow docs/method.md §9 (DPR's NQ set-up) unless noted.
 
 from __future__ import annotations
 
+import copy
+import os
 from typing import Any, Mapping
 
 import ml_collections
@@ -132,3 +134,27 @@ def merge_over_base(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
     cfg = base_config()
     merge(cfg, saved)
     return cfg
+
+
+# Config fields that name local paths. Relative values mean "relative to the directory the
+# command was started in" (README, "Paths"); resolve_paths fixes them at launch.
+PATH_FIELDS: tuple[str, ...] = ("data.data_dir", "data.cache_dir")
+
+
+def resolve_paths(config: ml_collections.ConfigDict, cwd: str | None = None
+                  ) -> ml_collections.ConfigDict:
+    """A copy of ``config`` whose relative :data:`PATH_FIELDS` are absolute (against ``cwd``,
+    default the current directory), so the ``config.json`` a run saves finds its data from any
+    directory later. Data file names (``data.train_file``...) stay relative to ``data_dir``;
+    a model name that is a local directory relative to ``cwd`` becomes absolute too."""
+    cwd = cwd or os.getcwd()
+    out = copy.deepcopy(config)
+    for dotted in PATH_FIELDS:
+        section, key = dotted.split(".")
+        value = out[section].get(key)
+        if value and not os.path.isabs(value):
+            out[section][key] = os.path.normpath(os.path.join(cwd, value))
+    name = out.model.get("name_or_path")
+    if name and not os.path.isabs(name) and os.path.isdir(os.path.join(cwd, name)):
+        out.model.name_or_path = os.path.normpath(os.path.join(cwd, name))
+    return out

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import gzip
 import hashlib
@@ -41,6 +42,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -54,6 +56,7 @@ from dense_cf.progress import Progress
 
 __all__ = [
     "FileSpec", "DownloadOptions", "DownloadError", "ChecksumError", "ManualFilesMissingError",
+    "NetworkUnavailableError",
     "FileDigest", "ChecksumStore", "CHECKSUMS_FILE", "download_file", "scan_file", "fetch",
     "fetch_all", "gunzip_file", "human_bytes", "remote_size",
 ]
@@ -70,6 +73,26 @@ class DownloadError(RuntimeError):
 
 class ChecksumError(DownloadError):
     """A file's size or hash differs from what it must be."""
+
+
+class NetworkUnavailableError(DownloadError):
+    """No network: the host name does not resolve, or the network or host is unreachable, or the
+    connection is refused. Raised at once, without the retries meant for transient failures."""
+
+
+# OSError numbers that mean "no route to the server at all", not a flaky transfer.
+_NO_NETWORK_ERRNOS = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ECONNREFUSED,
+                      errno.ENETDOWN, errno.EHOSTDOWN}
+
+
+def _no_network_reason(e: BaseException) -> str | None:
+    """Why ``e`` (a urlopen failure) means there is no network, or None if it may be transient."""
+    reason = e.reason if isinstance(e, urllib.error.URLError) else e
+    if isinstance(reason, socket.gaierror):
+        return f"the host name does not resolve ({reason})"
+    if isinstance(reason, OSError) and reason.errno in _NO_NETWORK_ERRNOS:
+        return f"{os.strerror(reason.errno).lower()} ({type(reason).__name__})"
+    return None
 
 
 class ManualFilesMissingError(DownloadError, FileNotFoundError):
@@ -303,6 +326,12 @@ def _request_once(url: str, part: str, meta_path: str, opts: DownloadOptions,
             raise _Retryable(f"HTTP {e.code} {e.reason}") from None
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        why = _no_network_reason(e)
+        if why is not None:
+            raise NetworkUnavailableError(
+                f"{url}: no network: {why}. Offline, download the files on a connected machine "
+                f"(`python -m dense_cf.cli.prepare --list` prints their URLs) and pass "
+                f"--manual_dir DIR.") from None
         raise _Retryable(f"{type(e).__name__}: {e}") from None
 
     with resp:

@@ -12,6 +12,8 @@ import importlib
 import types
 from typing import Any
 
+from dense_cf.console import import_tensorflow
+
 __all__ = ["tf"]
 
 
@@ -24,7 +26,8 @@ class _LazyModule(types.ModuleType):
         if attr.startswith("__"):
             raise AttributeError(attr)
         if self._module is None:
-            self._module = importlib.import_module(self.__name__)
+            self._module = (import_tensorflow() if self.__name__ == "tensorflow"
+                            else importlib.import_module(self.__name__))
         return getattr(self._module, attr)
 
 

@@ -21,6 +21,8 @@ from absl import logging
 from flax import linen as nn
 
 from dense_cf import methods
+from dense_cf.configs.base import resolve_paths
+from dense_cf.console import quiet_library_logs
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import atomic_open, workdir_lock, write_json
 from dense_cf.inputs import dpr as dpr_inputs
@@ -29,7 +31,7 @@ from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.hosts import host0_first, is_host0
 from dense_cf.progress import Progress, timed
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
-from dense_cf.train.metric_writer import MetricWriter, quiet_library_logs
+from dense_cf.train.metric_writer import MetricWriter
 from dense_cf.train.run import Run, RunDir, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
@@ -94,6 +96,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     the workdir lock (``files.workdir_lock``, process 0 only) throughout, so a second trainer or
     evaluator on the same workdir refuses at once.
     """
+    config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
     validate(config)  # before the lock and any work: a bad value fails in a second, not later
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())

@@ -9,7 +9,6 @@ written as classic ``simple_value`` summaries, not TF2 tensor summaries, so that
 from __future__ import annotations
 
 import json
-import logging as py_logging
 import os
 import time
 from typing import Any, Mapping
@@ -17,6 +16,8 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 from absl import logging
+
+from dense_cf.console import import_tensorflow
 
 
 def _scalar(v: Any) -> float:
@@ -46,7 +47,7 @@ class MetricWriter:
         os.makedirs(workdir, exist_ok=True)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
         if tensorboard:
-            import tensorflow as tf  # imported lazily: only the writer process needs it
+            tf = import_tensorflow()  # lazily: only the writer process needs it
             self._tb = tf.summary.create_file_writer(os.path.join(workdir, "tb"))
 
     def write(self, step: int, metrics: Mapping[str, Any], *, prefix: str = "train") -> dict[str, float]:
@@ -61,7 +62,7 @@ class MetricWriter:
         """Writes ``scalars`` (tag -> value) to TensorBoard alone, as ``simple_value`` scalars."""
         if not self.enabled or self._tb is None or not scalars:
             return
-        import tensorflow as tf
+        tf = import_tensorflow()
         summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=k, simple_value=float(v))
                                               for k, v in scalars.items()])
         with self._tb.as_default(step=int(step)):
@@ -72,7 +73,7 @@ class MetricWriter:
         """Writes ``text`` (markdown; e.g. the config) to TensorBoard's Text tab."""
         if not self.enabled or self._tb is None:
             return
-        import tensorflow as tf
+        tf = import_tensorflow()
         with self._tb.as_default(step=int(step)):
             tf.summary.text(tag, text)
         self._tb.flush()
@@ -92,21 +93,3 @@ class MetricWriter:
             self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
-
-
-class _QuietLibraries:
-    """Drops INFO records that orbax emits through absl (dozens per save) so that the progress
-    line stays readable; warnings and errors still pass."""
-
-    _NOISY = (f"{os.sep}orbax{os.sep}",)
-
-    def filter(self, record) -> bool:
-        if record.levelno >= py_logging.WARNING:
-            return True
-        return not any(n in record.pathname for n in self._NOISY)
-
-
-def quiet_library_logs() -> None:
-    logger = logging.get_absl_logger()
-    if not any(isinstance(f, _QuietLibraries) for f in logger.filters):
-        logger.addFilter(_QuietLibraries())
