@@ -199,6 +199,24 @@ if phase == "full":
         except files.DiskFullError as e:
             print(attempt, "DISKFULL", e)
     print("LEFT", sorted(os.listdir(os.path.join(d, "checkpoints"))), sorted(os.listdir(d)))
+    # A FAISS index save (8 MB of vectors) and a BM25 index build (a ~7 MB passage store).
+    import numpy as np
+    from dense_cf.index.bm25 import BM25Index
+    from dense_cf.index.faiss_index import IndexSpec, build_index
+    index = build_index(np.asarray(w, np.float32), spec=IndexSpec(kind="flat"))
+    rows = [(f"p{i}", f"passage {i} " + "word%d " % i * 40, f"Title {i}") for i in range(20000)]
+    for attempt in ("faiss", "bm25"):
+        try:
+            if attempt == "faiss":
+                index.save(os.path.join(d, "index"))
+            else:
+                BM25Index.build(rows, os.path.join(d, "bm25"), k1=0.9, b=0.4)
+            print(attempt, "OK")
+        except files.DiskFullError as e:
+            print(attempt, "DISKFULL", e)
+    left = {n: sorted(os.listdir(os.path.join(d, n))) for n in sorted(os.listdir(d))
+            if os.path.isdir(os.path.join(d, n)) and n != "checkpoints"}
+    print("LEFT2", left)
 else:
     assert c.latest_step() is None
     c.save(1, state, {"pos": 1})
@@ -231,3 +249,8 @@ def test_full_disk_checkpoint_and_report_then_resume_after_space_is_freed(tmp_pa
     assert "report DISKFULL no space left writing" in out and "report.md: it needs more than" in out
     assert "LEFT [] ['checkpoints']" in out  # no partial step, no temp report
     assert "RESUMED 1 {'pos': 1} True" in out
+    # The index save and the BM25 build: one DiskFullError each; no shard or store left that a
+    # later run could take for complete (no index.json / meta.json, no temp directory).
+    assert f"faiss DISKFULL no space left writing {mnt}/index/shard-00000.faiss" in out
+    assert f"bm25 DISKFULL no space left writing {mnt}/bm25: it needs more than" in out
+    assert "LEFT2 {'index': []}" in out
