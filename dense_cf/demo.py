@@ -19,7 +19,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from dense_cf.configs.presets import demo_config
-from dense_cf.console import import_tensorflow
+from dense_cf.console import import_tensorflow, quiet_library_logs
 from dense_cf.eval import aar_math, stats
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
@@ -27,7 +27,10 @@ from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
-_METHODS = flags.DEFINE_list("methods", ["dpr", "picl"], "Demo configs to train (configs/demo.py).")
+_METHODS = flags.DEFINE_list(
+    "methods", ["dpr", "picl"], "Methods to train on the demo set-up (configs/demo.py:METHOD, "
+    "i.e. dense_cf.configs.presets.demo_config): dpr, picl, eadpr, dcsr; the first is the "
+    "baseline every other one is compared with.")
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
 _SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): each method is trained "
                            "once per seed; with several, the mean and spread over seeds too.")
@@ -123,6 +126,7 @@ def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
 
 def main(argv) -> None:
     del argv
+    quiet_library_logs()
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")
 

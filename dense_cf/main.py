@@ -75,44 +75,10 @@ def main(argv) -> None:
         print(json.dumps({k: summary[k] for k in ("step", "train", "dev")}, indent=2, default=float))
 
 
-# The repository checkout this package runs from (where configs/ lives in a source install).
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def resolve_config_arg(argv: list[str], cwd: str | None = None) -> list[str]:
-    """``argv`` with a relative ``--config`` file resolved: against ``cwd`` first, then the
-    repository root (so ``--config=configs/picl_nq.py`` works from any directory of a source
-    checkout). Raises :class:`~dense_cf.files.UserError` naming both places when it is in
-    neither. A ``:args`` suffix (``configs/demo.py:picl``) is kept."""
-    cwd = cwd or os.getcwd()
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg.startswith(("--config=", "-config=")):
-            flag, spec = arg.split("=", 1)
-        elif arg in ("--config", "-config") and i + 1 < len(out):
-            flag, spec = None, out[i + 1]
-        else:
-            continue
-        path, colon, rest = spec.partition(":")
-        if not path or os.path.isabs(path) or os.path.exists(os.path.join(cwd, path)):
-            return out
-        candidate = os.path.join(REPO_ROOT, path)
-        if not os.path.isfile(candidate):
-            raise UserError(f"config file {path} not found in {cwd} nor in the repository "
-                            f"({REPO_ROOT}); pass an absolute path or one relative to either")
-        resolved = candidate + colon + rest
-        if flag is None:
-            out[i + 1] = resolved
-        else:
-            out[i] = f"{flag}={resolved}"
-        return out
-    return out
-
-
 def run() -> None:
     """``python -m dense_cf.main`` and the installed ``dense-cf`` script."""
     try:
-        sys.argv[1:] = resolve_config_arg(sys.argv[1:])
+        sys.argv[1:] = _app.resolve_config_arg(sys.argv[1:])
     except UserError as e:
         sys.exit(_app.report_user_error(e))
     if any(a in _app.HELP_ARGS for a in sys.argv[1:]):

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from dense_cf.cli._app import REPO_ROOT, resolve_config_arg
 from dense_cf.configs.base import base_config, resolve_paths
 from dense_cf.files import UserError
-from dense_cf.main import REPO_ROOT, resolve_config_arg
 
 
 def test_relative_config_found_in_the_repository_from_another_directory(tmp_path):

@@ -24,7 +24,7 @@ from dense_cf.console import quiet_library_logs
 from dense_cf.files import UserError
 
 __all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run",
-           "no_positional", "report_user_error", "say_written"]
+           "no_positional", "report_user_error", "resolve_config_arg", "say_written", "REPO_ROOT"]
 
 # Errors that describe the user's situation, not a bug: one line, no traceback (unless
 # DENSE_CF_TRACEBACK=1), exit status 1. Everything else keeps its traceback.
@@ -115,3 +115,37 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
             return report_user_error(e)
 
     app.run(body, flags_parser=parser)
+
+
+# The repository checkout this package runs from (where configs/ lives in a source install).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def resolve_config_arg(argv: list[str], cwd: str | None = None) -> list[str]:
+    """``argv`` with a relative ``--config`` file resolved: against ``cwd`` first, then the
+    repository root (so ``--config=configs/picl_nq.py`` works from any directory of a source
+    checkout). Raises :class:`~dense_cf.files.UserError` naming both places when it is in
+    neither. A ``:args`` suffix (``configs/demo.py:picl``) is kept."""
+    cwd = cwd or os.getcwd()
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith(("--config=", "-config=")):
+            flag, spec = arg.split("=", 1)
+        elif arg in ("--config", "-config") and i + 1 < len(out):
+            flag, spec = None, out[i + 1]
+        else:
+            continue
+        path, colon, rest = spec.partition(":")
+        if not path or os.path.isabs(path) or os.path.exists(os.path.join(cwd, path)):
+            return out
+        candidate = os.path.join(REPO_ROOT, path)
+        if not os.path.isfile(candidate):
+            raise UserError(f"config file {path} not found in {cwd} nor in the repository "
+                            f"({REPO_ROOT}); pass an absolute path or one relative to either")
+        resolved = candidate + colon + rest
+        if flag is None:
+            out[i + 1] = resolved
+        else:
+            out[i] = f"{flag}={resolved}"
+        return out
+    return out

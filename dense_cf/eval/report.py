@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dense_cf.eval.stats import DEFAULT_RESAMPLES
 from dense_cf.files import atomic_open, to_jsonable, write_json
 
 __all__ = ["COLUMNS", "JSON_UNITS", "atomic_open", "columns_section", "markdown_table",
@@ -32,7 +33,7 @@ COLUMNS: dict[str, str] = {
     "triplets": "gold records scored: (question, gold passage p+, counterfactual p*) triplets; "
                 "the others are counted by reason in the Triplets table",
     "95% CI": "95 % interval: Wilson for rates (top-k, AAR, AA score), percentile bootstrap "
-              "(1,000 resamples, seed 0) for MRR and mean gaps",
+              f"({DEFAULT_RESAMPLES:,} resamples, seed 0) for MRR and mean gaps",
     "K": "synthetic near-duplicate distractors added to the corpus per test question "
          "(the gold passage with its evidence removed, docs/method.md §5)",
     "top-k (corpus)": "top-k counting hits on the original corpus passages only",
