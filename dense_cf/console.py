@@ -24,7 +24,7 @@ __all__ = ["NATIVE_NOISE", "NOISY_LOGGERS", "import_tensorflow", "quiet_library_
 VERBOSE_ENV = "DENSE_CF_VERBOSE_LIBS"
 # Python loggers whose INFO records are noise here (their warnings still show).
 NOISY_LOGGERS = ("jax._src.xla_bridge", "faiss.loader", "faiss", "orbax", "absl.orbax",
-                 "tensorflow", "h5py", "matplotlib")
+                 "tensorflow", "h5py", "matplotlib", "bm25s")
 _NOISY_PATHS = (f"{os.sep}orbax{os.sep}",)
 # Lines TensorFlow's native code writes straight to file descriptor 2 while it loads, whatever
 # TF_CPP_MIN_LOG_LEVEL says (TF 2.21 logs them before absl::InitializeLog). Only these are dropped.

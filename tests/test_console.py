@@ -26,6 +26,7 @@ def test_filter_drops_library_info_and_keeps_warnings_and_our_lines():
     assert not f.filter(_record("jax._src.xla_bridge", py_logging.INFO, "xla_bridge.py",
                                 "Unable to initialize backend 'tpu'"))
     assert not f.filter(_record("faiss.loader", py_logging.INFO, "loader.py", "Loading faiss"))
+    assert not f.filter(_record("bm25s", py_logging.INFO, "__init__.py", "Building index from IDs"))
     ours = os.path.join("dense_cf", "eval", "aar.py")
     assert f.filter(_record("absl", py_logging.INFO, ours, "AAR dpr (sentence): 0.97"))
 

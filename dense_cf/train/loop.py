@@ -191,6 +191,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                 compiled = True
                 progress.set(step, log=False)
                 progress.restart_rate()
+                # The next time-based line is due every_s from now, not at once: a line one
+                # step after the compile would show a dispatch-only rate and a meaningless ETA.
+                progress.mark_logged()
                 if not is_log_step:  # keep the compile out of step_time_s where a later step can
                     t_last, steps_since = time.perf_counter(), 0
             else:
