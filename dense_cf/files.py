@@ -24,6 +24,7 @@ import io
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -50,6 +51,9 @@ class UserError(RuntimeError):
 
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# A short write to a local file: numpy's ``ndarray.tofile`` (used by ``np.save``) reports a full
+# disk as "OSError: 131072 requested and 123872 written", without an errno.
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
 def is_disk_full(e: BaseException) -> bool:
@@ -60,6 +64,8 @@ def is_disk_full(e: BaseException) -> bool:
             return True
         text = str(e)
         if "No space left on device" in text or "Disk quota exceeded" in text:
+            return True
+        if isinstance(e, OSError) and _SHORT_WRITE.search(text):  # numpy's tofile, no errno
             return True
         e, seen = e.__cause__ or e.__context__, seen + 1
     return False
@@ -180,8 +186,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], Any], binary: bo
 
 def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
     """``np.save`` to exactly ``path`` (no ``.npy`` appended), atomically."""
-    with atomic_open(path, "wb") as f:
-        np.save(f, np.asarray(array), allow_pickle=False)
+    array = np.asarray(array)
+    try:
+        with atomic_open(path, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+    except DiskFullError as e:  # the size is known: say what it needs, not what got written
+        raise DiskFullError.for_path(path, array.nbytes + 128, estimate=True) from e.__cause__
 
 
 def _key(k: Any) -> Any:
@@ -223,8 +233,11 @@ def to_jsonable(obj: Any) -> Any:
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
     """Write ``obj`` as strict JSON, atomically, after :func:`to_jsonable`."""
     text = json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False)
-    with atomic_open(path) as f:
-        f.write(text + "\n")
+    try:
+        with atomic_open(path) as f:
+            f.write(text + "\n")
+    except DiskFullError as e:  # the size is known: say what it needs, not what got written
+        raise DiskFullError.for_path(path, len(text.encode()) + 1, estimate=True) from e.__cause__
 
 
 def read_json(path: str | os.PathLike) -> Any | None:

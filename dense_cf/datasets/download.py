@@ -730,4 +730,12 @@ def fetch_all(specs: Iterable[FileSpec], data_dir: str, *, manual_dir: str | Non
                    and (force or _existing_target(s, data_dir, gunzip) is None)]
         if missing:
             raise ManualFilesMissingError(_missing_message(missing, manual_dir), missing)
-    return {s.name: fetch(s, data_dir, manual_dir=manual_dir, **kwargs) for s in specs}
+    out = {}
+    for i, s in enumerate(specs):
+        try:
+            out[s.name] = fetch(s, data_dir, manual_dir=manual_dir, **kwargs)
+        except NetworkUnavailableError as e:  # say which files --manual_dir must then hold
+            todo = [t.name for t in specs[i:]]
+            names = ", ".join(todo[:6]) + (f" and {len(todo) - 6} more" if len(todo) > 6 else "")
+            raise NetworkUnavailableError(f"{e} Files expected there: {names}.") from None
+    return out

@@ -426,8 +426,13 @@ class DenseIndex:
         shards = []
         for s, ix in enumerate(self._cpu_indexes()):
             name = f"shard-{s:05d}.faiss"
-            with files.atomic_open(os.path.join(directory, name), "wb") as f:
-                _write_index(ix, f)
+            try:
+                with files.atomic_open(os.path.join(directory, name), "wb") as f:
+                    _write_index(ix, f)
+            except files.DiskFullError as e:  # say what the whole shard needs, not the part
+                need = int(bytes_per_vector(self.spec, self.dim) * ix.ntotal) + (1 << 16)
+                raise files.DiskFullError.for_path(os.path.join(directory, name), need,
+                                                   estimate=True) from e.__cause__
             shards.append({"file": name, "ntotal": int(ix.ntotal)})
         manifest = {"format": _FORMAT, "version": _FORMAT_VERSION, "kind": self.kind,
                     "dim": self.dim, "ntotal": self.ntotal, "spec": self.spec.to_dict(),
