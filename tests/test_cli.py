@@ -17,6 +17,7 @@ import pytest
 from absl import flags
 
 from dense_cf.cli import _app
+from dense_cf.files import UserError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI = sorted(m.name for m in pkgutil.iter_modules([str(ROOT / "dense_cf" / "cli")])
@@ -27,7 +28,7 @@ ALIASES = {"dense_cf.datasets.dpr": "prepare", "dense_cf.datasets.dpr_tfds": "pr
            "dense_cf.mining.model_negatives": "mine_model",
            "dense_cf.eval.retrieval": "eval_retrieval", "dense_cf.eval.aar": "eval_aar",
            "dense_cf.eval.robustness": "eval_robustness",
-           "dense_cf.eval.marginalize": "marginalize"}
+           "dense_cf.eval.marginalize": "marginalize", "dense_cf.export_hf": "export_hf"}
 
 _SCRIPT = r"""
 import contextlib, io, json, runpy, sys
@@ -69,7 +70,7 @@ def _flag_names(name: str) -> list[str]:
 
 def test_the_expected_binaries_exist():
     assert {"prepare", "prepare_tfds", "stats", "evidence", "mine_model", "eval_retrieval",
-            "eval_aar", "eval_robustness", "marginalize"} <= set(CLI)
+            "eval_aar", "eval_robustness", "marginalize", "export_hf"} <= set(CLI)
 
 
 @pytest.mark.parametrize("name", CLI)
@@ -113,8 +114,8 @@ def test_run_cli_parses_afresh_and_keeps_binaries_apart():
     assert eval_aar.FLAGS.workdir == "b" and eval_aar.FLAGS.strategies is None
     _app.parse(eval_retrieval.FLAGS, ["--workdir=c", "--k=5"])
     assert eval_aar.FLAGS.workdir == "b" and eval_retrieval.FLAGS.k == 5
-    with pytest.raises(flags.Error):
-        _app.parse(eval_retrieval.FLAGS, ["--k=5"])       # --workdir is required
+    with pytest.raises(UserError, match="exactly one of --workdir"):
+        eval_retrieval.run_cli(["--k=5"])                 # --workdir (or --model) is required
     with pytest.raises(flags.Error):
         _app.parse(eval_retrieval.FLAGS, ["--workdir=c", "--no_such_flag=1"])
 

@@ -43,11 +43,13 @@ def test_minilm_gets_a_sent_row(tmp_path):
     c.dcsr.sent_init = "mean"
     model, params, model_dir = run_lib.build_model(c)
     assert model.config.vocab_size == 30523
-    emb = params["embeddings"]["word_embeddings"]["embedding"]
+    assert set(params) == {"question", "passage"}  # one tree per tower
+    emb = params["passage"]["embeddings"]["word_embeddings"]["embedding"]
+    np.testing.assert_array_equal(params["question"]["embeddings"]["word_embeddings"]["embedding"], emb)
     assert emb.shape == (30523, 384)
     np.testing.assert_allclose(emb[30522], emb[:30522].mean(axis=0), rtol=1e-5, atol=1e-6)
     c.dcsr.sent_init = "cls"  # the default: a copy of [CLS]'s row (id 101)
-    emb = run_lib.build_model(c)[1]["embeddings"]["word_embeddings"]["embedding"]
+    emb = run_lib.build_model(c)[1]["passage"]["embeddings"]["word_embeddings"]["embedding"]
     np.testing.assert_array_equal(emb[30522], emb[101])
     tok = run_lib.run_tokenizer(c, model_dir, str(tmp_path), save=True)
     assert tok.token_to_id(SENT_TOKEN) == 30522

@@ -97,12 +97,15 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
 
     def parser(argv: list[str]) -> list[str]:
         try:
+            argv = [argv[0], *resolve_config_arg(argv[1:])]  # --config=configs/x.py from any cwd
             rest = flag_values(argv, known_only=True)   # this binary's flags
             return flags.FLAGS(rest)                    # absl's: --verbosity, --logtostderr...
         except flags.Error as e:
             sys.stderr.write(f"FATAL Flags parsing error: {e}\n"
                              "Pass --help to see the flags of this binary.\n")
             sys.exit(1)
+        except USER_ERRORS as e:
+            sys.exit(report_user_error(e))
 
     def body(argv: list[str]) -> int | None:
         quiet_library_logs()  # after flag parsing: --verbosity=1 keeps library INFO lines

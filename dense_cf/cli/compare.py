@@ -24,16 +24,22 @@ _STEP_B = flags.DEFINE_integer("step_b", None, "Step of RUN_B's evaluation (defa
 _SEED = flags.DEFINE_integer("seed", 0, "Bootstrap seed.", flag_values=FLAGS)
 _RESAMPLES = flags.DEFINE_integer("n_resamples", 10_000, "Bootstrap resamples.", flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", None, "Also write the markdown report here.", flag_values=FLAGS)
+_NAMES = flags.DEFINE_list("names", None, "Two labels for RUN_A and RUN_B in the table (default: "
+                           "method and step), e.g. DPR,MiniLM-untrained.", flag_values=FLAGS)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the rows and notes as JSON here.", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> None:
     if len(argv) != 3:
         raise app.UsageError("usage: python -m dense_cf.cli.compare RUN_A RUN_B [flags]")
+    names = _NAMES.value
+    if names is not None and len(names) != 2:
+        raise app.UsageError(f"--names takes two labels, got {len(names)}")
     try:
         result = compare_lib.compare(argv[1], argv[2], step_a=_STEP_A.value,
                                      step_b=_STEP_B.value, seed=_SEED.value,
-                                     n_resamples=_RESAMPLES.value, verbose=False)
+                                     n_resamples=_RESAMPLES.value, verbose=False,
+                                     names=tuple(names) if names else None)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

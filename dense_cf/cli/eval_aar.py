@@ -6,6 +6,10 @@ Builds (q, p+, p*) triplets from the gold passages with the training counterfact
 writes ``DIR/eval/step_<N>/aar.{json,md}`` and ``aar_hist.png`` and prints AAR and the number
 of triplets per strategy as JSON. Also ``python -m dense_cf.eval.aar``. Decisions:
 :mod:`dense_cf.eval.aar`.
+
+Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
+[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
+``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.cli._model_flags`).
 """
 
 from __future__ import annotations
@@ -15,17 +19,17 @@ from typing import Any, Sequence
 
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf.cli import _app, _model_flags
 from dense_cf.console import import_tensorflow
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).",
-                               required=True, flag_values=FLAGS)
+_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
 _GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
                             flag_values=FLAGS)
+flags.DEFINE_alias("gold_file", "gold", flag_values=FLAGS)
 _QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
                           flag_values=FLAGS)
 _STRATEGIES = flags.DEFINE_list("strategies", None, "Counterfactual strategies "
@@ -37,8 +41,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    with workdir_lock(_WORKDIR.value, "eval_aar", warn=logging.warning):
-        res = evaluate_aar(_WORKDIR.value, gold_path=_GOLD.value, qa_path=_QA.value,
+    workdir, run = _model_flags.workdir_and_run(FLAGS)
+    with workdir_lock(workdir, "eval_aar", warn=logging.warning):
+        res = evaluate_aar(workdir, run=run, gold_path=_GOLD.value, qa_path=_QA.value,
                            strategies=_STRATEGIES.value)
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("aar", "triplets", "triplet_fates")}
                       for k, v in res["strategies"].items()}, indent=2, default=float))

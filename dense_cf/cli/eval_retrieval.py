@@ -6,6 +6,10 @@
 Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, report.json/md), reusing the
 run's export and index, and prints the summary as JSON. Also ``python -m
 dense_cf.eval.retrieval``. Decisions: :mod:`dense_cf.eval.retrieval`.
+
+Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
+[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
+``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.cli._model_flags`).
 """
 
 from __future__ import annotations
@@ -15,15 +19,14 @@ from typing import Any, Sequence
 
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf.cli import _app, _model_flags
 from dense_cf.console import import_tensorflow
 from dense_cf.eval.retrieval import evaluate_run
 from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).",
-                               required=True, flag_values=FLAGS)
+_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
 _CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
                               flag_values=FLAGS)
 _QA = flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).",
@@ -39,8 +42,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    with workdir_lock(_WORKDIR.value, "eval_retrieval", warn=logging.warning):
-        summary = evaluate_run(_WORKDIR.value, corpus_path=_CORPUS.value, qa_path=_QA.value,
+    workdir, run = _model_flags.workdir_and_run(FLAGS)
+    with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
+        summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,
                                index_kind=_INDEX.value, k=_K.value)
     print(json.dumps(summary, indent=2, default=float))
     _app.say_written(summary["out_dir"])

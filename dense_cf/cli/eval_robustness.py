@@ -6,6 +6,10 @@
 Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
 and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
 as JSON. Also ``python -m dense_cf.eval.robustness``. Decisions: :mod:`dense_cf.eval.robustness`.
+
+Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
+[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
+``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.cli._model_flags`).
 """
 
 from __future__ import annotations
@@ -15,15 +19,14 @@ from typing import Any, Sequence
 
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf.cli import _app, _model_flags
 from dense_cf.console import import_tensorflow
 from dense_cf.eval.robustness import DEFAULT_COUNTS, evaluate_robustness
 from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (trained with dense_cf.main).",
-                               required=True, flag_values=FLAGS)
+_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
 _MAX_DISTRACTORS = flags.DEFINE_integer(
     "max_distractors", 20, "Distractor variants generated per question.", flag_values=FLAGS)
 _COUNTS = flags.DEFINE_list(
@@ -31,6 +34,7 @@ _COUNTS = flags.DEFINE_list(
     "Distractors per question to evaluate (each <= max_distractors).", flag_values=FLAGS)
 _GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
                             flag_values=FLAGS)
+flags.DEFINE_alias("gold_file", "gold", flag_values=FLAGS)
 _QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
                           flag_values=FLAGS)
 _CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).", flag_values=FLAGS)
@@ -43,8 +47,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    with workdir_lock(_WORKDIR.value, "eval_robustness", warn=logging.warning):
-        res = evaluate_robustness(_WORKDIR.value, counts=[int(c) for c in _COUNTS.value],
+    workdir, run = _model_flags.workdir_and_run(FLAGS)
+    with workdir_lock(workdir, "eval_robustness", warn=logging.warning):
+        res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],
                                   max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
                                   qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value)
         table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],

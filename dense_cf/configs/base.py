@@ -21,7 +21,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict()
     c.model.name_or_path = "bert-base-uncased"  # "minilm", a local HF dir, a hub name, or "tiny"
     c.model.shared = False                      # separate question/passage towers (docs/method.md §9)
-    c.model.pooling = "cls"                     # DPR's [CLS] without pooler
+    c.model.question_path = ""                  # per-tower checkpoints (e.g. DPR's question and
+    c.model.passage_path = ""                   # ctx encoders); "" = name_or_path (docs/interop.md)
+    c.model.pooling = "cls"                     # DPR's [CLS] without pooler; mean | auto (the
+    c.model.normalize = False                   # checkpoint's sentence-transformers pooling + norm)
     c.model.dtype = "float32"                   # compute dtype; "bfloat16" on accelerators
     c.model.remat = False
     c.model.remat_policy = "nothing_saveable"  # or dots_with_no_batch_dims_saveable | dots_saveable
@@ -154,7 +157,8 @@ def resolve_paths(config: ml_collections.ConfigDict, cwd: str | None = None
         value = out[section].get(key)
         if value and not os.path.isabs(value):
             out[section][key] = os.path.normpath(os.path.join(cwd, value))
-    name = out.model.get("name_or_path")
-    if name and not os.path.isabs(name) and os.path.isdir(os.path.join(cwd, name)):
-        out.model.name_or_path = os.path.normpath(os.path.join(cwd, name))
+    for key in ("name_or_path", "question_path", "passage_path"):
+        name = out.model.get(key)
+        if name and not os.path.isabs(name) and os.path.isdir(os.path.join(cwd, name)):
+            out.model[key] = os.path.normpath(os.path.join(cwd, name))
     return out

@@ -1,7 +1,10 @@
 """DPR-style bi-encoder: f_q and f_p BERT towers, sim(q, p) = f_q(q) · f_p(p) (docs/method.md §1).
 
-DPR/PiCL/EADPR use separate towers and pooler-free [CLS] pooling (docs/method.md §9); ``shared`` and
-``pooling="mean"`` are options. Params are ``{"question": bert, "passage": bert}`` or
+DPR/PiCL/EADPR use separate towers and pooler-free [CLS] pooling (docs/method.md §9); ``shared``,
+``pooling="mean"`` and ``normalize`` (unit-length embeddings, as sentence-transformers models such as
+all-MiniLM-L6-v2 declare) are options. Each tower may start from its own checkpoint
+(``model.question_path`` / ``model.passage_path``; layouts in :mod:`dense_cf.models.checkpoints`).
+Params are ``{"question": bert, "passage": bert}`` or
 ``{"shared": bert}``.
 
 DCSR (docs/method.md §4) reads one vector per sentence from the passage tower's outputs at the ``<sent>``
@@ -19,12 +22,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
-from dense_cf.models import hf
+from dense_cf.models import checkpoints, hf
 from dense_cf.models.bert import BertConfig, BertEncoder
 from dense_cf.models.tokenizer import add_tokens, load_tokenizer
 
 POOLINGS = ("cls", "mean")
+AUTO = "auto"  # model.pooling: the checkpoint's own (sentence-transformers) pooling, else "cls"
 
 
 def pool(hidden: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
@@ -54,6 +59,7 @@ class DualEncoder(nn.Module):
     config: BertConfig
     shared: bool = False
     pooling: str = "cls"
+    normalize: bool = False
 
     def setup(self) -> None:
         if self.pooling not in POOLINGS:
@@ -65,8 +71,14 @@ class DualEncoder(nn.Module):
             self.question = BertEncoder(self.config)
             self.passage = BertEncoder(self.config)
 
+    def _unit(self, x: jax.Array) -> jax.Array:
+        if not self.normalize:
+            return x
+        # eps as in torch.nn.functional.normalize (sentence-transformers' Normalize module).
+        return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
     def _encode(self, tower: BertEncoder, ids, mask, deterministic: bool) -> jax.Array:
-        return pool(tower(ids, mask, deterministic=deterministic), mask, self.pooling)
+        return self._unit(pool(tower(ids, mask, deterministic=deterministic), mask, self.pooling))
 
     def encode_question(self, ids, mask, deterministic: bool = True) -> jax.Array:
         return self._encode(self.tower if self.shared else self.question, ids, mask, deterministic)
@@ -81,7 +93,7 @@ class DualEncoder(nn.Module):
 
     def encode_passage_at(self, ids, mask, positions, deterministic: bool = True) -> jax.Array:
         """Passage-tower outputs at ``positions`` [B, S]: float32 [B, S, H] (docs/method.md §4)."""
-        return gather_positions(self.encode_passage_tokens(ids, mask, deterministic), positions)
+        return self._unit(gather_positions(self.encode_passage_tokens(ids, mask, deterministic), positions))
 
     def __call__(self, q_ids, q_mask, p_ids, p_mask, deterministic: bool = True):
         return (
@@ -102,13 +114,16 @@ def init_params(model: DualEncoder, rng: jax.Array, seq_len: int = 8) -> dict[st
 
 
 def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool = True) -> dict[str, Any]:
-    """Places HF BERT params (from ``load_hf_bert_params``) in every tower; separate towers get
-    independent copies. ``boxed=True`` wraps leaves like :func:`init_params` (same tree type)."""
+    """Places HF BERT params in the towers: ``hf_params`` is one tree (from
+    ``load_hf_bert_params``; every tower gets an independent copy) or ``{tower name: tree}``
+    (from :func:`load_pretrained`). ``boxed=True`` wraps leaves like :func:`init_params`."""
+    names = tower_names(model)
+    per_tower = "embeddings" not in hf_params and set(hf_params) == set(names)
     if boxed:
         abstract = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
     out = {}
-    for i, name in enumerate(tower_names(model)):
-        tree = hf_params if i == 0 else copy.deepcopy(hf_params)
+    for i, name in enumerate(names):
+        tree = hf_params[name] if per_tower else (hf_params if i == 0 else copy.deepcopy(hf_params))
         tree = jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), tree)
         if boxed:
             tree = jax.tree.map(
@@ -121,13 +136,53 @@ def pretrained_params(model: DualEncoder, hf_params: dict[str, Any], boxed: bool
     return out
 
 
-def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder, str | None]:
-    """Builds the model from a complete ``cfg.model`` (see ``configs.base``; name_or_path: "tiny" |
-    "minilm" | local dir | hub name; shared; pooling; dtype; remat; remat_policy; dropout;
-    attention_dropout (default: dropout); attention_impl (see ``bert.ATTENTION_IMPLS``); tiny_*).
+def tower_sources(m: Any) -> dict[str, checkpoints.TowerSource] | None:
+    """``{"question": TowerSource, "passage": TowerSource}`` for ``cfg.model`` ``m``, or None
+    for a random "tiny" model. A tower reads ``m.<role>_path`` if set, else ``m.name_or_path``."""
+    q_path, p_path = m.get("question_path") or "", m.get("passage_path") or ""
+    if m.name_or_path == "tiny" and not (q_path or p_path):
+        return None
+    out = {}
+    for role, path in (("question", q_path), ("passage", p_path)):
+        spec = path or m.name_or_path
+        if spec == "tiny":
+            raise ValueError(f"model.{role}_path is unset and model.name_or_path is 'tiny': "
+                             "set both tower paths, or neither")
+        out[role] = checkpoints.tower_source(hf.resolve_model_dir(spec), role)
+    return out
 
-    Returns ``(model, model_dir)``; ``model_dir`` is None for "tiny" (random init), else pass
-    it to ``load_hf_bert_params(model_dir, model.config)`` and :func:`pretrained_params`.
+
+def _resolve_pooling(m: Any, sources: dict[str, checkpoints.TowerSource] | None) -> tuple[str, bool]:
+    """(pooling, normalize): "auto" takes the checkpoints' declared pooling (else "cls")."""
+    declared = {(s.pooling, bool(s.normalize)) for s in (sources or {}).values() if s.pooling}
+    if len(declared) > 1:
+        raise checkpoints.ModelLayoutError(
+            f"the towers declare different poolings {sorted(declared)}; set model.pooling")
+    if m.pooling == AUTO:
+        return next(iter(declared)) if declared else ("cls", bool(m.get("normalize", False)))
+    normalize = bool(m.get("normalize", False))
+    if declared and (m.pooling, normalize) not in declared:
+        (own_pool, own_norm), = declared
+        logging.info("model.pooling=%s%s overrides the checkpoint's own pooling (%s%s); "
+                     "model.pooling='auto' uses the checkpoint's", m.pooling,
+                     " + normalize" if normalize else "", own_pool, " + normalize" if own_norm else "")
+    return m.pooling, normalize
+
+
+def _arch(c: BertConfig) -> str:
+    return (f"layers={c.num_layers}, hidden={c.hidden_size}, heads={c.num_heads}, "
+            f"vocab={c.vocab_size}")
+
+
+def model_from_config(cfg: Any, num_added_tokens: int = 0
+                      ) -> tuple[DualEncoder, dict[str, checkpoints.TowerSource] | None]:
+    """Builds the model from a complete ``cfg.model`` (see ``configs.base``; name_or_path: "tiny" |
+    "minilm" | local dir (HF BERT, DPR, sentence-transformers, an ``export_hf`` root) | hub name;
+    question_path / passage_path; shared; pooling ("auto": the checkpoint's own); normalize; dtype;
+    remat; remat_policy; dropout; attention_dropout (default: dropout); attention_impl; tiny_*).
+
+    Returns ``(model, sources)``: ``sources`` (:func:`tower_sources`) is None for "tiny" (random
+    init), else pass it to :func:`load_pretrained`.
     """
     m = cfg.model  # complete: run configs are merged over the base config (configs.base)
     n_added = int(num_added_tokens)
@@ -137,7 +192,8 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder,
         over.update(dropout_rate=float(m.dropout), attention_dropout_rate=float(m.dropout))
     if m.attention_dropout is not None:  # e.g. 0 so fused attention also runs in training
         over.update(attention_dropout_rate=float(m.attention_dropout))
-    if m.name_or_path == "tiny":
+    sources = tower_sources(m)
+    if sources is None:
         bert = BertConfig.tiny(
             vocab_size=m.tiny_vocab + n_added,
             hidden=m.tiny_hidden,
@@ -146,34 +202,53 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0) -> tuple[DualEncoder,
             max_position_embeddings=512,
             **over,
         )
-        model_dir = None
     else:
-        model_dir = hf.resolve_model_dir(m.name_or_path)
-        bert = BertConfig.from_hf_json(model_dir, **over)
+        q_cfg, p_cfg = (BertConfig.from_hf_json(sources[r].model_dir, **over) for r in checkpoints.ROLES)
+        if q_cfg != p_cfg:
+            raise checkpoints.ModelLayoutError(
+                f"the question tower ({sources['question'].model_dir}) and the passage tower "
+                f"({sources['passage'].model_dir}) have different architectures: "
+                f"{_arch(q_cfg)} vs {_arch(p_cfg)}")
+        if m.shared and sources["question"] != sources["passage"]:
+            raise checkpoints.ModelLayoutError(
+                f"model.shared=True needs one checkpoint for both towers, got "
+                f"{sources['question'].describe()} and {sources['passage'].describe()}")
+        bert = p_cfg
         if n_added:  # e.g. DCSR's <sent> (docs/method.md §4): rows appended after the pretrained ones
             bert = bert.replace(vocab_size=bert.vocab_size + n_added)
-    model = DualEncoder(bert, shared=bool(m.shared), pooling=m.pooling)
-    return model, model_dir
+    pooling, normalize = _resolve_pooling(m, sources)
+    model = DualEncoder(bert, shared=bool(m.shared), pooling=pooling, normalize=normalize)
+    return model, sources
 
 
-def load_pretrained(model: DualEncoder, model_dir: str, tok_dir: str, *,
-                    extra: Sequence[str] = (), init: str = "mean", seed: int = 0
+def load_pretrained(model: DualEncoder, sources: dict[str, checkpoints.TowerSource], tok_dir: str,
+                    *, extra: Sequence[str] = (), init: str = "mean", seed: int = 0
                     ) -> dict[str, Any]:
-    """HF BERT params for ``model``; a method that adds tokens (DCSR's ``<sent>``) gets the
-    pretrained vocabulary extended: the checkpoint is read at its own vocabulary size and the
-    new rows (ids from the run's tokenizer) are initialised per ``init``
-    (see :func:`dense_cf.models.hf.extend_word_embeddings`)."""
+    """``{tower name: HF BERT params}`` for ``model``, each tower from its own source; a method
+    that adds tokens (DCSR's ``<sent>``) gets the pretrained vocabulary extended: the checkpoint
+    is read at its own vocabulary size and the new rows (ids from the run's tokenizer) are
+    initialised per ``init`` (see :func:`dense_cf.models.hf.extend_word_embeddings`)."""
     extra = tuple(extra)
+    roles = {"shared": "passage"} if model.shared else {"question": "question", "passage": "passage"}
+    for role in checkpoints.ROLES:
+        s = sources[role]
+        if s.prefix and not s.prefix.startswith(checkpoints.DPR_PREFIXES[role]):
+            logging.warning("the %s tower reads %s (a DPR encoder of the other role)", role, s.describe())
+        else:
+            logging.info("%s tower: %s", role, s.describe())
     if not extra:
-        return hf.load_hf_bert_params(model_dir, model.config)
-    base = BertConfig.from_hf_json(model_dir)
-    params = hf.load_hf_bert_params(model_dir, model.config.replace(vocab_size=base.vocab_size))
+        return {name: checkpoints.load_tower(sources[role], model.config) for name, role in roles.items()}
+    base = BertConfig.from_hf_json(sources["passage"].model_dir)
     tok = load_tokenizer(tok_dir)
-    source = {"[CLS]": tok.token_to_id("[CLS]"), "[SEP]": tok.token_to_id("[SEP]")}
+    source_ids = {"[CLS]": tok.token_to_id("[CLS]"), "[SEP]": tok.token_to_id("[SEP]")}
     new_ids = add_tokens(tok, extra)
     if max(new_ids) >= model.config.vocab_size:
         raise ValueError(f"added token ids {new_ids} do not fit the model vocabulary "
                          f"{model.config.vocab_size}: tokenizer {tok_dir} is larger than the "
                          f"checkpoint's vocabulary {base.vocab_size}")
-    return hf.extend_word_embeddings(params, model.config.vocab_size, new_ids, init=init,
-                                     source_ids=source, seed=seed)
+    out = {}
+    for name, role in roles.items():
+        params = checkpoints.load_tower(sources[role], model.config.replace(vocab_size=base.vocab_size))
+        out[name] = hf.extend_word_embeddings(params, model.config.vocab_size, new_ids, init=init,
+                                              source_ids=source_ids, seed=seed)
+    return out

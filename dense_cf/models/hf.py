@@ -19,8 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
+from safetensors.numpy import save as safetensors_bytes
 
+from dense_cf.files import atomic_open, write_json
 from dense_cf.models.bert import BertConfig, BertEncoder
 
 MINILM_ALIASES = frozenset(
@@ -139,7 +141,8 @@ def _normalise_key(key: str) -> str:
     return re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
 
 
-def _read_safetensors(model_dir: str) -> dict[str, np.ndarray]:
+def read_safetensors(model_dir: str) -> dict[str, np.ndarray]:
+    """Every tensor of ``model.safetensors`` (or the shards of its index) in ``model_dir``."""
     single = os.path.join(model_dir, "model.safetensors")
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.isfile(single):
@@ -200,7 +203,7 @@ def load_hf_bert_params(model_dir: str, config: BertConfig, prefix: str | None =
     ``"question_encoder.bert_model."``); keys outside it are ignored.
     Raises :class:`CheckpointError` listing missing, unexpected and shape-mismatched keys.
     """
-    raw = _read_safetensors(model_dir)
+    raw = read_safetensors(model_dir)
     hf: dict[str, np.ndarray] = {}
     ignored = []
     for key, w in raw.items():
@@ -275,15 +278,24 @@ def save_hf_bert(
     for path, (key, kind) in mapping.items():
         tensors[key] = _to_hf(kind, np.asarray(flat[path], dtype=np.float32))
     os.makedirs(out_dir, exist_ok=True)
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config.to_hf_dict(), f, indent=2)
+    write_safetensors(tensors, os.path.join(out_dir, "model.safetensors"))
+    write_json(os.path.join(out_dir, "config.json"), config.to_hf_dict())
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             src = os.path.join(tokenizer_dir, name)
             if os.path.isfile(src):
-                shutil.copyfile(src, os.path.join(out_dir, name))
+                with open(src, "rb") as fin, atomic_open(os.path.join(out_dir, name), "wb") as fout:
+                    shutil.copyfileobj(fin, fout)
     return out_dir
+
+
+def write_safetensors(tensors: Mapping[str, np.ndarray], path: str) -> None:
+    """``tensors`` as a safetensors file (``format: pt`` metadata, as transformers expects),
+    written atomically."""
+    data = safetensors_bytes({k: np.ascontiguousarray(v) for k, v in tensors.items()},
+                             metadata={"format": "pt"})
+    with atomic_open(path, "wb") as f:
+        f.write(data)
 
 
 NEW_TOKEN_INITS = ("mean", "cls", "sep", "normal")

@@ -26,9 +26,9 @@ from tokenizers import Tokenizer
 from dense_cf.models.hf import (
     CheckpointError,
     _flatten,
-    _read_safetensors,
     _unflatten,
     raise_on_mismatch,
+    read_safetensors,
     resolve_model_dir,
 )
 from dense_cf.models.t5 import T5Config, T5ForConditionalGeneration, init_params
@@ -85,7 +85,7 @@ def load_hf_t5_params(model_dir: str, config: T5Config | None = None) -> tuple[d
     mis-shaped keys.
     """
     config = config or T5Config.from_hf_json(model_dir)
-    everything = _read_safetensors(model_dir)
+    everything = read_safetensors(model_dir)
     raw = {k: v for k, v in everything.items() if k not in _IGNORED}
     if "shared.weight" not in raw and "encoder.embed_tokens.weight" in everything:
         raw["shared.weight"] = everything["encoder.embed_tokens.weight"]  # some exports drop `shared`

@@ -29,16 +29,17 @@ from flax import linen as nn
 from dense_cf import methods
 from dense_cf.configs.base import merge_over_base
 from dense_cf.datasets.dpr import resolve_data_file
-from dense_cf.files import file_key
+from dense_cf.files import file_key, write_json
 from dense_cf.models import dual_encoder as de
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.hf import resolve_model_dir
-from dense_cf.models.tokenizer import tokenizer_for_run
+from dense_cf.models.tokenizer import load_tokenizer, tokenizer_for_run
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.state import TrainState, make_optimizer
 
-__all__ = ["Run", "RunDir", "build_model", "init_state", "load_config", "load_run"]
+__all__ = ["Run", "RunDir", "build_model", "init_state", "load_config", "load_run", "model_slug",
+           "model_workdir", "pretrained_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +107,21 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 def build_model(config, load_pretrained: bool = True):
     """(model, HF params or None for random init / not loaded, tokenizer directory)."""
     method = methods.get(config.method)
-    model, model_dir = de.model_from_config(config, num_added_tokens=len(method.added_tokens))
+    sources = de.tower_sources(config.model)
     if config.model.tokenizer:
         tok_dir = resolve_model_dir(config.model.tokenizer)
+    elif sources:  # the towers of DPR checkpoints share BERT's vocabulary: the passage tower's
+        tok_dir = sources["passage"].tokenizer_dir or sources["passage"].model_dir
     else:  # a random "tiny" model borrows MiniLM's uncased vocabulary
-        tok_dir = model_dir or resolve_model_dir("minilm")
+        tok_dir = resolve_model_dir("minilm")
+    extra = method.added_tokens
+    if sources and extra:  # a checkpoint exported by a run of this method has them already
+        base = load_tokenizer(tok_dir)
+        extra = tuple(t for t in extra if base.token_to_id(t) is None)
+    model, sources = de.model_from_config(config, num_added_tokens=len(extra))
     hf_params = None
-    if model_dir and load_pretrained:  # HF weights + rows for the method's added tokens
-        hf_params = de.load_pretrained(model, model_dir, tok_dir, extra=method.added_tokens,
+    if sources and load_pretrained:  # HF weights + rows for the method's added tokens
+        hf_params = de.load_pretrained(model, sources, tok_dir, extra=extra,
                                        init=method.added_token_init(config), seed=config.seed)
     return model, hf_params, tok_dir
 
@@ -154,6 +162,7 @@ class Run:
     step: int
     mesh: Any
     rules: Any
+    tok_dir: str | None = None   # the base tokenizer's files (the run's adds its method's tokens)
 
     @property
     def method(self) -> methods.Method:
@@ -177,4 +186,50 @@ def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
     ckpt.close()
     return Run(config=config, model=model, params=state.params,
                tokenizer=run_tokenizer(config, tok_dir, workdir),
-               step=restored_step, mesh=mesh, rules=rules)
+               step=restored_step, mesh=mesh, rules=rules, tok_dir=tok_dir)
+
+
+def pretrained_run(config: ml_collections.ConfigDict, mesh=None) -> Run:
+    """An untrained encoder (``config.model``: any checkpoint :mod:`dense_cf.models.checkpoints`
+    reads) as a :class:`Run` at step 0, so the evaluations take it like a trained run."""
+    mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
+    model, hf_params, tok_dir = build_model(config)
+    if hf_params is None:
+        raise ValueError("model.name_or_path='tiny' is a random model: evaluate a checkpoint")
+    rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
+    lq, lp = config.data.max_q_len, config.data.max_p_len
+    abstract = jax.eval_shape(lambda: model.init(
+        jax.random.key(0), jnp.ones((1, lq), jnp.int32), jnp.ones((1, lq), jnp.int32),
+        jnp.ones((1, lp), jnp.int32), jnp.ones((1, lp), jnp.int32))["params"])
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
+        params = jax.device_put(de.pretrained_params(model, hf_params, boxed=False), shardings)
+    return Run(config=config, model=model, params=params, tokenizer=run_tokenizer(config, tok_dir),
+               step=0, mesh=mesh, rules=rules, tok_dir=tok_dir)
+
+
+def model_slug(model: ml_collections.ConfigDict) -> str:
+    """A directory name for an evaluated checkpoint: the model's (or towers') base names, the
+    pooling, and a hash of the full model spec (two checkpoints with one name stay apart)."""
+    def name(spec: str) -> str:
+        return os.path.basename(os.path.normpath(spec)) or "model"
+
+    if model.question_path or model.passage_path:
+        base = (f"q-{name(model.question_path or model.name_or_path)}"
+                f"_p-{name(model.passage_path or model.name_or_path)}")
+    else:
+        base = name(model.name_or_path)
+    spec = json.dumps({k: model.get(k) for k in ("name_or_path", "question_path", "passage_path",
+                                                 "pooling", "normalize", "shared", "tokenizer")},
+                      sort_keys=True)
+    pool = model.pooling + ("-norm" if model.normalize and model.pooling != "auto" else "")
+    return f"{base}-{pool}-{hashlib.sha1(spec.encode()).hexdigest()[:8]}"
+
+
+def model_workdir(config: ml_collections.ConfigDict, out_root: str) -> str:
+    """``out_root/<model_slug>``, holding the evaluated model's ``config.json`` (as a trained
+    run's directory does), so exports, indexes and reports land beside it and are reused."""
+    workdir = os.path.join(out_root, model_slug(config.model))
+    os.makedirs(workdir, exist_ok=True)
+    write_json(RunDir(workdir).config, config.to_dict())
+    return workdir
