@@ -354,3 +354,23 @@ def test_trec_files_agree_with_ir_measures(trained):
     assert got[ir_measures.RR @ 100] == pytest.approx(report["mrr"], abs=1e-9)
     for k in ks:
         assert 100 * got[ir_measures.Success @ k] == pytest.approx(report["top_k"][str(k)], abs=1e-9)
+
+
+def test_retrieval_report_counts_duplicate_ids_and_empty_answers(trained, tmp_path):
+    """Issue 15 §4 through the binary: a repeated passage id is skipped and counted by reason,
+    a question with no answers stays in the denominator, and both are in the report."""
+    workdir, data_dir = trained
+    cfg = json.load(open(os.path.join(workdir, "config.json")))["data"]
+    with open(os.path.join(data_dir, cfg["corpus_file"]), encoding="utf-8") as f:
+        corpus = f.read()
+    first = corpus.splitlines()[1].split("\t")[0]
+    (tmp_path / "c.tsv").write_text("\ufeff" + corpus + f"{first}\tanother passage\tDup\n", encoding="utf-8")
+    with open(os.path.join(data_dir, cfg["test_file"]), encoding="utf-8") as f:
+        qa = f.read()
+    (tmp_path / "qa.csv").write_text(qa + "a question nobody can answer\t[]\n", encoding="utf-8")
+    s = eval_retrieval.run_cli([f"--workdir={workdir}", f"--corpus={tmp_path / 'c.tsv'}",
+                                f"--qa={tmp_path / 'qa.csv'}"])
+    assert s["corpus_rows_skipped"] == {"duplicate id": 1} and s["empty_answers"] == 1
+    assert s["n_questions"] == len(qa.splitlines()) + 1 and s["corpus_size"] == 200
+    md = open(os.path.join(s["out_dir"], "report.md")).read()
+    assert "1 with an empty answer list" in md and "corpus rows skipped: 1 duplicate id" in md

@@ -24,11 +24,15 @@ from dense_cf.console import quiet_library_logs
 from dense_cf.files import UserError
 
 __all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run",
-           "no_positional", "report_user_error", "resolve_config_arg", "say_written", "REPO_ROOT"]
+           "no_positional", "report_user_error", "user_message", "resolve_config_arg", "say_written", "REPO_ROOT"]
 
 # Errors that describe the user's situation, not a bug: one line, no traceback (unless
 # DENSE_CF_TRACEBACK=1), exit status 1. Everything else keeps its traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (UserError,)
+# UserError covers our own (DataFormatError: a malformed record; CheckpointError, ModelLayoutError:
+# a checkpoint that does not fit). A missing path, a directory where a file belongs and an
+# unreadable file are the user's situation too.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, FileNotFoundError, IsADirectoryError,
+                                                NotADirectoryError, PermissionError)
 TRACEBACK_ENV = "DENSE_CF_TRACEBACK"
 
 HELP_ARGS = ("-h", "-?", "-help", "--help", "-helpshort", "--helpshort")
@@ -77,12 +81,25 @@ def _status(result: Any) -> int | None:
     return result if isinstance(result, int) and not isinstance(result, bool) else None
 
 
+def user_message(e: BaseException) -> str:
+    """The error as one message naming the path and what was expected, for the OS errors about
+    a path; the exception's own message otherwise (ours name file, record and field)."""
+    name = getattr(e, "filename", None)
+    if isinstance(e, OSError) and name is not None:
+        what = {FileNotFoundError: "no such file or directory",
+                IsADirectoryError: "is a directory, expected a file",
+                NotADirectoryError: "a part of the path is not a directory",
+                PermissionError: "permission denied"}.get(type(e), e.strerror or str(e))
+        return f"{name}: {what}"
+    return str(e)
+
+
 def report_user_error(e: BaseException) -> int:
     """Writes ``error: <message>`` (one line) and returns exit status 1; re-raises instead
     when ``DENSE_CF_TRACEBACK=1``."""
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         raise e
-    sys.stderr.write(f"error: {e}\n(set {TRACEBACK_ENV}=1 for the traceback)\n")
+    sys.stderr.write(f"error: {user_message(e)}\n(set {TRACEBACK_ENV}=1 for the traceback)\n")
     sys.stderr.flush()
     return 1
 
@@ -139,7 +156,9 @@ def resolve_config_arg(argv: list[str], cwd: str | None = None) -> list[str]:
         else:
             continue
         path, colon, rest = spec.partition(":")
-        if not path or os.path.isabs(path) or os.path.exists(os.path.join(cwd, path)):
+        if not path.endswith(".py"):  # not a config file (prepare_tfds' --config=nq is a name)
+            return out
+        if os.path.isabs(path) or os.path.exists(os.path.join(cwd, path)):
             return out
         candidate = os.path.join(REPO_ROOT, path)
         if not os.path.isfile(candidate):

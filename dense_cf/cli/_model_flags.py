@@ -87,6 +87,9 @@ def workdir_and_run(fv: flags.FlagValues) -> tuple[str, Run | None]:
         if model_only:
             raise UserError(f"--{', --'.join(model_only)} only go with --model; a run directory "
                             "has its own config")
+        if not os.path.isdir(workdir):  # say so before the workdir lock would create it
+            raise UserError(f"--workdir {workdir}: no such directory (expected a dense_cf run "
+                            "directory)")
         return workdir, None
     cfg = model_config(fv)
     run = pretrained_run(cfg)

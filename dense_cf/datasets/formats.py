@@ -74,7 +74,7 @@ class BiencoderExample:
 _INDEX_RE = re.compile(r"\[\d+\]")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(files.UserError, ValueError):
     """A bad record (or unreadable file) in a DPR data file.
 
     ``record`` is a 0-based list index when ``record_kind == "index"`` (JSON files) or a 1-based
@@ -169,9 +169,10 @@ def _is_gz(path: PathLike) -> bool:
 
 
 def _open_text(path: PathLike, newline: str | None = None) -> TextIO:
+    # utf-8-sig: a byte-order mark (Excel, Notepad) is dropped at the start and only there.
     if _is_gz(path):
-        return gzip.open(path, "rt", encoding="utf-8", newline=newline)
-    return open(path, "r", encoding="utf-8", newline=newline)
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+    return open(path, "r", encoding="utf-8-sig", newline=newline)
 
 
 def _handle_bad(error: DataFormatError, skip_bad: bool, report: SkipReport) -> None:
@@ -532,14 +533,43 @@ def _iter_csv_rows(path: PathLike, file: str) -> Iterator[tuple[int, list[str]]]
             yield start, row
 
 
+class _SeenIds:
+    """Passage ids seen so far: decimal ids (psgs_w100's 21M) as bits of a growing bytearray
+    (21M ids: 2.6 MB), any other id in a set."""
+
+    def __init__(self) -> None:
+        self.bits = bytearray()
+        self.other: set[str] = set()
+
+    def add(self, pid: str) -> bool:
+        """Marks ``pid``; False when it was already there."""
+        if pid.isascii() and pid.isdigit() and (pid == "0" or pid[0] != "0") and len(pid) < 12:
+            n = int(pid)
+            byte, bit = n >> 3, 1 << (n & 7)
+            if byte >= len(self.bits):
+                self.bits.extend(bytes(max(byte + 1 - len(self.bits), len(self.bits))))
+            if self.bits[byte] & bit:
+                return False
+            self.bits[byte] |= bit
+            return True
+        if pid in self.other:
+            return False
+        self.other.add(pid)
+        return True
+
+
 def read_corpus_tsv(path: PathLike, *, skip_bad: bool = True,
                     report: SkipReport | None = None) -> Iterator[tuple[str, str, str]]:
     """Stream ``psgs_w100.tsv[.gz]`` rows as (id, text, title) (docs/method.md §8).
 
     Like DPR, the first row is a header when its first field is "id". A row must have exactly 3
-    columns and a non-empty id; ``record`` in errors is the 1-based line number.
+    columns and a non-empty id; ``record`` in errors is the 1-based line number. Ids are unique:
+    a row repeating an earlier id is a bad record (reason "duplicate id"): the first row is kept
+    and the repeats are counted (or, with ``skip_bad=False``, the first repeat is an error), since
+    one id naming two passages makes retrieval results ambiguous.
     """
     file = os.fspath(path)
+    seen = _SeenIds()
     with _local_report(report) as rep:
         for line, row in _iter_csv_rows(path, file):
             if line == 1 and row and row[0] == "id":
@@ -551,6 +581,10 @@ def read_corpus_tsv(path: PathLike, *, skip_bad: bool = True,
                                       reason="wrong column count")
             elif not row[0]:
                 err = DataFormatError(file, line, "id", "empty passage id", record_kind="line")
+            elif not seen.add(row[0]):
+                err = DataFormatError(file, line, "id", f"duplicate passage id {row[0]!r:.40} "
+                                      "(an earlier row has it; the first is kept)",
+                                      record_kind="line", reason="duplicate id")
             else:
                 yield row[0], row[1], row[2]
                 continue
@@ -589,9 +623,12 @@ def read_qa_csv(path: PathLike, *, skip_bad: bool = True,
 
     Tab-separated, column 0 the question, column 1 a Python list literal of str parsed with
     ``ast.literal_eval``. Extra columns are ignored (DPR reads only these two); ``record`` in
-    errors is the 1-based line number.
+    errors is the 1-based line number. A row whose answer list is empty is kept (the question
+    counts, as a miss: no passage can hold an answer) and counted in a warning; retrieval
+    reports say how many (``empty_answers``).
     """
     file = os.fspath(path)
+    empty = 0
     with _local_report(report) as rep:
         for line, row in _iter_csv_rows(path, file):
             if len(row) < 2:
@@ -607,9 +644,13 @@ def read_qa_csv(path: PathLike, *, skip_bad: bool = True,
                 except ValueError as e:
                     err = DataFormatError(file, line, "answers", str(e), record_kind="line")
                 else:
+                    empty += not answers
                     yield row[0], answers
                     continue
             _handle_bad(err, skip_bad, rep)
+    if empty:
+        logging.warning("%s: %d question(s) with an empty answer list: kept, they can never be "
+                        "hits", file, empty)
 
 
 def write_qa_csv(path: PathLike, rows: Iterable[tuple[str, Iterable[str]]]) -> int:

@@ -73,6 +73,8 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     summary = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
                "index": kind, "k": k, "corpus_size": len(corpus), "n_questions": rep["n_questions"],
                "top_k": rep["top_k"], "mrr": rep["mrr"], **intervals, "mode": rep["mode"],
+               "corpus_rows_skipped": dict(corpus.skipped),
+               "empty_answers": sum(1 for a in answers if not a),
                "timing": timing, **extra, "out_dir": os.path.abspath(out_dir),
                "units": report_lib.JSON_UNITS}
     # Per-question outcomes, in question order, so that runs can be compared afterwards
@@ -93,6 +95,11 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
                               [("Top-k accuracy and MRR (%)", table),
                                ("Setup", f"index={kind}, k={k}, corpus={len(corpus)} passages, "
                                          f"questions={rep['n_questions']}"
+                                         + (f" ({summary['empty_answers']} with an empty answer "
+                                            "list: always misses)" if summary["empty_answers"] else "")
+                                         + ("; corpus rows skipped: " + ", ".join(
+                                             f"{n} {r}" for r, n in corpus.skipped.items())
+                                            if corpus.skipped else "")
                                          + (f"; DCSR: {extra['sentences']} sentences indexed, "
                                             f"top {extra['sentences_retrieved']} retrieved, "
                                             f"passages ranked by HasAns" if extra else "")),

@@ -22,7 +22,7 @@ from absl import logging
 from safetensors.numpy import load_file
 from safetensors.numpy import save as safetensors_bytes
 
-from dense_cf.files import atomic_open, write_json
+from dense_cf.files import UserError, atomic_open, write_json
 from dense_cf.models.bert import BertConfig, BertEncoder
 
 MINILM_ALIASES = frozenset(
@@ -33,7 +33,11 @@ HUB_PATTERNS = ["config.json", "*.safetensors", "*.safetensors.index.json", "voc
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
-class CheckpointError(ValueError):
+class ModelUnavailableError(UserError):
+    """A model name that is neither a local directory nor fetchable from the hub."""
+
+
+class CheckpointError(UserError, ValueError):
     """A checkpoint does not match the expected BERT parameter tree."""
 
 
@@ -61,7 +65,7 @@ def resolve_model_dir(name_or_path: str) -> str:
 
         return snapshot_download(repo_id=name_or_path, allow_patterns=HUB_PATTERNS)
     except Exception as e:  # offline, unknown repo, HF_HUB_OFFLINE=1 without cache, ...
-        raise RuntimeError(
+        raise ModelUnavailableError(
             f"could not fetch model {name_or_path!r} from the Hugging Face hub ({type(e).__name__}: {e}). "
             "Downloading needs network access (and HF_HUB_OFFLINE unset); otherwise pass a local "
             "directory with config.json, model.safetensors and vocab.txt/tokenizer.json, or 'minilm'."

@@ -18,6 +18,7 @@ class Corpus:
     texts: list[str]
     titles: list[str]
     path: str | None = None  # where it was read from: named in manifests and errors
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> rows (duplicate id...)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -37,7 +38,8 @@ def load_corpus(path: str) -> Corpus:
     if report.total:
         report.log()
     logging.info("corpus %s: %d passages, %d rows skipped", path, len(ids), report.total)
-    return Corpus(ids, texts, titles, path=os.path.abspath(path))
+    skipped = {reason: n for (_, reason), n in sorted(report.counts.items())}
+    return Corpus(ids, texts, titles, path=os.path.abspath(path), skipped=skipped)
 
 
 def load_qa(path: str) -> tuple[list[str], list[list[str]]]:
