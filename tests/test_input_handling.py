@@ -136,6 +136,7 @@ def _cases(tmp):
                                        f"--manual_dir={tmp}/nomanual"], f"{tmp}/nomanual"),
         ("dense_cf.cli.compare", [norun, f"{norun}2"], norun),
         ("dense_cf.cli.synthetic", [f"--out={good_bi}/sub", "--num_passages=20"], good_bi),
+        ("dense_cf.demo", [f"--workdir={good_bi}"], good_bi),
     ]
 
 
