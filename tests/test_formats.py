@@ -113,7 +113,9 @@ def test_streaming_reads_incrementally(tmp_path, monkeypatch):
 def test_empty_list_and_whitespace(tmp_path):
     path = tmp_path / "e.json"
     path.write_text("  [ \n ]  \n")
-    assert read_biencoder(path) == []
+    with pytest.raises(DataFormatError, match="no records: the file holds no examples"):
+        read_biencoder(path)
+    assert read_biencoder(path, allow_empty=True) == []
 
 
 def test_bad_records_skipped_and_counted(tmp_path):
@@ -206,9 +208,12 @@ def test_corrupt_gzip_and_bad_utf8(tmp_path):
     with pytest.raises(DataFormatError, match="cannot read file"):
         read_biencoder(bad_utf8)
     tsv = tmp_path / "p.tsv"
-    tsv.write_bytes(b"id\ttext\ttitle\n1\t\xff\tT\n")
-    with pytest.raises(DataFormatError, match="cannot parse"):
-        list(read_corpus_tsv(tsv))
+    tsv.write_bytes(b"id\ttext\ttitle\n1\t\xff\tT\n2\tok\tT\n")
+    with pytest.raises(DataFormatError, match="line 2: .*not UTF-8.*at byte offset 16"):
+        list(read_corpus_tsv(tsv, skip_bad=False))
+    report = SkipReport()  # lines are the record boundary: only the bad line is lost
+    assert list(read_corpus_tsv(tsv, report=report)) == [("2", "ok", "T")]
+    assert report.count(reason="not UTF-8") == 1
 
 
 @pytest.mark.parametrize("text,pattern", [
@@ -216,7 +221,7 @@ def test_corrupt_gzip_and_bad_utf8(tmp_path):
     ('[{"question": "q",,}]', "JSON syntax error"),
     ('[1 2]', "expected ',' or ']'"),
     ('[] []', "unexpected data after the end"),
-    ("", "truncated"),
+    ("", r"the file is empty \(0 bytes\)"),
 ])
 def test_malformed_json_structure(tmp_path, text, pattern):
     path = tmp_path / "m.json"
@@ -260,11 +265,20 @@ def test_gzip_output_is_deterministic(tmp_path):
 @pytest.mark.parametrize("name", ["psgs.tsv", "psgs.tsv.gz"])
 def test_corpus_tsv_round_trip(tmp_path, name):
     rows = [("1", 'Aaron ( or ; "Ahärôn") is a prophet', "Aaron"),
-            ("2", "text with\ttab and\nnewline", 'Title "q"'),
+            ("2", "text with\ttab", 'Title "q"'),
             ("3", "", "Empty text")]
     path = tmp_path / name
     assert write_corpus_tsv(path, rows) == 3
     assert list(read_corpus_tsv(path, skip_bad=False)) == rows
+
+
+def test_writers_refuse_line_breaks(tmp_path):
+    """A record is one line: a line break would read back as a broken quote."""
+    with pytest.raises(DataFormatError, match="record 1 .*field 'text': contains a line break"):
+        write_corpus_tsv(tmp_path / "c.tsv", [("1", "a", "A"), ("2", "two\nlines", "B")])
+    with pytest.raises(DataFormatError, match="field 'question': contains a line break"):
+        write_qa_csv(tmp_path / "q.csv", [("who\r?", ["x"])])
+    assert os.listdir(tmp_path) == []
 
 
 def test_corpus_tsv_dpr_quoting(tmp_path):
@@ -290,11 +304,17 @@ def test_corpus_tsv_bad_rows(tmp_path):
     assert "line 3" in str(err) and str(path) in str(err)
 
 
-def test_corpus_tsv_line_numbers_count_quoted_newlines(tmp_path):
+def test_corpus_tsv_a_quote_never_swallows_lines(tmp_path):
+    """A quoted field ends with its line: the unbalanced line is the bad record, the next line
+    is the next record, and line numbers are physical lines."""
     path = tmp_path / "psgs.tsv"
-    path.write_text('id\ttext\ttitle\n1\t"two\nlines"\tT\nbad row\n')
-    with pytest.raises(DataFormatError, match="line 4"):
+    path.write_text('id\ttext\ttitle\n1\t"two\nlines"\tT\n3\tthree\tT\nbad row\n')
+    with pytest.raises(DataFormatError, match="line 2: field 'text': a double quote opens") as e:
         list(read_corpus_tsv(path, skip_bad=False))
+    assert e.value.reason == "unbalanced quote"
+    report = SkipReport()
+    assert list(read_corpus_tsv(path, report=report)) == [("3", "three", "T")]
+    assert sorted(report.counts.values()) == [1, 2] and report.count(reason="unbalanced quote") == 1
 
 
 # ------------------------------------------------------------------------------- qa csv

@@ -86,6 +86,9 @@ def test_seen_ids_grow_for_large_decimal_ids():
     seen = formats._SeenIds()
     assert all(seen.add(str(i)) for i in (0, 21_015_324, 5, 99_999_999_999))
     assert not seen.add("21015324") and not seen.add("0") and seen.add("00") and not seen.add("00")
+    assert not seen.add("99999999999")
+    # One huge id must not cost a huge bitmap (it took 12.5 GB): big ids go to the set.
+    assert len(seen.bits) <= formats._SeenIds.BITS_LIMIT // 8 and "99999999999" in seen.other
 
 
 def test_empty_answer_lists_are_kept_and_counted(tmp_path, caplog):
@@ -136,6 +139,7 @@ def _cases(tmp):
                                        f"--manual_dir={tmp}/nomanual"], f"{tmp}/nomanual"),
         ("dense_cf.cli.compare", [norun, f"{norun}2"], norun),
         ("dense_cf.cli.synthetic", [f"--out={good_bi}/sub", "--num_passages=20"], good_bi),
+        ("dense_cf.demo", [f"--workdir={good_bi}"], good_bi),
     ]
 
 

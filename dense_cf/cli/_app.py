@@ -23,7 +23,7 @@ from absl import app, flags
 from dense_cf.console import quiet_library_logs
 from dense_cf.files import UserError
 
-__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run",
+__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run", "call",
            "no_positional", "report_user_error", "user_message", "resolve_config_arg", "say_written", "REPO_ROOT"]
 
 # Errors that describe the user's situation, not a bug: one line, no traceback (unless
@@ -126,15 +126,34 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues,
 
     def body(argv: list[str]) -> int | None:
         quiet_library_logs()  # after flag parsing: --verbosity=1 keeps library INFO lines
-        try:
-            return _status(main(argv))
-        except app.UsageError as e:
-            sys.stderr.write(f"error: {e}\nPass --help to see the flags of this binary.\n")
-            return e.exitcode
-        except USER_ERRORS as e:
-            return report_user_error(e)
+        return _guarded(main, argv)
 
     app.run(body, flags_parser=parser)
+
+
+def _guarded(main: Callable[[list[str]], Any], argv: list[str]) -> int | None:
+    """``main(argv)``'s exit status; usage and user errors as one ``error:`` line and status 1."""
+    try:
+        return _status(main(argv))
+    except app.UsageError as e:
+        sys.stderr.write(f"error: {e}\nPass --help to see the flags of this binary.\n")
+        return e.exitcode
+    except USER_ERRORS as e:
+        return report_user_error(e)
+
+
+def call(main: Callable[[list[str]], Any], flag_values: flags.FlagValues, argv: Sequence[str],
+         prog: str = "dense_cf.cli") -> int:
+    """Runs a binary in-process as ``python -m`` would, on ``argv`` (flags and arguments, no
+    program name): bad flags, usage and user errors print their one line and give 1, success 0
+    (or ``main``'s int); anything else propagates with its traceback."""
+    try:
+        args = parse(flag_values, argv, prog)
+    except flags.Error as e:
+        sys.stderr.write(f"FATAL Flags parsing error: {e}\n")
+        return 1
+    status = _guarded(main, args)
+    return 0 if status is None else status
 
 
 # The repository checkout this package runs from (where configs/ lives in a source install).

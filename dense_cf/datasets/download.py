@@ -171,7 +171,7 @@ def scan_file(path: str, *, check_gzip: bool = False, chunk_size: int = 1 << 20,
     members) decodes with correct CRC-32 and length, else a description of what is wrong.
     """
     sha, md5 = hashlib.sha256(), hashlib.md5()
-    size = 0
+    size = unpacked = 0
     problem = None
     dec = zlib.decompressobj(zlib.MAX_WBITS | 16) if check_gzip else None
     in_member = False
@@ -187,7 +187,7 @@ def scan_file(path: str, *, check_gzip: bool = False, chunk_size: int = 1 << 20,
                 try:
                     while data:
                         in_member = True
-                        dec.decompress(data)  # output discarded: only the CRC check matters
+                        unpacked += len(dec.decompress(data))  # output discarded: CRC and size matter
                         if dec.eof:           # member done: a concatenated one may follow
                             data = dec.unused_data
                             dec = zlib.decompressobj(zlib.MAX_WBITS | 16)
@@ -202,6 +202,8 @@ def scan_file(path: str, *, check_gzip: bool = False, chunk_size: int = 1 << 20,
             problem = "empty file (not gzip)"
         elif in_member:
             problem = f"gzip stream is truncated (ends inside a member after {size} bytes)"
+        elif not unpacked:
+            problem = "the gzip stream holds no data (0 bytes uncompressed)"
     return FileDigest(size, sha.hexdigest(), md5.hexdigest()), problem
 
 
@@ -501,6 +503,8 @@ def _verify_new(path: str, spec: FileSpec, store: ChecksumStore, name: str, *,
     check_gz = opts.verify_gzip and is_gz and not (expected.get("sha256") or expected.get("md5"))
     digest, gz_problem = scan_file(path, check_gzip=check_gz, log_name=name)
     problems = [f"{p} ({source})" for p in _mismatches(expected, digest)]
+    if not digest.size:  # no DPR file is empty; an empty one is a failed copy, never data
+        problems.append("empty file (0 bytes)")
     if not expected.get("md5") and opts.check_etag_md5 and etag:
         m = _ETAG_MD5_RE.match(etag)
         if m and m.group(1).lower() != digest.md5:

@@ -260,7 +260,7 @@ def resolve_data_file(data_config, key: str, override: str | None = None, *,
     An absolute path is taken as is. A command-line value is relative to the current directory
     when such a file exists there; every other relative name is under ``data_config.data_dir``.
     An empty name returns None unless ``required``; a missing file raises FileNotFoundError
-    naming the field and how to get DPR's files.
+    naming the field and how to get DPR's files, a directory IsADirectoryError.
     """
     name = override or data_config.get(key)
     if not name:
@@ -272,6 +272,9 @@ def resolve_data_file(data_config, key: str, override: str | None = None, *,
         path = name
     else:
         path = os.path.join(data_config.data_dir, name)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"data file for config.data.{key} is a directory, expected a "
+                                f"file: {path}")
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"data file for config.data.{key} is missing: {path}\n"

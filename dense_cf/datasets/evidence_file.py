@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from absl import logging
 
 from dense_cf import files
-from dense_cf.datasets.formats import BiencoderExample
+from dense_cf.datasets.formats import BiencoderExample, DataFormatError, SkipReport, iter_lines
 
 
 def source_name(path: str) -> str:
@@ -34,40 +34,85 @@ class EvidenceRecord:
     source: str | None = None
 
 
-def read_evidence(path: str, *, repair_tail: bool = False) -> dict[int, EvidenceRecord]:
-    """Records of an evidence JSONL keyed by index (the last record of an index wins).
+def _int_field(rec: dict, key: str, err) -> int:
+    value = rec.get(key)
+    if key not in rec:
+        raise err(key, "missing", f"missing {key}")
+    if type(value) is not int:  # not bool, not 4.5, not "4": a JSON integer
+        raise err(key, f"expected an integer, got {type(value).__name__} {value!r:.40}", None)
+    return value
 
-    Lines need ``index`` and ``sentence`` (ints); ``question``/``source`` are optional (older
-    hand-made files lack them). A bad line raises naming file and line, except an unterminated
-    last line when ``repair_tail`` is set (a crash mid-write): it is cut from the file and logged.
+
+def _parse_record(text: str, file: str, number: int) -> EvidenceRecord:
+    def err(fld: str, msg: str, reason: str | None) -> DataFormatError:
+        return DataFormatError(file, number, fld, f"bad evidence record: {msg}",
+                               record_kind="line", reason=reason)
+
+    pairs_seen: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            pairs_seen.extend(k for k, _ in items)
+        return obj
+
+    try:
+        rec = json.loads(text, object_pairs_hook=pairs)
+    except RecursionError:
+        raise err("<json>", "nested too deeply", "nesting too deep") from None
+    except ValueError as e:
+        raise err("<json>", f"not JSON ({e})", "invalid JSON") from None
+    if not isinstance(rec, dict):
+        raise err("<record>", f"expected a JSON object, got {type(rec).__name__}", None)
+    if pairs_seen:
+        dup = next(k for i, k in enumerate(pairs_seen) if k in pairs_seen[:i])
+        raise err(dup, "the key appears twice in one object (which value is meant is ambiguous)",
+                  "duplicate key")
+    index, sentence = _int_field(rec, "index", err), _int_field(rec, "sentence", err)
+    if index < 0:
+        raise err("index", f"{index} is negative", "index out of range")
+    if sentence < -1:
+        raise err("sentence", f"{sentence} is below -1 (-1 marks no span)", "sentence out of range")
+    for key in ("question", "source"):
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            raise err(key, f"expected a string, got {type(rec[key]).__name__}", None)
+    return EvidenceRecord(index, sentence, rec.get("question"), rec.get("source"))
+
+
+def read_evidence(path: str, *, report: SkipReport | None = None) -> dict[int, EvidenceRecord]:
+    """Records of an evidence JSONL keyed by index; reading never changes the file.
+
+    Lines need ``index`` and ``sentence`` (JSON integers); ``question``/``source`` are optional
+    strings (older hand-made files lack them); blank lines are allowed. A bad line raises
+    :class:`DataFormatError` naming file, line and field. So does a last line without its line
+    end: an annotation run was interrupted, and the annotation command, which owns the file,
+    repairs it when it resumes. An index given again on a later line replaces the earlier record
+    (a re-annotated example); each replaced record is counted in ``report`` (reason "duplicate
+    index", logged when no report is given). ``.gz`` files and a leading byte-order mark are
+    read like every data file (:func:`dense_cf.datasets.formats.iter_lines`).
     """
+    file = os.fspath(path)
     out: dict[int, EvidenceRecord] = {}
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    torn = lines[-1] != b""  # a complete file ends with "\n", so the last piece is empty
-    for line_no, raw in enumerate(lines, 1):
-        if not raw.strip():
+    own = report is None
+    report = SkipReport() if own else report
+    for line in iter_lines(path):
+        if line.text is None:
+            raise DataFormatError(file, line.number, "<row>", f"cannot decode the line: "
+                                  f"{line.problem}", record_kind="line", reason=line.reason)
+        if not line.text.strip():
             continue
-        try:
-            rec = json.loads(raw)
-            r = EvidenceRecord(int(rec["index"]), int(rec["sentence"]), rec.get("question"), rec.get("source"))
-            if r.index < 0 or r.sentence < -1:
-                raise ValueError(f"index {r.index} / sentence {r.sentence} out of range")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            if torn and line_no == len(lines) and repair_tail:
-                good = len(data) - len(raw)
-                with open(path, "r+b") as f:
-                    f.truncate(good)
-                logging.warning("%s: cut a torn last line (%d bytes) left by an interrupted run",
-                                path, len(raw))
-                break
-            raise ValueError(f"{path}: line {line_no}: bad evidence record ({type(e).__name__}: {e})") from e
+        if not line.ended:
+            raise DataFormatError(file, line.number, "<row>", "the last line has no line end: an "
+                                  "annotation run was interrupted; run python -m "
+                                  "dense_cf.cli.evidence again with the same --output to finish "
+                                  "it", record_kind="line", reason="incomplete last line")
+        r = _parse_record(line.text, file, line.number)
+        if r.index in out:
+            report.add(file, "duplicate index", f"{file}: line {line.number}: index {r.index} "
+                       "again: this record replaces the earlier one")
         out[r.index] = r
-    else:
-        if torn and repair_tail:  # a complete JSON object without its newline: add it
-            with open(path, "ab") as f:
-                f.write(b"\n")
+    if own and report.total:
+        report.log()
     return out
 
 
@@ -92,6 +137,10 @@ class EvidenceMatcher:
         # the cache. "path:size:mtime" of files.file_key, as written before (caches stay valid).
         self.fingerprint = ":".join(map(str, files.file_key(evidence_path)))
         records = read_evidence(evidence_path)
+        if not records:  # an annotation that never wrote a record: nothing to train on
+            raise DataFormatError(evidence_path, None, "<file>", "no records: the evidence file "
+                                  "is empty; run python -m dense_cf.cli.evidence to fill it",
+                                  reason="no records")
         other = {r.source for r in records.values() if r.source is not None and r.source != self.source}
         self.other = sum(1 for r in records.values() if r.source in other)
         self.records = {i: r for i, r in records.items() if r.source not in other}
@@ -105,11 +154,12 @@ class EvidenceMatcher:
         for i, ex in enumerate(examples):
             rec = self.records.get(i)
             if rec is not None and rec.question is not None and rec.question != ex.question:
-                raise ValueError(
-                    f"{self.path}: record for example {i} has question {rec.question!r:.80} but "
+                raise DataFormatError(
+                    self.path, i, "question",
+                    f"the record for example {i} has question {rec.question!r:.80} but "
                     f"example {i} of {self.biencoder_path} is {ex.question!r:.80}: the evidence file "
                     "was made for a different (or changed) biencoder file; re-run "
-                    "python -m dense_cf.cli.evidence")
+                    "python -m dense_cf.cli.evidence", reason="question mismatch")
             self._seen = i + 1
             yield ex
 

@@ -8,19 +8,25 @@ Every reader streams (NQ-train is several GB) and takes ``skip_bad`` and ``repor
   without a report, the reader keeps its own and logs its summary when iteration ends, so no
   record is ever dropped silently.
 
-Errors that make the rest of a file unreadable (JSON syntax errors, truncation, bad gzip/UTF-8,
-csv-level errors) always raise, whatever ``skip_bad`` says: there is no reliable record boundary
-to resume from.
+Errors that make the rest of a file unreadable (JSON syntax errors, JSON that is not UTF-8,
+truncation, bad gzip) always raise, whatever ``skip_bad`` says: there is no reliable record
+boundary to resume from. So do files that cannot be what they claim: an unexpected header, a
+second gold ``data`` key, and a file without a single valid record (unless ``allow_empty``). A
+TSV/CSV record is one physical line, so a line that is not UTF-8 or whose quoting is broken is
+one bad record, and the next line is read as usual. Readers never write to their input.
 
 Record numbering: JSON records (biencoder list elements, gold-info ``data`` elements) are
 0-based list indices; TSV/CSV records are 1-based physical line numbers (the header is line 1).
-Paths ending in ``.gz`` are read and written gzip-compressed. Writers write to a temporary file
-and rename it into place, so a crashed writer never leaves a truncated file behind.
+Paths ending in ``.gz`` are read and written gzip-compressed; a UTF-8 byte-order mark at the
+start of any file is dropped. Writers write to a temporary file and rename it into place, so a
+crashed writer never leaves a truncated file behind. docs/reliability.md lists what every
+reader does with about a hundred kinds of bad input.
 """
 
 from __future__ import annotations
 
 import ast
+import codecs
 import contextlib
 import csv
 import gzip
@@ -30,7 +36,7 @@ import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Union
 
 from absl import logging
 
@@ -40,7 +46,7 @@ __all__ = [
     "Passage", "BiencoderExample", "DataFormatError", "SkipReport",
     "iter_biencoder", "iter_biencoder_records", "read_biencoder", "read_corpus_tsv", "read_qa_csv", "read_gold_info",
     "write_biencoder", "write_corpus_tsv", "write_qa_csv", "write_gold_info",
-    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_CHUNK_SIZE", "iter_lines",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -160,19 +166,94 @@ class SkipReport:
 
 
 # What reading a damaged file can raise: bad gzip header/CRC (OSError), truncated gzip
-# (EOFError), corrupt deflate data (zlib.error), invalid UTF-8.
-_READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError)
+# (EOFError), corrupt deflate data (zlib.error).
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+# A path that cannot be opened is the caller's to report (cli/_app names the path).
+_OPEN_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def _is_gz(path: PathLike) -> bool:
     return os.fspath(path).endswith(".gz")
 
 
-def _open_text(path: PathLike, newline: str | None = None) -> TextIO:
-    # utf-8-sig: a byte-order mark (Excel, Notepad) is dropped at the start and only there.
-    if _is_gz(path):
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
-    return open(path, "r", encoding="utf-8-sig", newline=newline)
+def _open_bytes(path: PathLike) -> BinaryIO:
+    """``path`` opened for reading bytes, gzip-decoded when it ends in ``.gz``.
+
+    The one opener of every reader (here, and through :func:`iter_lines` in
+    ``evidence_file``); text is decoded after it (:func:`_decoder`, :func:`iter_lines`), where a
+    leading byte-order mark is dropped. A missing path, a directory or an unreadable file raise
+    the usual ``OSError`` subclass, which names the path (``cli/_app`` prints it in one line).
+    """
+    return gzip.open(path, "rb") if _is_gz(path) else open(path, "rb")
+
+
+def _decoder() -> codecs.IncrementalDecoder:
+    """A strict UTF-8 decoder that drops a byte-order mark at the start (Excel, Notepad write
+    one) and only there; elsewhere U+FEFF is text."""
+    return codecs.getincrementaldecoder("utf-8-sig")()
+
+
+def _utf8_problem(e: UnicodeDecodeError, offset: int) -> str:
+    return f"not UTF-8: byte {e.object[e.start:e.start + 1]!r} at byte offset {offset} ({e.reason})"
+
+
+class _Line:
+    """One physical line: its 1-based number, its text (None when undecodable, with the
+    ``problem`` and its ``reason``) and whether a line end closed it."""
+
+    __slots__ = ("number", "text", "problem", "reason", "ended")
+
+    def __init__(self, number: int, text: str | None, problem: str | None, reason: str | None,
+                 ended: bool) -> None:
+        self.number, self.text, self.problem, self.reason = number, text, problem, reason
+        self.ended = ended
+
+
+def iter_lines(path: PathLike) -> Iterator[_Line]:
+    """Every physical line of ``path`` (split at ``\\n`` only, line end kept), decoded alone.
+
+    A line that is not UTF-8, or that holds a NUL byte (a UTF-16 file read as UTF-8 is NULs
+    between ASCII letters), comes with ``text`` None and a ``problem``: lines are the record
+    boundary of TSV, CSV and JSONL, so one bad line does not make the next unreadable. A damaged
+    gzip stream raises :class:`DataFormatError` naming the line it broke in. ``ended`` is False
+    for a last line without a line end.
+    """
+    file = os.fspath(path)
+    number, offset = 0, 0
+    with _open_bytes(path) as fp:
+        while True:
+            try:
+                raw = fp.readline()
+            except _READ_ERRORS as e:
+                raise DataFormatError(file, number + 1, "<file>", f"cannot read file: {_io_problem(e)}",
+                                      record_kind="line", reason=_io_reason(e)) from e
+            if not raw:
+                return
+            number += 1
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw, offset = raw[len(codecs.BOM_UTF8):], len(codecs.BOM_UTF8)
+            ended = raw.endswith(b"\n")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield _Line(number, None, _utf8_problem(e, offset + e.start), "not UTF-8", ended)
+            else:
+                if "\x00" in text:
+                    yield _Line(number, None, f"a NUL byte at byte offset {offset + raw.index(0)} "
+                                "(a UTF-16 file, or binary data?)", "NUL byte", ended)
+                else:
+                    yield _Line(number, text, None, None, ended)
+            offset += len(raw)
+
+
+def _io_problem(e: BaseException) -> str:
+    if isinstance(e, EOFError):
+        return f"the gzip stream is truncated ({e})"
+    return f"{type(e).__name__}: {e}"
+
+
+def _io_reason(e: BaseException) -> str:
+    return "truncated file" if isinstance(e, EOFError) else "unreadable file"
 
 
 def _handle_bad(error: DataFormatError, skip_bad: bool, report: SkipReport) -> None:
@@ -195,6 +276,16 @@ def _local_report(report: SkipReport | None) -> Iterator[SkipReport]:
             own.log()
 
 
+def _no_records_error(file: str, seen: int, report: SkipReport, what: str) -> DataFormatError:
+    """The error for a data file that yields nothing: empty, or every record skipped."""
+    if not seen:
+        return DataFormatError(file, None, "<file>", f"no records: the file holds no {what}",
+                               reason="no records")
+    reasons = ", ".join(f"{n} {r}" for (f, r), n in sorted(report.counts.items()) if f == file)
+    return DataFormatError(file, None, "<file>", f"no valid records: all {seen} {what} were "
+                           f"skipped ({reasons or 'see the log'})", reason="no records")
+
+
 # ---------------------------------------------------------------------------------------------
 # Streaming JSON
 
@@ -205,23 +296,40 @@ _TAIL_SLACK = 16
 
 
 class _JsonStream:
-    """Incremental JSON reader over a text stream, decoding one value at a time.
+    """Incremental JSON reader over a byte stream, decoding one value at a time.
 
-    Values are decoded with ``json.JSONDecoder.raw_decode`` on a buffer; when a value is cut by
-    the end of the buffer, more text is read (at least doubling the pending part, so a value
-    far larger than ``chunk_size`` costs amortised linear time) and decoding is retried.
+    Bytes are decoded by :func:`_decoder` chunk by chunk. Values are decoded with
+    ``json.JSONDecoder.raw_decode`` on a buffer; when a value is cut by the end of the buffer,
+    more text is read (at least doubling the pending part, so a value far larger than
+    ``chunk_size`` costs amortised linear time) and decoding is retried. ``duplicate`` is the
+    first key that appeared twice in one object of the last value (``json`` keeps the last
+    silently), else None.
     """
 
-    def __init__(self, fp: TextIO, file: str, chunk_size: int) -> None:
+    def __init__(self, fp: BinaryIO, file: str, chunk_size: int) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.fp, self.file, self.chunk_size = fp, file, chunk_size
         self.buf = ""
         self.pos = 0
         self.consumed = 0  # chars dropped from the front of buf, for absolute offsets
+        self.bytes_read = 0
         self.eof = False
         self.record: int | None = None
-        self._decoder = json.JSONDecoder()
+        self.duplicate: str | None = None
+        self._text = _decoder()
+        self._decoder = json.JSONDecoder(object_pairs_hook=self._object)
+
+    def _object(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) != len(pairs) and self.duplicate is None:
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    self.duplicate = key
+                    break
+                seen.add(key)
+        return obj
 
     def error(self, message: str, reason: str = "invalid JSON",
               pos: int | None = None) -> DataFormatError:
@@ -237,10 +345,17 @@ class _JsonStream:
             self.consumed += self.pos
             self.pos = 0
         try:
-            data = self.fp.read(max(self.chunk_size, at_least))
-        except _READ_ERRORS as e:  # bad/truncated gzip, bad UTF-8
-            raise self.error(f"cannot read file: {e}", reason="unreadable file") from e
-        if not data:
+            raw = self.fp.read(max(self.chunk_size, at_least))
+        except _READ_ERRORS as e:  # bad or truncated gzip
+            raise self.error(f"cannot read file: {_io_problem(e)}", reason=_io_reason(e)) from e
+        pending = len(self._text.getstate()[0])
+        try:
+            data = self._text.decode(raw, final=not raw)
+        except UnicodeDecodeError as e:
+            raise self.error("cannot read file: " + _utf8_problem(e, self.bytes_read - pending + e.start),
+                             reason="not UTF-8") from e
+        self.bytes_read += len(raw)
+        if not raw:
             self.eof = True
             return False
         self.buf += data
@@ -257,6 +372,8 @@ class _JsonStream:
 
     def expect(self, chars: str, what: str) -> str:
         c = self.peek()
+        if not c and not self.bytes_read:
+            raise self.error(f"the file is empty (0 bytes), expected {what}", reason="no records")
         if not c:
             raise self.error(f"file is truncated: unexpected end of file, expected {what}",
                              reason="truncated file")
@@ -270,8 +387,12 @@ class _JsonStream:
             raise self.error("file is truncated: unexpected end of file, expected a value",
                              reason="truncated file")
         while True:
+            self.duplicate = None
             try:
                 obj, end = self._decoder.raw_decode(self.buf, self.pos)
+            except RecursionError as e:  # the C scanner recurses once per nesting level
+                raise self.error("a value nests too deeply to read (thousands of levels of "
+                                 "lists or objects)", reason="nesting too deep") from e
             except json.JSONDecodeError as e:
                 unterminated = e.msg.startswith("Unterminated")
                 if (unterminated or e.pos >= len(self.buf) - _TAIL_SLACK) \
@@ -289,8 +410,9 @@ class _JsonStream:
             self.pos = end
             return obj
 
-    def iter_array(self) -> Iterator[tuple[int, Any]]:
-        """Yield (index, value) of a JSON array starting at the next non-whitespace char."""
+    def iter_array(self) -> Iterator[tuple[int, Any, str | None]]:
+        """Yield (index, value, duplicated key or None) of a JSON array starting at the next
+        non-whitespace char."""
         self.expect("[", "'[' (a JSON list)")
         if self.peek() == "]":
             self.pos += 1
@@ -298,7 +420,8 @@ class _JsonStream:
         index = 0
         while True:
             self.record = index
-            yield index, self.value()
+            value = self.value()
+            yield index, value, self.duplicate
             if self.expect(",]", "',' or ']' after a list element") == "]":
                 self.record = None
                 return
@@ -311,6 +434,11 @@ class _JsonStream:
 
 # ---------------------------------------------------------------------------------------------
 # Validation helpers
+
+
+def _duplicate_error(file: str, index: int, key: str) -> DataFormatError:
+    return DataFormatError(file, index, key, f"key {key!r:.40} appears twice in one JSON object "
+                           "(which value is meant is ambiguous)", reason="duplicate key")
 
 
 def _type_name(value: Any) -> str:
@@ -405,23 +533,27 @@ def _parse_example(obj: Any, file: str, index: int | None) -> BiencoderExample:
 
 
 def iter_biencoder(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[BiencoderExample]:
+                   chunk_size: int = DEFAULT_CHUNK_SIZE,
+                   allow_empty: bool = False) -> Iterator[BiencoderExample]:
     """Stream a DPR ``biencoder-*.json[.gz]`` list without loading it whole (docs/method.md §8).
 
     Validates question (non-empty str), answers (list of str), positive_ctxs (list of
     ``{title, text}``, optional ``passage_id``/``score``/``title_score``), and the optional
-    negative lists. An example whose ``positive_ctxs`` is an empty list is always skipped with
-    reason "no positive_ctxs", even when ``skip_bad=False``: DPR's own loader filters those out
-    and its released files contain them, so they are not format errors.
+    negative lists; an object with a repeated key is a bad record (reason "duplicate key"). An
+    example whose ``positive_ctxs`` is an empty list is always skipped with reason "no
+    positive_ctxs", even when ``skip_bad=False``: DPR's own loader filters those out and its
+    released files contain them, so they are not format errors. A file without a single valid
+    example (``[]``, or every record skipped) is an error unless ``allow_empty``.
     """
     for _, _, example in iter_biencoder_records(path, skip_bad=skip_bad, report=report,
-                                                chunk_size=chunk_size):
+                                                chunk_size=chunk_size, allow_empty=allow_empty):
         if example is not None:
             yield example
 
 
 def iter_biencoder_records(path: PathLike, *, skip_bad: bool = True,
-                           report: SkipReport | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE
+                           report: SkipReport | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                           allow_empty: bool = False
                            ) -> Iterator[tuple[int, dict | None, BiencoderExample | None]]:
     """Every list element of a biencoder file as (0-based index, raw dict, parsed example).
 
@@ -430,10 +562,14 @@ def iter_biencoder_records(path: PathLike, *, skip_bad: bool = True,
     the raw record's extra keys.
     """
     file = os.fspath(path)
-    with _local_report(report) as rep, _open_text(path) as fp:
+    seen = valid = 0
+    with _local_report(report) as rep, _open_bytes(path) as fp:
         stream = _JsonStream(fp, file, chunk_size)
-        for index, obj in stream.iter_array():
+        for index, obj, duplicate in stream.iter_array():
+            seen += 1
             try:
+                if duplicate is not None:
+                    raise _duplicate_error(file, index, duplicate)
                 example = _parse_example(obj, file, index)
             except DataFormatError as e:
                 _handle_bad(e, skip_bad, rep)
@@ -444,14 +580,19 @@ def iter_biencoder_records(path: PathLike, *, skip_bad: bool = True,
                         f"{file}: record {index} (0-based index): empty positive_ctxs")
                 yield index, None, None
                 continue
+            valid += 1
             yield index, obj, example
         stream.expect_end()
+        if not valid and not allow_empty:
+            raise _no_records_error(file, seen, rep, "examples")
 
 
 def read_biencoder(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[BiencoderExample]:
+                   chunk_size: int = DEFAULT_CHUNK_SIZE,
+                   allow_empty: bool = False) -> list[BiencoderExample]:
     """All examples of :func:`iter_biencoder` as a list."""
-    return list(iter_biencoder(path, skip_bad=skip_bad, report=report, chunk_size=chunk_size))
+    return list(iter_biencoder(path, skip_bad=skip_bad, report=report, chunk_size=chunk_size,
+                               allow_empty=allow_empty))
 
 
 def _passage_to_dict(p: Passage) -> dict[str, Any]:
@@ -513,29 +654,128 @@ def write_biencoder(path: PathLike,
 
 # ---------------------------------------------------------------------------------------------
 # TSV / CSV (csv.reader with a tab delimiter, exactly as DPR reads them, so quoting matches)
+#
+# A record is one physical line. csv.reader is fed one line at a time, and a request for a
+# second line while a record is open means a double quote opened a field that did not close on
+# its line: that line alone is the bad record and the next line is read as the next record, so
+# a stray quote cannot swallow the lines after it (csv would make them one field). Records plus
+# skipped lines plus the header are the file's physical lines. Quoting is read strictly: a field
+# that opens with a quote must close with one right before a tab or the line end.
+
+# csv.reader refuses fields longer than 131072 chars by default; a record is one line, so a long
+# field is a long passage (cut to max_p_len later), not a runaway quote. Raised once for the
+# process, never lowered.
+_FIELD_LIMIT = 2**31 - 1
+# Line 1 holding two of these (any case) is a header, whatever DPR's own check would say.
+_HEADER_WORDS = frozenset({"id", "pid", "_id", "passage_id", "doc_id", "docid", "text", "title",
+                           "passage", "contents", "body", "question", "answers"})
+_CORPUS_HEADER = ["id", "text", "title"]
+_CORPUS_COLUMNS = ("id", "text", "title")
+_QA_COLUMNS = ("question", "answers")
 
 
-def _iter_csv_rows(path: PathLike, file: str) -> Iterator[tuple[int, list[str]]]:
-    """(1-based start line, row) for each csv record; csv/IO errors raise DataFormatError."""
-    with _open_text(path, newline="") as fp:
-        reader = csv.reader(fp, delimiter="\t")
-        next_line = 1
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, *_READ_ERRORS) as e:
-                raise DataFormatError(file, next_line, "<row>", f"cannot parse: {e}",
-                                      record_kind="line", reason="unreadable file") from e
-            start = next_line
-            next_line = reader.line_num + 1
-            yield start, row
+class _RecordSpansLines(Exception):
+    """csv.reader asked for a second line for one record."""
+
+
+class _Undecodable(Exception):
+    """The line handed to csv.reader could not be decoded."""
+
+
+class _CsvFeed:
+    """The physical lines of a file for csv.reader, at most one per record."""
+
+    def __init__(self, lines: Iterator[_Line]) -> None:
+        self.lines = lines
+        self.current: _Line | None = None
+        self.open = False  # a line was handed out for the record being parsed
+
+    def __iter__(self) -> "_CsvFeed":
+        return self
+
+    def __next__(self) -> str:
+        if self.open:
+            raise _RecordSpansLines
+        self.current = next(self.lines)
+        self.open = True
+        if self.current.text is None:
+            raise _Undecodable
+        return self.current.text
+
+
+def _open_quote_column(text: str) -> int | None:
+    """The 0-based column whose double quote is still open at the end of ``text``, if any."""
+    col, at_start, quoted, i = 0, True, False, 0
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            if c == '"':
+                if text.startswith('"', i + 1):
+                    i += 1
+                else:
+                    quoted = False
+        elif c == "\t":
+            col, at_start = col + 1, True
+            i += 1
+            continue
+        elif c == '"' and at_start:
+            quoted = True
+        at_start = False
+        i += 1
+    return col if quoted else None
+
+
+def _iter_csv_rows(path: PathLike, file: str, columns: tuple[str, ...]
+                   ) -> Iterator[tuple[_Line, list[str] | DataFormatError]]:
+    """(line, row) for every physical line; a line that is no csv record comes with the
+    :class:`DataFormatError` to count or raise instead of a row. A damaged gzip stream raises."""
+    if csv.field_size_limit() < _FIELD_LIMIT:
+        csv.field_size_limit(_FIELD_LIMIT)
+    feed = _CsvFeed(iter_lines(path))
+    # strict: text after a closing quote ('"a"b') is an error, not silently glued ('ab')
+    reader = csv.reader(feed, delimiter="\t", strict=True)
+    while True:
+        feed.open = False
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except _RecordSpansLines:
+            line = feed.current
+            col = _open_quote_column(line.text.rstrip("\r\n"))
+            name = "<row>" if col is None else (columns[col] if col < len(columns)
+                                                else f"column {col + 1}")
+            yield line, DataFormatError(
+                file, line.number, name, "a double quote opens a field that does not close on "
+                "this line (an unbalanced quote?); a record is one line, so the next line is read "
+                "as the next record", record_kind="line", reason="unbalanced quote")
+            continue
+        except _Undecodable:
+            line = feed.current
+            yield line, DataFormatError(file, line.number, "<row>", f"cannot decode the line: "
+                                        f"{line.problem}", record_kind="line", reason=line.reason)
+            continue
+        except csv.Error as e:
+            line = feed.current
+            yield line, DataFormatError(file, line.number, "<row>", f"cannot parse the line: {e}",
+                                        record_kind="line", reason="unparsable line")
+            continue
+        yield feed.current, row
+
+
+def _warn_unended(file: str, line: _Line | None) -> None:
+    # A plain file cut inside the last field of its last line parses as a good record; the
+    # missing line end is the only trace (DPR's and our writers end every line).
+    if line is not None and not line.ended:
+        logging.warning("%s: the last line (%d) has no line end: if the file was cut short, "
+                        "its last record is incomplete", file, line.number)
 
 
 class _SeenIds:
-    """Passage ids seen so far: decimal ids (psgs_w100's 21M) as bits of a growing bytearray
-    (21M ids: 2.6 MB), any other id in a set."""
+    """Passage ids seen so far: decimal ids below 2**27 (psgs_w100's 21M) as bits of a growing
+    bytearray (at most 16 MB), any other id in a set."""
+
+    BITS_LIMIT = 1 << 27
 
     def __init__(self) -> None:
         self.bits = bytearray()
@@ -543,7 +783,8 @@ class _SeenIds:
 
     def add(self, pid: str) -> bool:
         """Marks ``pid``; False when it was already there."""
-        if pid.isascii() and pid.isdigit() and (pid == "0" or pid[0] != "0") and len(pid) < 12:
+        if pid.isascii() and pid.isdigit() and (pid == "0" or pid[0] != "0") and len(pid) < 10 \
+                and int(pid) < self.BITS_LIMIT:
             n = int(pid)
             byte, bit = n >> 3, 1 << (n & 7)
             if byte >= len(self.bits):
@@ -558,47 +799,90 @@ class _SeenIds:
         return True
 
 
-def read_corpus_tsv(path: PathLike, *, skip_bad: bool = True,
-                    report: SkipReport | None = None) -> Iterator[tuple[str, str, str]]:
+def _is_header(row: list[str]) -> bool:
+    return bool(row) and (row[0] == "id" or
+                          sum(c.strip().lower() in _HEADER_WORDS for c in row) >= 2)
+
+
+def read_corpus_tsv(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
+                    allow_empty: bool = False) -> Iterator[tuple[str, str, str]]:
     """Stream ``psgs_w100.tsv[.gz]`` rows as (id, text, title) (docs/method.md §8).
 
-    Like DPR, the first row is a header when its first field is "id". A row must have exactly 3
-    columns and a non-empty id; ``record`` in errors is the 1-based line number. Ids are unique:
-    a row repeating an earlier id is a bad record (reason "duplicate id"): the first row is kept
-    and the repeats are counted (or, with ``skip_bad=False``, the first repeat is an error), since
-    one id naming two passages makes retrieval results ambiguous.
+    Line 1 is DPR's header ``id, text, title`` when its first field is "id"; a line 1 that names
+    other columns (``pid, text, title``; ``id, title, text``) is an error whatever ``skip_bad``
+    says, since the column order cannot be trusted. A row must have exactly 3 columns and a
+    non-empty id; ``record`` in errors is the 1-based line number. Ids are unique: a row
+    repeating an earlier id is a bad record (reason "duplicate id"): the first row is kept and
+    the repeats are counted (or, with ``skip_bad=False``, the first repeat is an error), since
+    one id naming two passages makes retrieval results ambiguous. A file without a single
+    passage is an error unless ``allow_empty``.
     """
     file = os.fspath(path)
     seen = _SeenIds()
+    records = passages = 0
+    line = None
     with _local_report(report) as rep:
-        for line, row in _iter_csv_rows(path, file):
-            if line == 1 and row and row[0] == "id":
-                continue
-            if len(row) != 3:
-                err = DataFormatError(file, line, "<row>",
+        for line, row in _iter_csv_rows(path, file, _CORPUS_COLUMNS):
+            if line.number == 1 and isinstance(row, list) and _is_header(row):
+                if row == _CORPUS_HEADER:
+                    continue
+                raise DataFormatError(file, 1, "<header>", f"line 1 names the columns "
+                                      f"{', '.join(row)!r:.120}; a corpus has DPR's header "
+                                      "id, text, title (in this order) or none",
+                                      record_kind="line", reason="unexpected header")
+            records += 1
+            if isinstance(row, DataFormatError):
+                err = row
+            elif not row:
+                err = DataFormatError(file, line.number, "<row>", "blank line",
+                                      record_kind="line", reason="blank line")
+            elif len(row) != 3:
+                err = DataFormatError(file, line.number, "<row>",
                                       f"expected 3 tab-separated columns (id, text, title), "
                                       f"got {len(row)}", record_kind="line",
                                       reason="wrong column count")
             elif not row[0]:
-                err = DataFormatError(file, line, "id", "empty passage id", record_kind="line")
+                err = DataFormatError(file, line.number, "id", "empty passage id",
+                                      record_kind="line")
+            elif row == _CORPUS_HEADER:
+                err = DataFormatError(file, line.number, "<row>", "a header row after line 1 "
+                                      "(concatenated files?)", record_kind="line",
+                                      reason="repeated header")
             elif not seen.add(row[0]):
-                err = DataFormatError(file, line, "id", f"duplicate passage id {row[0]!r:.40} "
-                                      "(an earlier row has it; the first is kept)",
+                err = DataFormatError(file, line.number, "id", f"duplicate passage id "
+                                      f"{row[0]!r:.40} (an earlier row has it; the first is kept)",
                                       record_kind="line", reason="duplicate id")
             else:
+                passages += 1
                 yield row[0], row[1], row[2]
                 continue
             _handle_bad(err, skip_bad, rep)
+        _warn_unended(file, line)
+        if not passages and not allow_empty:
+            raise _no_records_error(file, records, rep, "passages")
+
+
+def _one_line_fields(path: PathLike, i: int, names: tuple[str, ...], values: Iterable[str]) -> None:
+    """Writers keep every record on one line: the readers take a line break as a broken quote."""
+    for name, value in zip(names, values):
+        if "\n" in value or "\r" in value:
+            raise DataFormatError(path, i, name, "contains a line break; a TSV/CSV record is one "
+                                  "line (replace it, e.g. by a space)", reason="line break")
 
 
 def write_corpus_tsv(path: PathLike, rows: Iterable[tuple[str, str, str]]) -> int:
-    """Write (id, text, title) rows with DPR's ``id\\ttext\\ttitle`` header; returns the count."""
+    """Write (id, text, title) rows with DPR's ``id\\ttext\\ttitle`` header; returns the count.
+
+    A field with a line break raises :class:`DataFormatError` (record = index in ``rows``)
+    before anything is renamed into place."""
     n = 0
     with files.atomic_open_gz(path, newline="") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-        writer.writerow(["id", "text", "title"])
-        for pid, text, title in rows:
-            writer.writerow([str(pid), text, title])
+        writer.writerow(_CORPUS_HEADER)
+        for i, (pid, text, title) in enumerate(rows):
+            row = [str(pid), text, title]
+            _one_line_fields(path, i, _CORPUS_COLUMNS, row)
+            writer.writerow(row)
             n += 1
     return n
 
@@ -617,44 +901,59 @@ def _parse_answers_literal(cell: str) -> list[str]:
     return value
 
 
-def read_qa_csv(path: PathLike, *, skip_bad: bool = True,
-                report: SkipReport | None = None) -> Iterator[tuple[str, list[str]]]:
+def read_qa_csv(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
+                allow_empty: bool = False) -> Iterator[tuple[str, list[str]]]:
     """Stream ``*.qa.csv`` rows as (question, answers) (docs/method.md §8).
 
     Tab-separated, column 0 the question, column 1 a Python list literal of str parsed with
     ``ast.literal_eval``. Extra columns are ignored (DPR reads only these two); ``record`` in
     errors is the 1-based line number. A row whose answer list is empty is kept (the question
     counts, as a miss: no passage can hold an answer) and counted in a warning; retrieval
-    reports say how many (``empty_answers``).
+    reports say how many (``empty_answers``). A file without a single question is an error
+    unless ``allow_empty``.
     """
     file = os.fspath(path)
-    empty = 0
+    empty = records = questions = 0
+    line = None
     with _local_report(report) as rep:
-        for line, row in _iter_csv_rows(path, file):
-            if len(row) < 2:
-                err = DataFormatError(file, line, "<row>",
+        for line, row in _iter_csv_rows(path, file, _QA_COLUMNS):
+            records += 1
+            if isinstance(row, DataFormatError):
+                err = row
+            elif not row:
+                err = DataFormatError(file, line.number, "<row>", "blank line",
+                                      record_kind="line", reason="blank line")
+            elif len(row) < 2:
+                err = DataFormatError(file, line.number, "<row>",
                                       f"expected at least 2 tab-separated columns, got {len(row)}",
                                       record_kind="line", reason="wrong column count")
             elif not row[0].strip():
-                err = DataFormatError(file, line, "question", "empty question",
+                err = DataFormatError(file, line.number, "question", "empty question",
                                       record_kind="line")
             else:
                 try:
                     answers = _parse_answers_literal(row[1])
                 except ValueError as e:
-                    err = DataFormatError(file, line, "answers", str(e), record_kind="line")
+                    err = DataFormatError(file, line.number, "answers", str(e), record_kind="line")
                 else:
                     empty += not answers
+                    questions += 1
                     yield row[0], answers
                     continue
             _handle_bad(err, skip_bad, rep)
+        _warn_unended(file, line)
+        if not questions and not allow_empty:
+            raise _no_records_error(file, records, rep, "questions")
     if empty:
         logging.warning("%s: %d question(s) with an empty answer list: kept, they can never be "
                         "hits", file, empty)
 
 
 def write_qa_csv(path: PathLike, rows: Iterable[tuple[str, Iterable[str]]]) -> int:
-    """Write (question, answers) rows; answers as ``repr(list_of_str)`` like DPR's files."""
+    """Write (question, answers) rows; answers as ``repr(list_of_str)`` like DPR's files.
+
+    A question with a line break raises :class:`DataFormatError` (answers are written as a
+    literal, where a line break is an escape)."""
     n = 0
     with files.atomic_open_gz(path, newline="") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
@@ -664,6 +963,7 @@ def write_qa_csv(path: PathLike, rows: Iterable[tuple[str, Iterable[str]]]) -> i
             answers = list(answers)
             if not all(isinstance(a, str) for a in answers):
                 raise TypeError(f"row {i}: answers must all be str: {answers!r:.80}")
+            _one_line_fields(path, i, _QA_COLUMNS[:1], [question])
             writer.writerow([question, repr(answers)])
             n += 1
     return n
@@ -686,14 +986,18 @@ def _check_gold(obj: Any, file: str, index: int) -> dict:
 
 
 def read_gold_info(path: PathLike, *, skip_bad: bool = True, report: SkipReport | None = None,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[dict]:
+                   chunk_size: int = DEFAULT_CHUNK_SIZE, allow_empty: bool = False) -> Iterator[dict]:
     """Stream the records of ``nq-*_gold_info.json[.gz]`` = ``{"data": [...]}`` (docs/method.md §8).
 
     Each record is yielded as its dict; question (non-empty), title and context must be
-    strings; ``question_tokens`` and ``example_id`` are passed through unchecked.
+    strings; ``question_tokens`` and ``example_id`` are passed through unchecked. A record with
+    a repeated key is bad (reason "duplicate key"); a second top-level ``data`` key is an error
+    whatever ``skip_bad`` says (JSON readers keep one silently). A file without a single valid
+    record is an error unless ``allow_empty``.
     """
     file = os.fspath(path)
-    with _local_report(report) as rep, _open_text(path) as fp:
+    seen = valid = 0
+    with _local_report(report) as rep, _open_bytes(path) as fp:
         stream = _JsonStream(fp, file, chunk_size)
         stream.expect("{", "'{' (a JSON object with a \"data\" list)")
         seen_data = False
@@ -705,14 +1009,22 @@ def read_gold_info(path: PathLike, *, skip_bad: bool = True, report: SkipReport 
                 if not isinstance(key, str):
                     raise stream.error(f"expected an object key, got {_type_name(key)}")
                 stream.expect(":", "':'")
-                if key == "data" and not seen_data:
+                if key == "data" and seen_data:
+                    raise DataFormatError(file, None, "data", "a second top-level \"data\" key "
+                                          "(which list is meant is ambiguous)",
+                                          reason="duplicate key")
+                if key == "data":
                     seen_data = True
-                    for index, obj in stream.iter_array():
+                    for index, obj, duplicate in stream.iter_array():
+                        seen += 1
                         try:
+                            if duplicate is not None:
+                                raise _duplicate_error(file, index, duplicate)
                             _check_gold(obj, file, index)
                         except DataFormatError as e:
                             _handle_bad(e, skip_bad, rep)
                             continue
+                        valid += 1
                         yield obj
                 else:
                     stream.value()  # other top-level keys are skipped
@@ -722,6 +1034,8 @@ def read_gold_info(path: PathLike, *, skip_bad: bool = True, report: SkipReport 
         if not seen_data:
             raise DataFormatError(file, None, "data", "missing top-level \"data\" list",
                                   reason="missing data")
+        if not valid and not allow_empty:
+            raise _no_records_error(file, seen, rep, "records")
 
 
 def write_gold_info(path: PathLike, records: Iterable[Mapping[str, Any]]) -> int:

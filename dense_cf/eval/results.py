@@ -91,7 +91,7 @@ def write_dpr_results(path: str | os.PathLike, questions: Sequence[str],
 
 def read_dpr_results(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Load a DPR results JSON (ours or DPR's) as the list of per-question dicts."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # -sig: a leading byte-order mark is dropped
         data = json.load(f)
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of questions, got {type(data).__name__}")

@@ -97,8 +97,8 @@ class BM25Index:
             return index
         if corpus is None:
             raise FileNotFoundError(f"no BM25 index in {directory} and no corpus to build one")
-        rows = formats.read_corpus_tsv(corpus, skip_bad=skip_bad,
-                                       report=report if report is not None else SkipReport())
+        # Without a report the reader logs its own skip counts (duplicate ids, bad rows).
+        rows = formats.read_corpus_tsv(corpus, skip_bad=skip_bad, report=report)
         extra = {"corpus": corpus_fingerprint(corpus)}
         return cls.build(rows, directory, k1=k1, b=b, method=method, meta=extra)
 

@@ -164,9 +164,13 @@ def open_store(corpus: str, directory: str, *, skip_bad: bool = True,
             rep = report if report is not None else SkipReport()
             n = PassageStore.write(tmp, formats.read_corpus_tsv(corpus, skip_bad=skip_bad,
                                                                 report=rep))
+            if report is None and rep.total:
+                rep.log()   # the caller's report is the caller's to log
             write_meta_json(os.path.join(tmp, "store.json"),
                         {"format": INDEX_FORMAT, "corpus": corpus_fingerprint(corpus),
-                         "passages": n, "skipped_rows": rep.count(corpus)})
+                         "passages": n, "skipped_rows": rep.count(corpus),
+                         "skipped_by_reason": {r: k for (f, r), k in sorted(rep.counts.items())
+                                               if f == os.fspath(corpus)}})
         build_atomically(directory, build)
     with open(meta_path) as f:
         check_fingerprint(directory, json.load(f), corpus)

@@ -127,7 +127,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
         for key in ("train_file", "dev_file"):
             try:
                 resolve_data_file(d, key, required=key == "train_file")
-            except (FileNotFoundError, ValueError) as e:
+            except (FileNotFoundError, IsADirectoryError, ValueError) as e:
                 out.append(str(e).splitlines()[0] + " (get DPR's files from https://dl.fbaipublicfiles.com/dpr/ "
                            "with python -m dense_cf.cli.prepare, docs/datasets.md; or --config=configs/demo.py)")
     return out

@@ -25,7 +25,8 @@ differs from the example at its index (a changed or re-ordered input). ``sentenc
 example without a usable span (no answers, empty text, a single sentence): it trains without
 a counterfactual, like an example without an answer match under the ``sentence`` strategy.
 
-Resumable: on restart the existing lines are read (a torn last line from a crash is cut off),
+Resumable: on restart a torn last line from a crash is cut off (:func:`repair_torn_tail`:
+this command owns the file; readers never change it), the existing lines are read,
 their indices are skipped (their questions checked against the input), and new lines are
 appended and flushed after every chunk. Progress (examples/s) is logged; the command prints
 the summary (counts per skip reason, answer matches, time) as JSON at the end.
@@ -44,7 +45,8 @@ import numpy as np
 from absl import logging
 
 from dense_cf.datasets.evidence_file import EvidenceRecord, read_evidence, source_name
-from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
+from dense_cf.datasets.formats import BiencoderExample, DataFormatError, SkipReport, iter_biencoder
+from dense_cf.files import UserError
 from dense_cf.mining.evidence import candidates as cand
 from dense_cf.mining.evidence.scorer import QAItem
 from dense_cf.progress import Progress
@@ -66,6 +68,41 @@ def _write(f, rec: dict[str, Any]) -> None:
     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
+def repair_torn_tail(path: str) -> int:
+    """Makes an interrupted run's output whole again; returns the bytes cut.
+
+    Only this writer changes its output: a last line without its line end that is not a JSON
+    value is what a crash in the middle of a write leaves, and is cut; one that is a complete
+    JSON value only lost its line end, which is added. Anything else is left for
+    :func:`read_evidence` to report. (Lines are appended in one write each, so a crash leaves at
+    most one torn line, at the end.)
+    """
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if not size:
+            return 0
+        f.seek(max(0, size - (1 << 20)))
+        tail = f.read()
+    if tail.endswith(b"\n"):
+        return 0
+    cut = tail.rfind(b"\n") + 1
+    if cut == 0 and size > len(tail):
+        raise DataFormatError(path, None, "<row>", "the last line is over 1 MB without a line end: "
+                              "not an interrupted write of this command", reason="incomplete last line")
+    last = tail[cut:]
+    try:
+        json.loads(last)
+    except (ValueError, RecursionError):
+        with open(path, "r+b") as f:
+            f.truncate(size - len(last))
+        logging.warning("%s: cut a torn last line (%d bytes) left by an interrupted run",
+                        path, len(last))
+        return len(last)
+    with open(path, "ab") as f:
+        f.write(b"\n")
+    return 0
+
+
 def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
              answer_mode: str = "string", chunk_examples: int = 64, max_examples: int = 0,
              log_every_s: float = 30.0, num_shards: int = 1, shard_id: int = 0) -> AnnotateStats:
@@ -83,11 +120,12 @@ def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
     source = source_name(input_path)
     done: dict[int, EvidenceRecord] = {}
     if os.path.exists(output_path):
-        done = read_evidence(output_path, repair_tail=True)
+        repair_torn_tail(output_path)
+        done = read_evidence(output_path)
         wrong = sorted({r.source for r in done.values() if r.source != source}, key=str)
         if wrong:
-            raise ValueError(f"{output_path} already holds annotations of {wrong[:3]}, not {source}: "
-                             "choose another --output")
+            raise UserError(f"{output_path} already holds annotations of {wrong[:3]}, not {source}: "
+                            "choose another --output")
         logging.info("resuming %s: %d examples already annotated", output_path, len(done))
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
     stats = AnnotateStats()
@@ -148,8 +186,10 @@ def annotate(input_path: str, output_path: str, scorer, *, max_answers: int = 1,
             rec = done.get(i)
             if rec is not None:
                 if rec.question is not None and rec.question != ex.question:
-                    raise ValueError(f"{output_path}: example {i} was annotated for question "
-                                     f"{rec.question!r:.80}, but {input_path} now has {ex.question!r:.80}")
+                    raise DataFormatError(output_path, i, "question",
+                                          f"example {i} was annotated for question "
+                                          f"{rec.question!r:.80}, but {input_path} now has "
+                                          f"{ex.question!r:.80}", reason="question mismatch")
                 stats.already_done += 1
                 progress.skip(1)  # resumed: counted, but not in the rate
                 continue
