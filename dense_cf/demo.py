@@ -11,8 +11,10 @@ the mean ± std [min, max] over seeds; the paired tables are then per seed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -22,8 +24,10 @@ from dense_cf.cli import _app
 from dense_cf.configs.presets import demo_config
 from dense_cf.console import import_tensorflow, quiet_library_logs
 from dense_cf.eval import aar_math, stats
+from dense_cf.eval import claims as claims_lib
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
+from dense_cf.eval.claims import Check
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import UserError
@@ -103,15 +107,27 @@ def seed_rows(results: dict[str, dict], method_seed: dict[str, tuple[str, int]])
     return rows
 
 
-def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
-                    pairs: list[tuple[str, str]] | None = None, seed: int = 0) -> str:
-    """Markdown: each ``(A, B)`` of ``pairs`` (default: the first run, the baseline, DPR in the
-    demo, against each other run) on the same test items (``dense_cf.eval.compare``: McNemar on
-    top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean score gap), each row
-    saying whether the difference is significant at 0.05. ``run_dirs``: name → run directory;
-    ``results``: name → training summary (its ``step`` picks the evaluation)."""
+# What the PiCL paper claims against DPR (issue 16 §2, docs/replication.md), as paired checks.
+# "K distractors" is the largest K the runs were evaluated with (filled in per comparison).
+PICL_CLAIMS = (("AAR up (PiCL Table 1, Fig. 2)", Check("AAR")),
+               ("gap sim(q,p+) − sim(q,p*) wider (PiCL Table 5)",
+                Check("mean sim(q,p+) − sim(q,p*) (sentence)")),
+               ("AA score not lower", Check("AA score", "not_worse")),
+               ("robust to near-duplicate distractors (EADPR Fig. 5)",
+                Check("K distractors: top-1", "not_worse")),
+               ("top-1 not worse (PiCL Table 2)", Check("top-1", "not_worse")),
+               ("top-5 not worse", Check("top-5", "not_worse")),
+               ("top-20 not worse", Check("top-20", "not_worse")),
+               ("MRR not worse", Check("MRR (×100)", "not_worse")))
+
+
+def paired_results(run_dirs: dict[str, str], results: dict[str, dict],
+                   pairs: list[tuple[str, str]] | None = None, seed: int = 0
+                   ) -> list[tuple[str, str, dict[str, Any] | Exception]]:
+    """``(A, B, compare result or the error that stopped it)`` for each pair (default: the
+    first run, the baseline, against each other run)."""
     names = list(results)
-    parts = []
+    out: list[tuple[str, str, dict[str, Any] | Exception]] = []
     for base, other in (pairs if pairs is not None else [(names[0], n) for n in names[1:]]):
         try:
             res = compare_lib.compare(run_dirs[base], run_dirs[other],
@@ -119,10 +135,52 @@ def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
                                       step_b=results[other].get("step"), seed=seed,
                                       names=(base, other), verbose=False)
         except (ValueError, FileNotFoundError) as e:
-            parts.append(f"## Paired comparison: {base} vs {other}\n\nnot compared: {e}")
+            res = e
+        out.append((base, other, res))
+    return out
+
+
+def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
+                    pairs: list[tuple[str, str]] | None = None, seed: int = 0,
+                    compared: list | None = None) -> str:
+    """Markdown: each ``(A, B)`` of ``pairs`` (default: the first run, the baseline, DPR in the
+    demo, against each other run) on the same test items (``dense_cf.eval.compare``: McNemar on
+    top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean score gap), each row
+    saying whether the difference is significant at 0.05. ``run_dirs``: name → run directory;
+    ``results``: name → training summary (its ``step`` picks the evaluation); ``compared``:
+    :func:`paired_results`' output when already computed."""
+    parts = []
+    for base, other, res in compared or paired_results(run_dirs, results, pairs, seed):
+        if isinstance(res, Exception):
+            parts.append(f"## Paired comparison: {base} vs {other}\n\nnot compared: {res}")
             continue
         parts.append(f"## Paired comparison: {base} (A) vs {other} (B) on the same test items\n\n"
                      + compare_lib.markdown(res, title=False))
+    return "\n\n".join(parts)
+
+
+def claims_section(compared: list[tuple[str, str, dict[str, Any] | Exception]]) -> str:
+    """Markdown: for each compared pair, PiCL's claims (:data:`PICL_CLAIMS`) with B − A, p and
+    a verdict (``eval.claims``: reproduced / not significant / reversed), and one line saying
+    which claims hold."""
+    parts = []
+    for base, other, res in compared:
+        if isinstance(res, Exception):
+            continue
+        rows = res["rows"]
+        ks = [r["metric"].split(" distractors")[0] for r in rows
+              if r["metric"].startswith("K=") and r["metric"].endswith(": top-1")]
+        checks = [dataclasses.replace(c, metric=c.metric.replace("K ", f"{ks[-1]} "))
+                  if c.metric.startswith("K ") and ks else c for _, c in PICL_CLAIMS]
+        entries = claims_lib.evaluate_checks(rows, checks, (base, other))
+        table = [{"claim": label, **e} for (label, _), e in zip(PICL_CLAIMS, entries)]
+        parts.append(
+            f"## PiCL's claims: {other} (B) against {base} (A)\n\n"
+            + report_lib.markdown_table(table, ["claim", "metric", base, other, "B − A", "p",
+                                                "verdict"])
+            + f"\n\n**{claims_lib.verdict_text(entries)}.** Verdicts: reproduced = the "
+              "claimed direction, significant at 0.05 (for 'not worse': no significant loss); "
+              "reversed = a significant difference the other way.")
     return "\n\n".join(parts)
 
 
@@ -141,6 +199,7 @@ def run_demo(workdir: str) -> None:
         raise UserError(f"--workdir {workdir} is a file, expected a directory (made if absent)")
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")
+    t_start = time.perf_counter()
 
     seeds = [int(x) for x in _SEEDS.value]
     results, run_dirs, method_seed = {}, {}, {}
@@ -184,7 +243,11 @@ def run_demo(workdir: str) -> None:
     methods = list(_METHODS.value)
     pairs = ([(f"{methods[0]} (seed {s})", f"{o} (seed {s})") for s in seeds for o in methods[1:]]
              if len(seeds) > 1 else None)  # per seed: the baseline against each other method
-    paired = paired_sections(run_dirs, results, pairs)
+    compared = paired_results(run_dirs, results, pairs)
+    claims = claims_section(compared)
+    if claims:
+        table += "\n\n" + claims
+    paired = paired_sections(run_dirs, results, compared=compared)
     if paired:
         table += "\n\n" + paired
     robust = {m: r["eval"]["robustness"] for m, r in results.items()
@@ -198,10 +261,19 @@ def run_demo(workdir: str) -> None:
         ["train loss", "train l_dpr", "dev loss", "dev rank_acc", "top-k", "MRR", "AAR",
          "mean diff", "AA score", "95% CI", "K"])
     table += f"\n\n## {heading}\n\n{legend}"
+    first = load_demo_config(_METHODS.value[0])
+    wall = time.perf_counter() - t_start
+    intro = (f"{first.train.num_steps if not _STEPS.value else _STEPS.value} steps × "
+             f"{first.train.global_batch} questions per method, "
+             f"{first.data.num_hard} BM25 hard negative(s) per question "
+             "(in-batch negatives only by default: docs/replication.md explains why), seeds "
+             f"{seeds}. Wall time of this command: {wall / 60:.1f} min (runs already trained "
+             "are reused, so a re-run is faster).")
     with report_lib.atomic_open(os.path.join(workdir, "report.md")) as f:
-        f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + table + "\n")
+        f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + intro
+                + "\n\n" + table + "\n")
     report_lib.write_json(os.path.join(workdir, "report.json"), results)
-    print(table)
+    print(intro + "\n\n" + table)
     print(f"\nreport: {os.path.join(workdir, 'report.md')}", file=sys.stderr)
 
 

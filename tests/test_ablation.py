@@ -44,6 +44,8 @@ def test_row_weights(row):
     for d in (ref, got):
         d.pop("loss")
         d["data"].pop("counterfactual")
+    assert got["data"].pop("num_hard") == 1  # the paper's DPR setting; the demo has none
+    assert ref["data"].pop("num_hard") == 0
     assert got == ref
     assert picl_ablation.get_config(f"{row},nq").to_dict() == nq.to_dict()
 

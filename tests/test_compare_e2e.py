@@ -99,3 +99,69 @@ def test_demo_report_on_trained_runs(two_runs):
     for metric in ("top-1", "top-20", "MRR (×100)", "AAR", "AA score"):
         assert f"| {metric} |" in md and f"- {metric}: " in md
     assert md.count("significant at 0.05") >= 10
+
+
+def test_aar_by_type_rows_partition_the_triplets(two_runs):
+    (a, _), (b, _) = two_runs["dpr"], two_runs["picl"]
+    oa, ob = compare_lib.load_outcomes(a), compare_lib.load_outcomes(b)
+    rows = compare_lib.aar_by_type_rows(oa, ob, "sentence", n_resamples=500,
+                                        names=("dpr", "picl"))
+    overall = next(r for r in compare_lib.compare(a, b, n_resamples=500, verbose=False)["rows"]
+                   if r["metric"] == "AAR")
+    assert rows and all(r["metric"].startswith("AAR (") for r in rows)
+    assert sum(r["n"] for r in rows) == overall["n"]  # every paired triplet in one type
+    # The per-type rates recombine into the overall rates.
+    for side in ("a", "b"):
+        total = sum(r["n"] * r["stats"][side] for r in rows) / overall["n"]
+        assert total == pytest.approx(overall["stats"][side])
+    for r in rows:
+        assert r["test"].startswith("McNemar exact") and 0.0 <= r["stats"]["p_value"] <= 1.0
+    oa.aar["sentence"]["questions"] = None  # no question texts: no type, no rows
+    assert compare_lib.aar_by_type_rows(oa, ob) == []
+
+
+def test_pivot_check_on_a_trained_run(two_runs, tmp_path):
+    from dense_cf.cli import eval_pivot
+    from dense_cf.datasets.formats import read_biencoder
+    from dense_cf.eval import pivot
+    from dense_cf.train.run import load_run
+    workdir, _ = two_runs["picl"]
+    run = load_run(workdir)
+    path = os.path.join(run.config.data.data_dir, "biencoder-synth-dev.json")
+    examples = read_biencoder(path)
+    res = pivot.pivot_check(run, examples + [examples[0].__class__("q?", ["x"], [], [], [])])
+    assert res["records"] == len(examples) + 1 and res["no_negatives"] >= 1
+    assert res["scored"] == res["fates"]["scored"] > 0
+    assert sum(res["fates"].values()) == res["records"] - res["no_negatives"]
+    ms = res["mean_scores"]
+    for label, (hi, lo) in pivot.COMPARISONS.items():
+        c = res["comparisons"][label]
+        assert c["n"] == res["scored"]
+        assert c["rate_ci"][0] <= c["rate"] <= c["rate_ci"][1]
+        assert c["mean_diff"] == pytest.approx(ms[hi] - ms[lo], abs=1e-5)
+    # The command writes the same figures next to the run's evaluation.
+    out = eval_pivot.run_cli([f"--workdir={workdir}", f"--file={path}", f"--out={tmp_path}"])
+    saved = json.load(open(tmp_path / "pivot_sentence.json"))
+    assert saved["comparisons"]["p* > hard negative"]["rate"] == pytest.approx(
+        out["comparisons"]["p* > hard negative"]["rate"])
+    assert "| p* > random negative |" in open(tmp_path / "pivot_sentence.md").read()
+
+
+def test_demo_claims_section(two_runs):
+    from dense_cf import demo
+    from dense_cf.eval import claims
+    results = {m: s for m, (_, s) in two_runs.items()}
+    compared = demo.paired_results({m: d for m, (d, _) in two_runs.items()}, results)
+    md = demo.claims_section(compared)
+    assert md.startswith("## PiCL's claims: picl (B) against dpr (A)")
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(lines) == len(demo.PICL_CLAIMS)
+    for (label, check), line in zip(demo.PICL_CLAIMS, lines):
+        assert line.startswith(f"| {label} |")
+        assert any(v in line for v in claims.VERDICTS)  # every claim measured here
+    assert "| K=2 distractors: top-1 |" in md  # the largest K the runs were evaluated with
+    rows = {r["metric"]: r for r in compared[0][2]["rows"]}
+    aar = rows["AAR"]["stats"]
+    assert claims.check_verdict(aar["diff"], aar["p_value"], "up") in lines[0]
+    # A failed comparison is left out of the claims (paired_sections says why).
+    assert demo.claims_section([("dpr", "picl", ValueError("no outcomes"))]) == ""

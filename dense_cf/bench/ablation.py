@@ -93,10 +93,11 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict) -> str | None:
+def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
+                      required: Sequence[str] = ("report.json", "aar.json")) -> str | None:
     """The eval directory of a run in ``workdir`` that finished ``config``'s steps and was
-    evaluated (report.json + aar.json); None when it must (still) be trained or evaluated.
-    Raises when ``workdir`` holds a run of another config."""
+    evaluated (the ``required`` reports are there); None when it must (still) be trained or
+    evaluated. Raises when ``workdir`` holds a run of another config."""
     rd = RunDir(workdir)
     if not os.path.exists(rd.config):
         return None
@@ -113,7 +114,7 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict) -> str | 
     if summary.get("step") != config.train.num_steps or "eval" not in summary:
         return None
     d = rd.eval(summary["step"])
-    ok = all(os.path.exists(os.path.join(d, f)) for f in ("report.json", "aar.json"))
+    ok = all(os.path.exists(os.path.join(d, f)) for f in required)
     return d if ok else None
 
 

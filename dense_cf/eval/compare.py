@@ -39,9 +39,11 @@ import numpy as np
 
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
+from dense_cf.eval.aar_math import QUESTION_TYPES
+from dense_cf.text.answers import question_type
 from dense_cf.train.run import RunDir
 
-__all__ = ["RunOutcomes", "compare", "compare_outcome_sets", "find_eval_dir", "load_outcomes",
+__all__ = ["RunOutcomes", "aar_by_type_rows", "compare", "compare_outcome_sets", "find_eval_dir", "load_outcomes",
            "markdown"]
 
 STRATEGY_LABELS = {"sentence": "AAR", "answer": "AA score"}
@@ -261,6 +263,28 @@ def compare_outcome_sets(a: RunOutcomes, b: RunOutcomes, *, seed: int = 0,
     return {"a": a.label, "b": b.label, "a_dir": a.eval_dir, "b_dir": b.eval_dir,
             "names": list(names), "rows": rows, "notes": notes, "seed": seed,
             "n_resamples": n_resamples}
+
+
+def aar_by_type_rows(a: RunOutcomes, b: RunOutcomes, strategy: str = "sentence", *,
+                     seed: int = 0, n_resamples: int = stats.DEFAULT_RESAMPLES,
+                     names: tuple[str, str] = ("A", "B")) -> list[dict[str, Any]]:
+    """Paired AAR rows per question type (PiCL Table 6; ``question_type``), exact McNemar on
+    the triplets of each type both runs scored; ``[]`` when either run lacks the strategy's
+    per-triplet scores or their question texts."""
+    sa, sb = a.aar.get(strategy), b.aar.get(strategy)
+    if not sa or not sb or sa["questions"] is None or sb["questions"] is None:
+        return []
+    _, ia, ib = np.intersect1d(sa["gold_index"], sb["gold_index"], return_indices=True)
+    types = np.array([question_type(sa["questions"][i]) for i in ia], dtype=object)
+    aware_a = sa["pos"][ia] > sa["cf"][ia]
+    aware_b = sb["pos"][ib] > sb["cf"][ib]
+    rows = []
+    for t in QUESTION_TYPES:
+        sel = types == t
+        if sel.any():
+            rows.append(stats.compare_outcomes(f"AAR ({t})", aware_a[sel], aware_b[sel],
+                                               seed=seed, n_resamples=n_resamples, names=names))
+    return rows
 
 
 def markdown(result: dict[str, Any], title: bool = True) -> str:

@@ -1,0 +1,413 @@
+"""The papers' claims, each checked on the synthetic benchmark with paired statistics.
+
+``python -m dense_cf.bench.replicate --out runs/replicate [--claims ID,...] [--steps 100]
+[--seeds 0] [--list]``
+
+Every claim of docs/replication.md is a :class:`Claim` in :data:`CLAIMS` (data, not code): the
+paper, where it says so, what it says, the two runs compared (A = the reference, B = the
+method) and the checks (a paired metric and the expected direction). Runs are
+:class:`RunSpec` entries of :data:`RUNS`, each trained once under ``--out`` and shared by the
+claims that use it:
+
+* ``synthetic`` runs: the ablation benchmark (``bench.ablation.row_config``: MiniLM, 2,000
+  passages, 300 test questions, batch 16, lr 5e-5) with robustness at K = 0, 1, 2, 5
+  near-duplicate distractors, plus the spec's overrides;
+* ``dcsr`` runs: ``bench.dcsr.bench_config`` on a synthetic world (one question per passage,
+  or ``questions_per_passage`` = 3 for DCSR's "many questions" setting).
+
+For each check the paired comparison (:func:`dense_cf.eval.compare.compare`: exact McNemar on
+top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean gaps) gives B − A, its
+interval and p; the verdict is ``reproduced`` (the expected direction, significant at 0.05;
+for ``not_worse``: no significant loss), ``not significant`` or ``reversed`` (significant in
+the other direction). A claim is reproduced when all its checks are. The command writes
+``replicate.md`` and ``replicate.json`` to ``--out``; finished runs are reused (resumable) and
+``--claims`` runs only the runs those claims need. ``--list`` prints the claims, the runs each
+needs and the estimated budget, and trains nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Sequence
+
+import ml_collections
+from absl import flags, logging
+
+from dense_cf.bench import ablation as ablation_lib
+from dense_cf.bench import dcsr as dcsr_lib
+from dense_cf.cli import _app
+from dense_cf.configs.presets import with_method
+from dense_cf.eval import compare as compare_lib
+from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
+from dense_cf.eval.claims import VERDICTS, Check, claim_verdict, evaluate_checks, verdict_text
+from dense_cf.experiment import train_and_evaluate
+from dense_cf.files import atomic_open, write_json
+from dense_cf.progress import format_duration
+from dense_cf.synthetic import generate as synthetic
+from dense_cf.train.run import RunDir
+
+__all__ = ["CLAIMS", "RUNS", "Claim", "RunSpec", "plan", "run_replication"]
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training run. ``study``: ``synthetic`` (``row`` of ``configs/picl_ablation.py``)
+    or ``dcsr`` (``row`` = ``dpr`` / ``dcsr``); ``method``: a loss preset applied on top
+    (``presets.with_method``); ``overrides``: ``{"node.leaf": value}``; ``world``: the
+    synthetic world's generator keyword arguments; ``minutes``: the estimated cost on the
+    2-core CPU at 100 steps (``--list``)."""
+
+    study: str
+    row: str
+    method: str = ""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    world: tuple[tuple[str, Any], ...] = ()
+    minutes: float = 6.0
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    where: str
+    claim: str
+    a: str
+    b: str
+    checks: tuple[Check, ...]
+    note: str = ""
+
+
+_H0 = (("data.num_hard", 0),)
+_MANY_Q = (("questions_per_passage", 3),)
+RUNS: dict[str, RunSpec] = {
+    "dpr": RunSpec("synthetic", "dpr", minutes=5),
+    "picl": RunSpec("synthetic", "picl", minutes=7),
+    "eadpr": RunSpec("synthetic", "dpr", method="eadpr", minutes=7),
+    "dpr_chn": RunSpec("synthetic", "dpr_chn", minutes=7),
+    "dpr_cpp": RunSpec("synthetic", "dpr_cpp", minutes=7),
+    "cpp_chn": RunSpec("synthetic", "cpp_chn", minutes=7),
+    "dpr_h0": RunSpec("synthetic", "dpr", overrides=_H0, minutes=3,
+                      note="in-batch negatives only (no BM25 hard negative)"),
+    "picl_h0": RunSpec("synthetic", "picl", overrides=_H0, minutes=5,
+                       note="in-batch negatives only (no BM25 hard negative)"),
+    "eadpr_h0": RunSpec("synthetic", "dpr", method="eadpr", overrides=_H0, minutes=5,
+                        note="in-batch negatives only (no BM25 hard negative)"),
+    "dcsr_dpr": RunSpec("dcsr", "dpr", minutes=4),
+    "dcsr_dcsr": RunSpec("dcsr", "dcsr", minutes=5),
+    "dcsr_dcsr_bm25": RunSpec("dcsr", "dcsr", overrides=(("dcsr.negatives", "bm25"),),
+                              minutes=5, note="DCSR Table 4: +1 BM25 sentence, no in-passage"),
+    "dcsr_manyq_dpr": RunSpec("dcsr", "dpr", world=_MANY_Q, minutes=4),
+    "dcsr_manyq_dcsr": RunSpec("dcsr", "dcsr", world=_MANY_Q, minutes=5),
+}
+
+_TOPK = (Check("top-1", "not_worse"), Check("top-5", "not_worse"), Check("top-20", "not_worse"))
+_AWARE = (Check("AAR"), Check("mean sim(q,p+) − sim(q,p*) (sentence)"),
+          Check("AA score", "not_worse"))
+_ROBUST = Check("K=5 distractors: top-1", "not_worse")
+CLAIMS: tuple[Claim, ...] = (
+    Claim("picl-topk", "PiCL", "Table 2",
+          "PiCL keeps or improves DPR's top-k (NQ top-20 79.4 → 80.0, top-100 86.0 → 86.6)",
+          "dpr", "picl", _TOPK),
+    Claim("picl-aar", "PiCL", "Table 1, Fig. 2",
+          "PiCL raises answer-awareness (AAR) over DPR", "dpr", "picl", (Check("AAR"),)),
+    Claim("picl-gap", "PiCL", "Table 5, Fig. 6",
+          "PiCL widens the mean score gap sim(q,p+) − sim(q,p*) (1.12 → 2.85) and shifts its "
+          "histogram right", "dpr", "picl",
+          (Check("mean sim(q,p+) − sim(q,p*) (sentence)"),)),
+    Claim("picl-type", "PiCL", "Table 6", "PiCL's AAR gain holds across question types",
+          "dpr", "picl", (Check("AAR by type"),)),
+    Claim("picl-aa", "PiCL (issue 16)", "—",
+          "PiCL does not lower the AA score (answer string removed)", "dpr", "picl",
+          (Check("AA score", "not_worse"),)),
+    Claim("picl-robust", "PiCL / EADPR", "EADPR Fig. 5",
+          "PiCL is at least as robust as DPR to near-duplicate distractors", "dpr", "picl",
+          (_ROBUST,)),
+    Claim("picl-ablation-chn", "PiCL", "Table 4",
+          "dropping L_cpp (L_dpr + L_chn) loses top-k against full PiCL", "picl", "dpr_chn",
+          (Check("top-1", "down"),)),
+    Claim("picl-ablation-cpp", "PiCL", "Table 4",
+          "L_dpr + L_cpp keeps DPR's top-k", "dpr", "dpr_cpp", (Check("top-1", "not_worse"),)),
+    Claim("picl-ablation-nodpr", "PiCL", "Table 4",
+          "dropping L_dpr (L_cpp + L_chn) keeps top-k near full PiCL", "picl", "cpp_chn",
+          (Check("top-1", "not_worse"),)),
+    Claim("eadpr-aa", "EADPR", "Table 3",
+          "EADPR raises the AA score over DPR", "dpr", "eadpr", (Check("AA score"),)),
+    Claim("eadpr-topk", "EADPR", "Table 2",
+          "EADPR keeps or improves DPR's top-k", "dpr", "eadpr", _TOPK),
+    Claim("eadpr-robust", "EADPR", "Fig. 5",
+          "EADPR is more robust than DPR to near-duplicate distractors", "dpr", "eadpr",
+          (Check("K=5 distractors: top-1", "up"),)),
+    Claim("picl-h0", "PiCL (investigation)", "issue 16 §2",
+          "with in-batch negatives only (no sibling hard negatives), PiCL shows the claims: "
+          "AAR and gap up, AA not lower, top-k and robustness not worse", "dpr_h0", "picl_h0",
+          (*_AWARE, *_TOPK, _ROBUST)),
+    Claim("eadpr-h0", "EADPR (investigation)", "issue 16 §2",
+          "with in-batch negatives only, EADPR raises the AA score and keeps top-k",
+          "dpr_h0", "eadpr_h0", (Check("AA score"), *_TOPK, _ROBUST)),
+    Claim("dcsr-default", "DCSR", "Table 2",
+          "DCSR beats DPR in top-k (one question per passage)", "dcsr_dpr", "dcsr_dcsr",
+          (Check("top-1"), Check("top-5", "not_worse"))),
+    Claim("dcsr-manyq", "DCSR", "Table 1, §1",
+          "DCSR beats DPR where passages answer many questions (SQuAD-like)",
+          "dcsr_manyq_dpr", "dcsr_manyq_dcsr", (Check("top-1"), Check("top-5", "not_worse"))),
+    Claim("dcsr-inpassage", "DCSR", "Table 4",
+          "in-passage negative sentences beat BM25-only negatives", "dcsr_dcsr_bm25",
+          "dcsr_dcsr", (Check("top-1"),)),
+)
+CLAIM_IDS = tuple(c.id for c in CLAIMS)
+
+
+def plan(claim_ids: Sequence[str]) -> list[str]:
+    """The runs the claims need, in :data:`RUNS` order."""
+    bad = [c for c in claim_ids if c not in CLAIM_IDS]
+    if bad:
+        raise ValueError(f"unknown claims {bad}; claims: {', '.join(CLAIM_IDS)}")
+    need = {r for c in CLAIMS if c.id in claim_ids for r in (c.a, c.b)}
+    return [r for r in RUNS if r in need]
+
+
+def _world_dir(out: str, spec: RunSpec) -> str:
+    """``out/data`` for the ablation's world (bench.ablation's layout), else one per world."""
+    if spec.study == "synthetic" and not spec.world:
+        return os.path.join(out, "data")
+    name = "_".join(f"{k}{v}" for k, v in spec.world) or "default"
+    return os.path.join(out, f"data_{spec.study}_{name}")
+
+
+def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "minilm",
+               num_passages: int = 2000, test_questions: int = 300, batch: int = 16,
+               lr: float = 5e-5) -> ml_collections.ConfigDict:
+    """The config of run ``name`` (:data:`RUNS`) with this report's budget."""
+    spec = RUNS[name]
+    data_dir = _world_dir(out, spec)
+    if spec.study == "synthetic":
+        c = ablation_lib.row_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
+                                    lr=lr, seed=seed, num_passages=num_passages,
+                                    test_questions=test_questions)
+        c.eval.robustness_counts = (0, 1, 2, 5)
+    elif spec.study == "dcsr":
+        c = dcsr_lib.bench_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
+                                  lr=lr)
+        c.seed = seed
+        c.data.synthetic.num_passages = num_passages
+        c.data.synthetic.test_questions = test_questions
+    else:
+        raise ValueError(f"run {name}: unknown study {spec.study!r}")
+    if spec.method:
+        with_method(c, spec.method)
+    for key, value in spec.overrides:
+        node, leaf = key.rsplit(".", 1)
+        c[node][leaf] = value
+    return c
+
+
+def _prepare_world(data_dir: str, spec: RunSpec, cfg: ml_collections.ConfigDict) -> None:
+    """Generates the run's synthetic world once (shared by the runs of the same world)."""
+    syn = cfg.data.synthetic
+    if spec.study == "synthetic" and not spec.world:
+        ablation_lib._prepare_data(data_dir, cfg)  # same files and settings check as the ablation
+        return
+    settings = {"num_passages": int(syn.num_passages), "test_questions": int(syn.test_questions),
+                "seed": int(syn.seed), **dict(spec.world)}
+    path = os.path.join(data_dir, ablation_lib.SETTINGS_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved != settings:
+            raise ValueError(f"{data_dir} was generated with {saved}, not {settings}; use "
+                             f"another --out")
+        return
+    synthetic.generate(data_dir, num_passages=settings["num_passages"], seed=settings["seed"],
+                       test_questions=settings["test_questions"], **dict(spec.world))
+    write_json(path, settings)
+
+
+def _required(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
+    return ("report.json",) + (("aar.json",) if cfg.data.gold_file else ())
+
+
+def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, float]:
+    """Trains and evaluates run ``name`` (reused when finished); returns (workdir, step,
+    minutes spent here)."""
+    cfg = run_config(name, out, seed=seed, **budget)
+    spec = RUNS[name]
+    _prepare_world(cfg.data.data_dir, spec, cfg)
+    workdir = os.path.join(out, name + (f"_seed{seed}" if seed else ""))
+    t0 = time.perf_counter()
+    if ablation_lib.finished_eval_dir(workdir, cfg, _required(cfg)) is None:
+        summary = train_and_evaluate(cfg, workdir)
+        summary.pop("run", None)
+        if ablation_lib.finished_eval_dir(workdir, cfg, _required(cfg)) is None:
+            raise RuntimeError(f"{workdir}: no evaluation after training")
+    else:
+        logging.info("replicate: %s finished, reusing %s", name, workdir)
+    return workdir, int(cfg.train.num_steps), (time.perf_counter() - t0) / 60
+
+
+def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
+                   n_resamples: int = stats.DEFAULT_RESAMPLES) -> dict[str, Any]:
+    """The paired rows of ``claim``'s checks between runs ``a`` and ``b`` ((workdir, step)) and
+    the verdicts. ``AAR by type`` expands to one check per question type (PiCL Table 6)."""
+    names = (claim.a, claim.b)
+    res = compare_lib.compare(a[0], b[0], step_a=a[1], step_b=b[1], names=names,
+                              n_resamples=n_resamples, verbose=False)
+    rows, checks = list(res["rows"]), []
+    for check in claim.checks:
+        if check.metric == "AAR by type":
+            typed = compare_lib.aar_by_type_rows(
+                compare_lib.load_outcomes(RunDir(a[0]).eval(a[1])),
+                compare_lib.load_outcomes(RunDir(b[0]).eval(b[1])), "sentence",
+                n_resamples=n_resamples, names=names)
+            rows += typed
+            checks += [Check(r["metric"], check.expect) for r in typed] or [check]
+        else:
+            checks.append(check)
+    entries = evaluate_checks(rows, checks, names)
+    verdict = claim_verdict([c["verdict"] for c in entries if c["verdict"] in VERDICTS])
+    return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
+            "paired_markdown": res["markdown"]}
+
+
+def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: int = 100,
+                    seeds: Sequence[int] = (0,), n_resamples: int = stats.DEFAULT_RESAMPLES,
+                    **budget: Any) -> dict[str, Any]:
+    """Trains what the claims need, evaluates every claim per seed, writes
+    ``out/replicate.{md,json}`` and returns what the JSON holds."""
+    runs = plan(claim_ids)
+    os.makedirs(out, exist_ok=True)
+    t_start = time.perf_counter()
+    done: dict[tuple[str, int], tuple[str, int]] = {}
+    minutes: dict[str, float] = {}
+    jobs = [(s, r) for s in seeds for r in runs]
+    for i, (seed, name) in enumerate(jobs, 1):
+        left = sum(RUNS[r].minutes * steps / 100 for _, r in jobs[i - 1:])
+        logging.info("replicate: run %d of %d: %s (seed %d); elapsed %s, budget left ≈ %s", i,
+                     len(jobs), name, seed, format_duration(time.perf_counter() - t_start),
+                     format_duration(60 * left))
+        workdir, step, spent = train_run(name, out, seed, steps=steps, **budget)
+        done[name, seed] = (workdir, step)
+        minutes[f"{name} (seed {seed})"] = round(spent, 2)
+    claims = []
+    for claim in CLAIMS:
+        if claim.id not in claim_ids:
+            continue
+        per_seed = {seed: evaluate_claim(claim, done[claim.a, seed], done[claim.b, seed],
+                                         n_resamples=n_resamples) for seed in seeds}
+        verdicts = [v["verdict"] for v in per_seed.values()]
+        claims.append({**dataclasses.asdict(claim), "per_seed": per_seed,
+                       "verdict": verdicts[0] if len(set(verdicts)) == 1 else "mixed over seeds"})
+    setup = {"steps": steps, "seeds": list(seeds), "n_resamples": n_resamples, **budget,
+             "runs": {r: dataclasses.asdict(RUNS[r]) for r in runs},
+             "minutes_per_run": minutes,
+             "minutes": round((time.perf_counter() - t_start) / 60, 2),
+             "out": os.path.abspath(out)}
+    result = {"setup": setup, "claims": claims}
+    result["markdown"] = markdown(result)
+    with atomic_open(os.path.join(out, "replicate.md")) as f:
+        f.write(result["markdown"])
+    write_json(os.path.join(out, "replicate.json"), result)
+    return result
+
+
+def _summary_cell(checks: Sequence[dict[str, Any]]) -> str:
+    cells = []
+    for c in checks:
+        if "B − A" not in c:
+            cells.append(f"{c['metric']}: {c['verdict']}")
+            continue
+        cells.append(f"{c['metric']} {c['B − A']} (p={c['p']:.2g})")
+    return "; ".join(cells)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The claims table (one row per claim and seed) and each claim's paired table."""
+    s = result["setup"]
+    rows = []
+    for c in result["claims"]:
+        for seed, e in c["per_seed"].items():
+            rows.append({"claim": c["id"], "paper": f"{c['paper']} {c['where']}",
+                         "what the paper says": c["claim"], "A vs B": f"{c['a']} vs {c['b']}",
+                         "seed": seed, "B − A (95% CI, p)": _summary_cell(e["checks"]),
+                         "verdict": e["verdict_text"]})
+    parts = [
+        "# Replication: the papers' claims on the synthetic benchmark",
+        f"{s['steps']} steps per run, seeds {s['seeds']}, {s['n_resamples']} bootstrap "
+        f"resamples; {s['minutes']} min; runs in `{s['out']}`.",
+        report_lib.markdown_table(rows, list(rows[0]) if rows else ["claim"]),
+        "Verdicts: **reproduced** = B − A in the claimed direction and significant at 0.05 "
+        "(for 'not worse' checks: no significant loss); **not significant**; **reversed** = "
+        "significant in the other direction. Rates in points (exact McNemar), MRR ×100 and "
+        "score gaps raw (paired bootstrap).",
+        "## Runs\n\n" + report_lib.markdown_table(
+            [{"run": r, "study": v["study"], "row": v["row"], "method preset": v["method"] or "—",
+              "overrides": ", ".join(f"{k}={x}" for k, x in v["overrides"]) or "—",
+              "world": ", ".join(f"{k}={x}" for k, x in v["world"]) or "default",
+              "minutes": ", ".join(f"{m}" for k, m in s["minutes_per_run"].items()
+                                   if k.startswith(r + " ")),
+              "note": v["note"]} for r, v in s["runs"].items()],
+            ["run", "study", "row", "method preset", "overrides", "world", "minutes", "note"]),
+    ]
+    for c in result["claims"]:
+        for seed, e in c["per_seed"].items():
+            parts.append(f"## {c['id']} (seed {seed}): {c['claim']}\n\n"
+                         + (f"{c['note']}\n\n" if c["note"] else "")
+                         + report_lib.markdown_table(e["checks"], ["metric", "expect", "A", "B",
+                                                                   "B − A", "test", "p",
+                                                                   "verdict"]))
+    return "\n\n".join(parts) + "\n"
+
+
+def list_text(claim_ids: Sequence[str], steps: int, seeds: Sequence[int]) -> str:
+    """``--list``: the claims, their runs and the estimated budget."""
+    lines = [f"{c.id:<22} {c.paper} {c.where}: {c.claim}  [{c.a} vs {c.b}]"
+             for c in CLAIMS if c.id in claim_ids]
+    runs = plan(claim_ids)
+    total = sum(RUNS[r].minutes for r in runs) * steps / 100 * len(seeds)
+    lines.append(f"\nruns ({len(runs)} × {len(seeds)} seeds): {', '.join(runs)}")
+    lines.append(f"estimated budget on the 2-core CPU: ≈ {total:.0f} min at {steps} steps "
+                 f"(finished runs are reused)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> None:
+    del argv
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+    f = FLAGS
+    ids = list(f.claims or CLAIM_IDS)
+    seeds = [int(s) for s in f.seeds]
+    if f.list:
+        print(list_text(ids, f.steps, seeds))
+        return
+    result = run_replication(f.out, ids, steps=f.steps, seeds=seeds, n_resamples=f.n_resamples,
+                             model=f.model, num_passages=f.num_passages,
+                             test_questions=f.test_questions, batch=f.batch, lr=f.lr)
+    print(result["markdown"])
+    print(f"written: {os.path.join(f.out, 'replicate.md')}, {os.path.join(f.out, 'replicate.json')}")
+
+
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+
+
+def define_flags() -> None:
+    """The command's flags (defined only when run as a program: the module is also a library)."""
+    flags.DEFINE_string("out", "runs/replicate", "Directory for data, runs and the report.", flag_values=FLAGS)
+    flags.DEFINE_list("claims", None, f"Claims to check (default all): {', '.join(CLAIM_IDS)}.", flag_values=FLAGS)
+    flags.DEFINE_bool("list", False, "Print the claims, runs and budget; train nothing.", flag_values=FLAGS)
+    flags.DEFINE_integer("steps", 100, "Training steps per run.", flag_values=FLAGS)
+    flags.DEFINE_list("seeds", ["0"], "Training seeds; verdicts per seed.", flag_values=FLAGS)
+    flags.DEFINE_string("model", "minilm", "model.name_or_path (minilm, tiny, a HF dir).", flag_values=FLAGS)
+    flags.DEFINE_integer("num_passages", 2000, "Synthetic corpus size.", flag_values=FLAGS)
+    flags.DEFINE_integer("test_questions", 300, "Synthetic test questions.", flag_values=FLAGS)
+    flags.DEFINE_integer("batch", 16, "Global batch (questions).", flag_values=FLAGS)
+    flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
+    flags.DEFINE_integer("n_resamples", stats.DEFAULT_RESAMPLES, "Bootstrap resamples.", flag_values=FLAGS)
+
+
+if __name__ == "__main__":
+    define_flags()
+    _app.run(main, FLAGS, __doc__)

@@ -1,0 +1,121 @@
+"""``dense_cf.bench.replicate``: the claims registry, verdicts, run configs, and an end-to-end
+report on tiny random-BERT runs (2 steps)."""
+
+import json
+import os
+
+import pytest
+
+from dense_cf.bench import replicate as rep
+from dense_cf.configs.presets import DPR_LOSS, EADPR_LOSS, PICL_LOSS
+from dense_cf.eval import claims
+
+
+@pytest.mark.parametrize("diff,p,expect,verdict", [
+    (0.05, 0.01, "up", "reproduced"), (0.05, 0.2, "up", "not significant"),
+    (-0.05, 0.01, "up", "reversed"), (-0.05, 0.2, "up", "not significant"),
+    (-0.05, 0.01, "down", "reproduced"), (0.05, 0.01, "down", "reversed"),
+    (-0.05, 0.2, "not_worse", "reproduced"), (0.0, 1.0, "not_worse", "reproduced"),
+    (-0.05, 0.01, "not_worse", "reversed"), (0.05, 0.049, "up", "reproduced"),
+    (0.05, 0.05, "up", "not significant"),
+])
+def test_check_verdict(diff, p, expect, verdict):
+    assert claims.check_verdict(diff, p, expect) == verdict
+
+
+def test_check_verdict_refuses_unknown_expectation():
+    with pytest.raises(ValueError, match="expect"):
+        claims.check_verdict(0.1, 0.01, "better")
+
+
+def test_claim_verdict():
+    assert claims.claim_verdict(["reproduced", "reproduced"]) == "reproduced"
+    assert claims.claim_verdict(["reproduced", "not significant"]) == "not significant"
+    assert claims.claim_verdict(["reproduced", "reversed", "not significant"]) == "reversed"
+    assert claims.claim_verdict([]) == "not run"
+
+
+def test_verdict_text_names_what_falls_short():
+    checks = [{"metric": "AAR", "verdict": "reproduced"},
+              {"metric": "top-5", "verdict": "reversed"},
+              {"metric": "top-1", "verdict": "not significant"}]
+    assert claims.verdict_text(checks) == ("reversed: 1 of 3 checks hold; top-5 reversed; "
+                                           "top-1 not significant")
+    assert claims.verdict_text(checks[:1]) == "reproduced"
+
+
+def test_evaluate_checks_on_compare_rows():
+    from dense_cf.eval import stats
+    a = [True] * 40 + [False] * 60
+    b = [True] * 70 + [False] * 30
+    rows = [stats.compare_outcomes("AAR", a, b, names=("x", "y"))]
+    got = claims.evaluate_checks(rows, [claims.Check("AAR"), claims.Check("AAR", "down"),
+                                        claims.Check("AA score")], ("x", "y"))
+    assert [g["verdict"] for g in got] == ["reproduced", "reversed", "not measured"]
+    assert got[0]["diff"] == pytest.approx(0.3) and got[0]["p"] < 1e-6
+    assert got[0]["A"].startswith("40.00 [") and got[0]["B"].startswith("70.00 [")
+
+
+def test_registry_is_consistent():
+    assert len(set(rep.CLAIM_IDS)) == len(rep.CLAIMS)
+    for c in rep.CLAIMS:
+        assert c.a in rep.RUNS and c.b in rep.RUNS and c.a != c.b, c.id
+        assert c.checks and all(k.expect in claims.EXPECTATIONS for k in c.checks), c.id
+    assert rep.plan(["picl-aar", "eadpr-aa"]) == ["dpr", "picl", "eadpr"]
+    with pytest.raises(ValueError, match="unknown claims"):
+        rep.plan(["no-such-claim"])
+
+
+def test_run_configs(tmp_path):
+    kw = {"steps": 10, "seed": 1}
+    loss = lambda c: {k: c.loss[k] for k in ("lam", "tau1", "tau2")}  # noqa: E731
+    cfgs = {name: rep.run_config(name, str(tmp_path), **kw) for name in rep.RUNS}
+    assert loss(cfgs["dpr"]) == DPR_LOSS and loss(cfgs["picl"]) == PICL_LOSS
+    assert cfgs["eadpr"].method == "eadpr" and loss(cfgs["eadpr"]) == EADPR_LOSS
+    assert cfgs["dpr_h0"].data.num_hard == 0 and cfgs["dpr"].data.num_hard == 1
+    for name, c in cfgs.items():
+        assert c.train.num_steps == 10 and c.seed == 1, name
+        spec = rep.RUNS[name]
+        if spec.study == "synthetic":
+            assert tuple(c.eval.robustness_counts) == (0, 1, 2, 5)
+            assert c.data.data_dir == os.path.join(str(tmp_path), "data")
+    # Worlds: DCSR's default and many-questions worlds live apart.
+    assert cfgs["dcsr_dpr"].data.data_dir == cfgs["dcsr_dcsr"].data.data_dir
+    assert cfgs["dcsr_manyq_dpr"].data.data_dir != cfgs["dcsr_dpr"].data.data_dir
+    assert cfgs["dcsr_dcsr_bm25"].dcsr.negatives == "bm25"
+
+
+def test_list_states_the_budget():
+    text = rep.list_text(["picl-aar", "dcsr-default"], steps=50, seeds=[0, 1])
+    assert "picl-aar" in text and "dcsr-default" in text and "eadpr-aa" not in text
+    assert "runs (4 × 2 seeds): dpr, picl, dcsr_dpr, dcsr_dcsr" in text
+    total = sum(rep.RUNS[r].minutes for r in ("dpr", "picl", "dcsr_dpr", "dcsr_dcsr"))
+    assert f"≈ {total * 50 / 100 * 2:.0f} min at 50 steps" in text
+
+
+def test_replication_tiny_end_to_end(tmp_path, caplog):
+    out = str(tmp_path / "rep")
+    kw = {"steps": 2, "model": "tiny", "num_passages": 150, "test_questions": 40,
+          "n_resamples": 300}
+    ids = ["picl-aar", "picl-type", "dcsr-default"]
+    res = rep.run_replication(out, ids, **kw)
+    saved = json.load(open(os.path.join(out, "replicate.json")))
+    md = open(os.path.join(out, "replicate.md")).read()
+    assert [c["id"] for c in saved["claims"]] == ids
+    for c in res["claims"]:
+        e = c["per_seed"][0]
+        assert c["verdict"] == e["verdict"] == claims.claim_verdict(
+            [k["verdict"] for k in e["checks"] if k["verdict"] in claims.VERDICTS])
+        for k in e["checks"]:
+            assert k["verdict"] in claims.VERDICTS
+            assert k["verdict"] == claims.check_verdict(k["diff"], k["p"], k["expect"])
+            assert f"| {k['metric']} |" in md
+    by_id = {c["id"]: c for c in res["claims"]}
+    assert [k["metric"] for k in by_id["picl-aar"]["per_seed"][0]["checks"]] == ["AAR"]
+    assert all(k["metric"].startswith("AAR (") for k in by_id["picl-type"]["per_seed"][0]["checks"])
+    assert set(saved["setup"]["runs"]) == {"dpr", "picl", "dcsr_dpr", "dcsr_dcsr"}
+    assert "| claim | paper | what the paper says |" in md and "## Runs" in md
+    # Re-running reuses every finished run.
+    caplog.set_level("INFO")
+    rep.run_replication(out, ids, **kw)
+    assert caplog.text.count("finished, reusing") == 4
