@@ -173,7 +173,8 @@ def claims_section(compared: list[tuple[str, str, dict[str, Any] | Exception]]) 
         checks = [dataclasses.replace(c, metric=c.metric.replace("K ", f"{ks[-1]} "))
                   if c.metric.startswith("K ") and ks else c for _, c in PICL_CLAIMS]
         entries = claims_lib.evaluate_checks(rows, checks, (base, other))
-        table = [{"claim": label, **e} for (label, _), e in zip(PICL_CLAIMS, entries)]
+        table = [{"claim": label, **e, base: e.get("A", ""), other: e.get("B", "")}
+                 for (label, _), e in zip(PICL_CLAIMS, entries)]
         parts.append(
             f"## PiCL's claims: {other} (B) against {base} (A)\n\n"
             + report_lib.markdown_table(table, ["claim", "metric", base, other, "B − A", "p",

@@ -160,6 +160,8 @@ def test_demo_claims_section(two_runs):
         assert line.startswith(f"| {label} |")
         assert any(v in line for v in claims.VERDICTS)  # every claim measured here
     assert "| K=2 distractors: top-1 |" in md  # the largest K the runs were evaluated with
+    aar_row = next(r for r in compared[0][2]["rows"] if r["metric"] == "AAR")
+    assert f"| AAR | {aar_row['dpr']} | {aar_row['picl']} | {aar_row['B − A']} |" in md
     rows = {r["metric"]: r for r in compared[0][2]["rows"]}
     aar = rows["AAR"]["stats"]
     assert claims.check_verdict(aar["diff"], aar["p_value"], "up") in lines[0]

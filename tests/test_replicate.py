@@ -42,6 +42,7 @@ def test_verdict_text_names_what_falls_short():
     assert claims.verdict_text(checks) == ("reversed: 1 of 3 checks hold; top-5 reversed; "
                                            "top-1 not significant")
     assert claims.verdict_text(checks[:1]) == "reproduced"
+    assert claims.verdict_text(checks[1:2]) == "reversed"  # one check: the verdict alone
 
 
 def test_evaluate_checks_on_compare_rows():
@@ -52,7 +53,7 @@ def test_evaluate_checks_on_compare_rows():
     got = claims.evaluate_checks(rows, [claims.Check("AAR"), claims.Check("AAR", "down"),
                                         claims.Check("AA score")], ("x", "y"))
     assert [g["verdict"] for g in got] == ["reproduced", "reversed", "not measured"]
-    assert got[0]["diff"] == pytest.approx(0.3) and got[0]["p"] < 1e-6
+    assert got[0]["diff"] == pytest.approx(0.3) and got[0]["p_value"] < 1e-6
     assert got[0]["A"].startswith("40.00 [") and got[0]["B"].startswith("70.00 [")
 
 
@@ -108,14 +109,16 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
             [k["verdict"] for k in e["checks"] if k["verdict"] in claims.VERDICTS])
         for k in e["checks"]:
             assert k["verdict"] in claims.VERDICTS
-            assert k["verdict"] == claims.check_verdict(k["diff"], k["p"], k["expect"])
+            assert k["verdict"] == claims.check_verdict(k["diff"], k["p_value"], k["expect"])
             assert f"| {k['metric']} |" in md
     by_id = {c["id"]: c for c in res["claims"]}
     assert [k["metric"] for k in by_id["picl-aar"]["per_seed"][0]["checks"]] == ["AAR"]
     assert all(k["metric"].startswith("AAR (") for k in by_id["picl-type"]["per_seed"][0]["checks"])
     assert set(saved["setup"]["runs"]) == {"dpr", "picl", "dcsr_dpr", "dcsr_dcsr"}
     assert "| claim | paper | what the paper says |" in md and "## Runs" in md
+    assert all(isinstance(m, float) for m in saved["setup"]["minutes_per_run"].values())
     # Re-running reuses every finished run.
     caplog.set_level("INFO")
-    rep.run_replication(out, ids, **kw)
+    again = rep.run_replication(out, ids, **kw)
     assert caplog.text.count("finished, reusing") == 4
+    assert set(again["setup"]["minutes_per_run"].values()) == {"reused"}

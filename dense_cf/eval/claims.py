@@ -55,7 +55,7 @@ def verdict_text(checks: Sequence[Mapping[str, Any]]) -> str:
     """The claim verdict in words, naming the checks that fall short."""
     v = claim_verdict([c["verdict"] for c in checks if c["verdict"] in VERDICTS])
     short = [f"{c['metric']} {c['verdict']}" for c in checks if c["verdict"] != "reproduced"]
-    if v == "reproduced" or not short:
+    if v == "reproduced" or not short or len(checks) == 1:
         return v
     held = sum(c["verdict"] == "reproduced" for c in checks)
     return f"{v}: {held} of {len(checks)} checks hold; " + "; ".join(short)
@@ -63,8 +63,8 @@ def verdict_text(checks: Sequence[Mapping[str, Any]]) -> str:
 
 def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
                     names: tuple[str, str]) -> list[dict[str, Any]]:
-    """One entry per check: the row's two figures, B − A, p, the test and the verdict
-    (``not measured`` when no row has the check's metric)."""
+    """One entry per check: the row's two figures, B − A, p (``p`` for display, ``p_value``),
+    the test and the verdict (``not measured`` when no row has the check's metric)."""
     by_metric = {r["metric"]: r for r in rows}
     out = []
     for check in checks:
@@ -76,6 +76,6 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
         s = r["stats"]
         out.append({"metric": r["metric"], "expect": check.expect, "A": r[names[0]],
                     "B": r[names[1]], "B − A": r["B − A"], "diff": s["diff"],
-                    "p": s["p_value"], "test": r["test"],
+                    "p": f"{s['p_value']:.3g}", "p_value": s["p_value"], "test": r["test"],
                     "verdict": check_verdict(s["diff"], s["p_value"], check.expect)})
     return out
