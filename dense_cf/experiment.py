@@ -43,7 +43,8 @@ def maybe_generate_synthetic(config: ml_collections.ConfigDict) -> None:
         logging.info("generating the synthetic benchmark in %s", config.data.data_dir)
         synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed,
                            test_questions=syn.test_questions or None,
-                           questions_per_passage=int(syn.questions_per_passage))
+                           questions_per_passage=int(syn.questions_per_passage),
+                           world=str(syn.get("world", "entity")))
     # A barrier: the other hosts must not read half-written files (shared storage multi-host).
     host0_first(lambda: None, "synthetic-data")
 

@@ -1,7 +1,7 @@
 """DPR vs DCSR on the synthetic benchmark, one question per passage vs many (docs/method.md §4).
 
 ``python -m dense_cf.bench.dcsr [--steps 40] [--num_passages 800] [--qpp 3] [--out DIR]
-[--seeds 0,1,2]``
+[--seeds 0,1,2] [--world mixed]``
 
 Trains DPR (in-batch + 1 BM25 passage) and DCSR (answer sentence, 1 in-passage + 1 BM25
 sentence, in-batch sentences) from MiniLM with the same budget (steps, global batch, learning
@@ -19,8 +19,11 @@ bootstrap on MRR, significance at 0.05 in words). ``--seeds`` trains every run o
 (``config.seed``: initialisation of new weights, dropout, data order; runs of seed N > 0 go to
 ``<setting>_<method>_seedN``) and adds the mean ± std [min, max] over seeds. The ``many_q``
 setting needs ``dense_cf.synthetic.generate.generate(..., questions_per_passage=)``; without it
-only ``default`` runs (said in the output). Runs are kept in ``--out`` (resumable, reused when
-re-run).
+only ``default`` runs (said in the output). ``--world mixed`` generates both settings in the
+SQuAD-like world of ``generate(world="mixed")`` (every sentence of a passage about a different,
+named entity), in ``data_<setting>_mixed`` with runs ``mixed_<setting>_<method>``. Runs are kept
+in ``--out`` (resumable, reused when re-run); a data directory whose meta.json was generated
+with other settings is refused rather than reused.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ _TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per setting.
 _MODEL = flags.DEFINE_string("model", "minilm", "model.name_or_path.", flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).", flag_values=FLAGS)
 _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both methods).", flag_values=FLAGS)
+_WORLD = flags.DEFINE_enum("world", "entity", list(synthetic.WORLDS),
+                           "Synthetic world: entity (every sentence of a passage about its title's "
+                           "entity) or mixed (SQuAD-like: each sentence about a different entity).",
+                           flag_values=FLAGS)
 _SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): every run is trained "
                            "once per seed; with several, the mean and spread over seeds too.", flag_values=FLAGS)
 
@@ -79,6 +86,30 @@ def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: s
     return c
 
 
+def data_settings(num_passages: int, test_questions: int, qpp: int, world: str) -> dict:
+    """The meta.json ``params`` this benchmark needs of a data directory (checked on reuse)."""
+    want = {"num_passages": num_passages, "test_questions": test_questions, "seed": 0}
+    if qpp != 1:
+        want["questions_per_passage"] = qpp
+    if world != "entity":
+        want["world"] = world
+    return want
+
+
+def check_data_settings(data_dir: str, want: dict) -> None:
+    """Raises ValueError if ``data_dir``'s meta.json differs from ``want`` (absent keys are the
+    generator's defaults: questions_per_passage 1, world "entity")."""
+    with open(os.path.join(data_dir, "meta.json")) as f:
+        meta = json.load(f)
+    have = dict(meta["params"], seed=meta["seed"])
+    defaults = {"questions_per_passage": 1, "world": "entity"}
+    diff = {k: (have.get(k, defaults.get(k)), v) for k, v in {**defaults, **want}.items()
+            if have.get(k, defaults.get(k)) != v}
+    if diff:
+        raise ValueError(f"{data_dir} was generated with other settings (key: (found, wanted)) "
+                         f"{diff}; use another --out or remove it")
+
+
 def main(argv) -> None:
     del argv
     import tensorflow as tf
@@ -90,12 +121,17 @@ def main(argv) -> None:
         print("synthetic.generate has no questions_per_passage: only the default setting runs")
     seeds = [int(x) for x in _SEEDS.value]
     rows, runs = [], {}
+    world = _WORLD.value
+    tag = "" if world == "entity" else f"_{world}"
     for name, qpp in settings:
-        data_dir = os.path.join(out, f"data_{name}")
+        data_dir = os.path.join(out, f"data_{name}{tag}")
         if not os.path.exists(os.path.join(data_dir, "psgs_synth.tsv")):
             kw = {"questions_per_passage": qpp} if qpp != 1 else {}
+            if world != "entity":
+                kw["world"] = world
             synthetic.generate(data_dir, num_passages=_PASSAGES.value, seed=0,
                                test_questions=_TEST.value, **kw)
+        check_data_settings(data_dir, data_settings(_PASSAGES.value, _TEST.value, qpp, world))
         with open(os.path.join(data_dir, "biencoder-synth-train.json")) as f:
             train_set = json.load(f)
         positives = [(ex["positive_ctxs"][0]["title"], ex["positive_ctxs"][0]["text"])
@@ -106,11 +142,12 @@ def main(argv) -> None:
                                model=_MODEL.value, lr=_LR.value)
             cfg.seed = seed
             t0 = time.perf_counter()
-            workdir = os.path.join(out, f"{name}_{method}" + (f"_seed{seed}" if seed else ""))
+            workdir = os.path.join(out, ("" if world == "entity" else f"{world}_")
+                                   + f"{name}_{method}" + (f"_seed{seed}" if seed else ""))
             summary = train(cfg, workdir)
             ret = summary["eval"]["retrieval"]
             runs[name, method, seed] = (workdir, summary["step"])
-            rows.append({"setting": name, "q/passage": round(q_per_p, 2), "method": method,
+            rows.append({"setting": name + tag, "q/passage": round(q_per_p, 2), "method": method,
                          "seed": seed,
                          **{f"top-{k}": round(ret["top_k"][k], 2) for k in (1, 5, 20, 100)},
                          "MRR": round(100 * ret["mrr"], 2),
@@ -119,7 +156,7 @@ def main(argv) -> None:
             logging.info("%s", rows[-1])
     cols = list(rows[0])
     print(f"\nDPR vs DCSR, {_MODEL.value}, {_STEPS.value} steps x {_BATCH.value} questions, "
-          f"{_PASSAGES.value} passages, {_TEST.value} test questions; runs in {out}")
+          f"{_PASSAGES.value} passages, {_TEST.value} test questions, world {world}; runs in {out}")
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))

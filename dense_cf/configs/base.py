@@ -60,7 +60,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.gold_file = "nq-test_gold_info.json.gz"
     c.data.synthetic = ml_collections.ConfigDict(
         {"generate": False, "num_passages": 2000, "seed": 0, "test_questions": 0,  # 0: default share
-         "questions_per_passage": 1})  # k > 1: questions on k sentences of a positive (DCSR)
+         "questions_per_passage": 1,  # k > 1: questions on k sentences of a positive (DCSR)
+         "world": "entity"})  # "mixed": every sentence of a passage about another entity (SQuAD-like)
 
     c.loss = ml_collections.ConfigDict()
     c.loss.use_dpr = True

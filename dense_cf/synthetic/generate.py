@@ -29,6 +29,12 @@ Settings (defaults reproduce the files above byte for byte):
 * ``questions_per_passage=k`` (``--questions_per_passage``): questions on up to k different fact
   sentences of each selected positive, so one passage is the positive of several questions
   (SQuAD-like contrastive conflicts, DCSR docs/method.md §4); see :func:`_select_grouped`.
+* ``world="mixed"`` (``--world mixed``): SQuAD-like paragraphs. Entities, facts and questions
+  are drawn as above, but every fact sentence names its entity and the fact sentences of a
+  chunk's entities are dealt out so that a passage holds its title entity's intro plus 2-3
+  facts about OTHER, mutually different entities: the non-answer sentences of a positive are
+  about other subjects (DCSR's in-passage negatives, docs/dcsr.md). Same validation, with
+  every passage that mentions the question's entity as a "sibling".
 * ``entity_types=(...)`` (``--entity_types``) restricts the world to some entity types;
   :func:`generate_domains` (``--domains N``) writes N domains with disjoint entity types,
   fact sentences and question templates into ``OUT/<domain>/`` (encoder attribution, docs/method.md §7).
@@ -76,7 +82,15 @@ from dense_cf.index import bm25
 from dense_cf.progress import Progress, timed
 from dense_cf.synthetic.templates import FACTS_BY_TYPE
 from dense_cf.synthetic.vocab import NAME_SHARE, TYPE_NAMES, TYPE_PROBS
-from dense_cf.synthetic.world import _Candidate, _make_entity, _Question, _type_keys, _words
+from dense_cf.synthetic.world import (
+    WORLDS,
+    _Candidate,
+    _make_entity,
+    _make_mixed_chunk,
+    _Question,
+    _type_keys,
+    _words,
+)
 from dense_cf.text import answers as answers_lib
 from dense_cf.text import sentences as sentences_lib
 
@@ -155,12 +169,17 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     texts: list[str] = []
     ents: list[int] = []
     cands: list[_Candidate] = []
-    for k, (etype, key, n_pass) in enumerate(zip(task["types"], task["keys"], task["counts"])):
-        title, ptexts, pc = _make_entity(rng, int(etype), int(key), int(n_pass), len(texts))
-        titles.extend([title] * len(ptexts))
-        texts.extend(ptexts)
-        ents.extend([k] * len(ptexts))
-        cands.extend(pc)
+    unplaced = 0
+    if task.get("world", "entity") == "mixed":
+        titles, texts, ents, cands, unplaced = _make_mixed_chunk(
+            rng, task["types"], task["keys"], task["counts"])
+    else:
+        for k, (etype, key, n_pass) in enumerate(zip(task["types"], task["keys"], task["counts"])):
+            title, ptexts, pc = _make_entity(rng, int(etype), int(key), int(n_pass), len(texts))
+            titles.extend([title] * len(ptexts))
+            texts.extend(ptexts)
+            ents.extend([k] * len(ptexts))
+            cands.extend(pc)
 
     buckets: dict[str, list[_Candidate]] = {t: [] for t in QTYPES}
     for c in cands:
@@ -201,7 +220,7 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     questions = [(lab, c.qtype, c.question, c.answer, c.passage) for lab, c in zip(labels, chosen)]
     return {"titles": titles, "texts": texts, "entities": ents, "questions": questions,
             "dropped": dict(dropped), "shortfall": need - len(chosen),
-            "validated": sum(dropped.values()) + len(chosen)}
+            "validated": sum(dropped.values()) + len(chosen), "unplaced_facts": unplaced}
 
 
 def _accept(c: _Candidate, validator: _Validator, dropped: Counter[str], seen: set[str]) -> bool:
@@ -359,7 +378,9 @@ def _question_tokens(q: str) -> str:
 
 
 def _check_args(seed: int, questions_per_passage: int, sizes: Sequence[float],
-                test_questions: int | None) -> None:
+                test_questions: int | None, world: str = "entity") -> None:
+    if world not in WORLDS:
+        raise ValueError(f"world must be one of {WORLDS}, got {world!r}")
     if seed < 0:
         raise ValueError("seed must be non-negative")
     if questions_per_passage < 1:
@@ -378,7 +399,8 @@ def _split_sizes(num_passages: int, train_per_passage: float, dev_frac: float,
 
 
 def _chunk_tasks(plan: dict[str, np.ndarray], totals: dict[str, int], num_passages: int,
-                 seed: int, questions_per_passage: int) -> list[dict[str, Any]]:
+                 seed: int, questions_per_passage: int, world: str = "entity"
+                 ) -> list[dict[str, Any]]:
     """One worker task per CHUNK_ENTITIES entities, with its passage offset and split quotas."""
     cum_counts = np.concatenate([[0], np.cumsum(plan["counts"])])
     n_ent = len(plan["counts"])
@@ -390,7 +412,7 @@ def _chunk_tasks(plan: dict[str, np.ndarray], totals: dict[str, int], num_passag
                       "types": plan["types"][lo:hi], "keys": plan["keys"][lo:hi],
                       "counts": plan["counts"][lo:hi], "pass_offset": p0, "ent_offset": lo,
                       "quota": [_split_quota(totals[s], p0, p1, num_passages) for s in SPLITS],
-                      "questions_per_passage": questions_per_passage})
+                      "questions_per_passage": questions_per_passage, "world": world})
     return tasks
 
 
@@ -405,6 +427,7 @@ class _Generated:
     dropped: Counter[str]
     shortfall: int = 0
     validated: int = 0
+    unplaced_facts: int = 0  # world="mixed": fact sentences that fit no passage (left out)
 
     def add(self, task: dict[str, Any], res: dict[str, Any], seen: set[str]) -> None:
         off = task["pass_offset"]
@@ -423,6 +446,7 @@ class _Generated:
         self.dropped.update(res["dropped"])
         self.shortfall += res["shortfall"]
         self.validated += res["validated"]
+        self.unplaced_facts += res.get("unplaced_facts", 0)
 
 
 def _run_chunks(tasks: list[dict[str, Any]], num_passages: int, workers: int) -> _Generated:
@@ -476,7 +500,8 @@ def _write_files(paths: dict[str, str], gen: _Generated, hard_by_split: dict[str
 
 
 def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
-            hard_stats: dict[str, int], questions_per_passage: int) -> dict[str, Any]:
+            hard_stats: dict[str, int], questions_per_passage: int,
+            world: str = "entity") -> dict[str, Any]:
     """The ``counts`` block of meta.json and of :func:`generate`'s result."""
     qs = gen.qs
     types = {TYPE_NAMES[t]: int((plan["types"] == t).sum()) for t in range(len(TYPE_NAMES))}
@@ -491,6 +516,8 @@ def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
         "negatives_per_question": num_negatives, **hard_stats,
         "mean_passage_words": round(float(np.mean([_words(t) for t in gen.texts])), 2),
     }
+    if world != "entity":
+        counts["unplaced_facts"] = gen.unplaced_facts
     if questions_per_passage != 1:
         counts["questions_per_positive"] = {
             s: dict(sorted(Counter(Counter(q.passage for q in qs[s]).values()).items()))
@@ -504,7 +531,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
              num_hard_negatives: int = 3, num_negatives: int = 2, bm25_top_k: int = 20,
              max_mined: int | None = None, workers: int | None = None,
              entity_types: Sequence[str] | None = None,
-             questions_per_passage: int = 1) -> dict[str, Any]:
+             questions_per_passage: int = 1, world: str = "entity") -> dict[str, Any]:
     """Write the benchmark into ``out_dir``; return {"paths", "counts", "timing"}.
 
     ``entity_types`` (subset of TYPE_NAMES; None = all) restricts the world to those entity
@@ -513,8 +540,12 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     different fact sentences of each selected positive passage (see :func:`_select_grouped`),
     so one passage is the positive of several questions; k = 1 (default) is the original
     selection: type-balanced draws from all candidates, where a passage is the positive of a
-    second question only by chance. Non-default values are recorded in meta.json params;
-    default arguments give byte-identical files to earlier versions.
+    second question only by chance. ``world`` (:data:`WORLDS`) = "entity" (default): every
+    sentence of a passage is about the title's entity; "mixed": SQuAD-like paragraphs, every
+    fact sentence of a passage is about a different entity, named in the sentence, none the
+    title's (:func:`dense_cf.synthetic.world._make_mixed_chunk`). Non-default values are
+    recorded in meta.json params; default arguments give byte-identical files to earlier
+    versions.
 
     Sizes: train = round(train_per_passage * num_passages) questions, dev = round(dev_frac * train),
     test = ``test_questions`` (default round(0.1 * train)). ``max_mined`` caps the number of
@@ -522,13 +553,14 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     CPU count; the output does not depend on it.
     """
     _check_args(seed, questions_per_passage,
-                (train_per_passage, dev_frac, num_hard_negatives, num_negatives), test_questions)
+                (train_per_passage, dev_frac, num_hard_negatives, num_negatives), test_questions,
+                world)
     t_start = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     totals = _split_sizes(num_passages, train_per_passage, dev_frac, test_questions)
     plan = _plan(num_passages, seed, entity_types)
-    tasks = _chunk_tasks(plan, totals, num_passages, seed, questions_per_passage)
+    tasks = _chunk_tasks(plan, totals, num_passages, seed, questions_per_passage, world)
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     gen = _run_chunks(tasks, num_passages, workers)
     qs = gen.qs
@@ -556,7 +588,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         _write_files(paths, gen, hard_by_split, rng, num_negatives)
     hard_stats = {"mined_questions": len(to_mine), "hard_negatives": sum(len(h) for h in hard),
                   "mined_without_hard_negative": sum(not h for h in hard)}
-    counts = _counts(gen, plan, num_negatives, hard_stats, questions_per_passage)
+    counts = _counts(gen, plan, num_negatives, hard_stats, questions_per_passage, world)
     meta = {
         "generator": "dense_cf.synthetic.generate", "version": GENERATOR_VERSION, "seed": seed,
         "params": {"num_passages": num_passages, "train_per_passage": train_per_passage,
@@ -569,7 +601,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
                    **({"entity_types": sorted(entity_types, key=TYPE_NAMES.index)}
                       if entity_types is not None else {}),
                    **({"questions_per_passage": questions_per_passage}
-                      if questions_per_passage != 1 else {})},
+                      if questions_per_passage != 1 else {}),
+                   **({"world": world} if world != "entity" else {})},
         "bm25s": bm25_info,
         "counts": counts, "files": {k: v for k, v in FILES.items() if k != "meta"},
     }

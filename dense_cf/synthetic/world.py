@@ -348,12 +348,16 @@ class _Candidate:
     fact: int = -1  # index of the fact (= its one sentence) within the entity
 
 
-def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: int
-                 ) -> tuple[str, list[str], list[_Candidate]]:
-    """One entity: its title, ``n_pass`` passage texts and all candidate questions."""
+def _draw_facts(rng: random.Random, etype: int, key: int, n_pass: int
+                ) -> tuple[_Entity, str, list[Fact], list[int], dict[int, dict[str, str]]]:
+    """An entity's fields, its shuffled facts, facts per passage and the used facts' values.
+
+    Returns (entity, title, facts, per, vals_by_fact): ``per[p]`` facts go to passage p and
+    ``facts[:sum(per)]`` are used, fact i with slot values ``vals_by_fact[i]``. Shared by both
+    worlds; the RNG draws are those of the original single-subject world, in the same order.
+    """
     e = _Entity(rng, etype)
     title, _ = _entity_fields(etype, key, e)
-    f = e.fields
     facts = list(FACTS_BY_TYPE[etype])
     rng.shuffle(facts)
     # 2-3 facts per passage (fewer when the entity runs out of fact kinds); leftovers unused.
@@ -361,7 +365,6 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
     while sum(per) > len(facts):
         i = max(range(n_pass), key=lambda j: per[j])
         per[i] -= 1
-    passages_sents: list[list[str]] = []
     used_facts = facts[:sum(per)]
     # Fixed (anchored) values first: a random value drawn earlier could block them, e.g. a
     # census of "5,925" tokenises to 5 , 925 and would contain a founding year 925.
@@ -369,6 +372,15 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
     for i in sorted(range(len(used_facts)), key=lambda i: not any(
             kind in _ANCHORED for _, kind in used_facts[i].slots)):
         vals_by_fact[i] = {slot: e.draw(kind) for slot, kind in used_facts[i].slots}
+    return e, title, facts, per, vals_by_fact
+
+
+def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: int
+                 ) -> tuple[str, list[str], list[_Candidate]]:
+    """One entity: its title, ``n_pass`` passage texts and all candidate questions."""
+    e, title, facts, per, vals_by_fact = _draw_facts(rng, etype, key, n_pass)
+    f = e.fields
+    passages_sents: list[list[str]] = []
     pending: list[tuple[int, Fact, dict[str, str]]] = []  # (passage, fact, template context)
     fi = 0
     intro_first, intro_later = INTROS[etype]
@@ -415,3 +427,174 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
             cands.append(_Candidate(qtype, _cap(tmpl.format(**ctx)), ctx[slot], base + p, idx,
                                     fact_i))
     return title, texts, cands
+
+
+# ---------------------------------------------------------------------------------------------
+# The "mixed" world (SQuAD-like paragraphs): every sentence of a passage is about a different
+# entity and names it. Opt-in (``generate(world="mixed")``); the default world is unchanged.
+# ---------------------------------------------------------------------------------------------
+WORLDS = ("entity", "mixed")  # entity: every sentence about the title's entity (default)
+
+# Lead-in for a fact sentence that does not name its entity once formatted ("The main prize
+# went to ...", "Critics praised its ..."), per entity type.
+_LEADS = ("As for {R}, ", "For {R}, ", "As for {R}, ", "At {R}, ", "As for {R}, ")
+
+
+def _naming_fields(etype: int, f: dict[str, Any]) -> dict[str, str]:
+    """Field overrides that make fact statements name the entity unambiguously.
+
+    {S} becomes the question reference {R} ("the chemist Marta Lindqvist", "Eskholm in
+    Ostmark"); "the {ks}" of organisations and events and "the {kind}" of works become full
+    names ("the Meridian Savings Bank in Eskholm", "the 1987 Eskholm Marathon", "the 1964 film
+    The Silent Harbour"). Names alone repeat across entities (NAME_SHARE), hence the
+    disambiguator. Question templates use none of these fields.
+    """
+    out = {"S": f["R"]}
+    if etype == 1:
+        out["ks"] = f"{f['title0']} in {f['city']}"
+    elif etype == 3:
+        out["ks"] = f["title0"]
+    elif etype == 4:
+        out["kind"] = f"{f['year']} {f['kind']} {f['name']}"
+    return out
+
+
+def _subject(f: dict[str, Any]) -> str:
+    """The entity's reference without a leading article: a mixed-world sentence contains it."""
+    r = f["R"]
+    return r[4:] if r.startswith("the ") else r
+
+
+def _mixed_statement(rng: random.Random, etype: int, fact: Fact, ctx: dict[str, Any]) -> str:
+    """One statement of ``fact`` that names its entity (a lead-in when the template does not)."""
+    tmpl = rng.choice(fact.statements)
+    s = tmpl.format(**ctx)
+    if _subject(ctx).lower() not in s.lower():
+        if not tmpl.startswith("{"):  # a template word, not a value (names keep their case)
+            s = s[:1].lower() + s[1:]
+        s = _LEADS[etype].format(**ctx) + s
+    return _cap(s)
+
+
+@dataclass
+class _Item:
+    entity: int     # chunk-local entity index
+    fact: int       # chunk-unique fact id
+    sentence: str
+    fact_obj: Fact
+    ctx: dict[str, Any]
+
+
+def _deal(rng: random.Random, items: list[_Item], host: list[int], slots: list[int]
+          ) -> tuple[list[list[_Item]], int]:
+    """Items into passages: passage p gets up to ``slots[p]`` items, none of its host entity
+    ``host[p]`` and no two of one entity. Greedy over shuffled items and passages, then a repair
+    pass (a free slot, else one swap with a placed item); items that fit nowhere are left out
+    (counted)."""
+    rest = list(items)
+    rng.shuffle(rest)
+    order = list(range(len(host)))
+    rng.shuffle(order)
+    placed: list[list[_Item]] = [[] for _ in host]
+    for p in order:
+        for _ in range(slots[p]):
+            taken = {it.entity for it in placed[p]} | {host[p]}
+            j = next((j for j, it in enumerate(rest) if it.entity not in taken), None)
+            if j is None:
+                break
+            placed[p].append(rest.pop(j))
+    def fits(it: _Item, p: int, skip: _Item | None = None) -> bool:
+        return host[p] != it.entity and all(o.entity != it.entity for o in placed[p] if o is not skip)
+
+    unplaced = 0
+    for it in rest:
+        free = [p for p in order if len(placed[p]) < slots[p]]
+        p = next((p for p in free if fits(it, p)), None)
+        if p is not None:
+            placed[p].append(it)
+            continue
+        # One swap: ``it`` takes the place of an item ``o`` of passage r, which moves to a free slot.
+        move = next(((r, o, q) for q in free for r in order if r != q for o in placed[r]
+                     if fits(it, r, skip=o) and fits(o, q)), None)
+        if move is None:
+            unplaced += 1
+            continue
+        r, o, q = move
+        placed[r][placed[r].index(o)] = it
+        placed[q].append(o)
+    return placed, unplaced
+
+
+@dataclass
+class _MixedPassages:
+    """A chunk's passages in the mixed world before they become texts (see ``_mixed_passages``)."""
+
+    titles: list[str]
+    host: list[int]            # passage -> title entity (chunk-local)
+    intros: list[str]          # passage -> its title entity's intro sentence
+    placed: list[list[_Item]]  # passage -> its fact sentences (other, mutually different entities)
+    unplaced: int              # fact sentences that fit no passage (left out)
+
+
+def _mixed_passages(rng: random.Random, types: Sequence[int], keys: Sequence[int],
+                    counts: Sequence[int]) -> _MixedPassages:
+    """Entities, titles, facts and values drawn as in the default world (``_draw_facts``); an
+    entity still titles 3-5 passages, each opening with one of its intros. The fact sentences of
+    all the chunk's entities are then dealt out (``_deal``) so that a passage's facts are about
+    entities other than its title's and about different ones."""
+    titles: list[str] = []
+    host: list[int] = []
+    slots: list[int] = []
+    intros: list[str] = []
+    items: list[_Item] = []
+    for k, (etype, key, n_pass) in enumerate(zip(types, keys, counts)):
+        etype, n_pass = int(etype), int(n_pass)
+        e, title, facts, per, vals_by_fact = _draw_facts(rng, etype, int(key), n_pass)
+        f = e.fields
+        naming = _naming_fields(etype, f)
+        for i in range(sum(per)):
+            ctx = {**f, **vals_by_fact[i], **naming}
+            items.append(_Item(k, len(items), _mixed_statement(rng, etype, facts[i], ctx),
+                               facts[i], ctx))
+        intro_first, intro_later = INTROS[etype]
+        for p in range(n_pass):
+            titles.append(title)
+            host.append(k)
+            slots.append(per[p])
+            intros.append(_cap(rng.choice(intro_first if p == 0 else intro_later).format(**f)))
+    placed, unplaced = _deal(rng, items, host, slots)
+    return _MixedPassages(titles, host, intros, placed, unplaced)
+
+
+def _make_mixed_chunk(rng: random.Random, types: Sequence[int], keys: Sequence[int],
+                      counts: Sequence[int]) -> tuple[list[str], list[str], list[int],
+                                                      list[_Candidate], int]:
+    """The passages of a chunk of entities in the mixed world, and their candidate questions.
+
+    Every sentence of a passage has its own subject, named in the sentence
+    (``_mixed_passages``). A question is asked about the entity of its fact sentence (by the
+    same templates); its "siblings" for validation are every other passage that mentions that
+    entity (titled by it, or holding another of its facts).
+    Returns (titles, texts, passage -> title entity, candidates, facts left out).
+    """
+    mp = _mixed_passages(rng, types, keys, counts)
+    mentions: dict[int, set[int]] = {}
+    for p, k in enumerate(mp.host):
+        mentions.setdefault(k, set()).add(p)
+        for it in mp.placed[p]:
+            mentions.setdefault(it.entity, set()).add(p)
+    texts: list[str] = []
+    cands: list[_Candidate] = []
+    for p in range(len(mp.host)):
+        sents = [it.sentence for it in mp.placed[p]]
+        rng.shuffle(sents)
+        texts.append(" ".join([mp.intros[p]] + sents))
+        for it in sorted(mp.placed[p], key=lambda it: it.fact):
+            by_type: dict[str, list[tuple[str, str]]] = {}
+            for qtype, tmpl, slot in it.fact_obj.questions:
+                by_type.setdefault(qtype, []).append((tmpl, slot))
+            for qtype, opts in by_type.items():
+                tmpl, slot = rng.choice(opts)
+                cands.append(_Candidate(qtype, _cap(tmpl.format(**it.ctx)), it.ctx[slot], p,
+                                        tuple(sorted(mentions[it.entity])), it.fact))
+    return mp.titles, texts, mp.host, cands, mp.unplaced

@@ -23,6 +23,7 @@ from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
 from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
 from dense_cf.models.hf import NEW_TOKEN_INITS
+from dense_cf.synthetic.world import WORLDS
 from dense_cf.text.answers import MODES as ANSWER_MODES
 from dense_cf.text.counterfactuals import TEXT_STRATEGIES
 
@@ -123,6 +124,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
         _range(out, "mesh.data", config.mesh.data, 1)
     _range(out, "mesh.model", config.mesh.model, 1)
 
+    if d.synthetic.generate:
+        _enum(out, "data.synthetic.world", d.synthetic.get("world", "entity"), WORLDS)
     if check_files and not d.synthetic.generate:
         for key in ("train_file", "dev_file"):
             try:
