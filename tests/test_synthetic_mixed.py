@@ -191,17 +191,20 @@ def test_mixed_cli_flag_and_bad_world(tmp_path):
         synthetic.generate(tmp_path / "bad", 30, world="squad")
 
 
-def test_bench_dcsr_refuses_data_of_other_settings(tmp_path):
-    from dense_cf.bench import dcsr as bench
-
+def test_benchmarks_refuse_data_of_other_settings(tmp_path):
+    # check_params: what bench.dcsr / bench.ablation / bench.replicate run on a reused data dir
     d = tmp_path / "data"
     synthetic.generate(d, 30, seed=0, workers=1, test_questions=5, num_hard_negatives=0,
                        world="mixed")
-    bench.check_data_settings(str(d), bench.data_settings(30, 5, 1, "mixed"))
+    synthetic.check_params(d, num_passages=30, test_questions=5, world="mixed")
+    synthetic.generate_or_check(d, 30, 0, test_questions=5, world="mixed")  # reused, no error
     with pytest.raises(ValueError, match="world"):
-        bench.check_data_settings(str(d), bench.data_settings(30, 5, 1, "entity"))
+        synthetic.check_params(d, num_passages=30, test_questions=5, world="entity")
     with pytest.raises(ValueError, match="questions_per_passage"):
-        bench.check_data_settings(str(d), bench.data_settings(30, 5, 3, "mixed"))
+        synthetic.check_params(d, num_passages=30, test_questions=5, questions_per_passage=3,
+                               world="mixed")
+    with pytest.raises(ValueError, match="num_passages"):
+        synthetic.generate_or_check(d, 40, 0, test_questions=5, world="mixed")
 
 
 def test_config_key_validated():

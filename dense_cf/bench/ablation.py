@@ -41,9 +41,10 @@ from dense_cf.configs.ablation import ROWS, ablation_config
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
-from dense_cf.experiment import maybe_generate_synthetic, train_and_evaluate
+from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import atomic_open, write_json
 from dense_cf.progress import format_duration
+from dense_cf.synthetic import generate as synthetic
 from dense_cf.train.run import RunDir
 
 __all__ = ["DEFAULT_ROWS", "METRICS", "REFERENCES", "row_config", "run_ablation", "run_metrics"]
@@ -55,7 +56,6 @@ METRICS = ("top-1", "top-5", "top-20", "MRR", "AAR", "gap", "AA", "AA gap")
 PAIRED_METRICS = {"top-1": "top-1", "top-5": "top-5", "top-20": "top-20", "MRR (×100)": "MRR",
                   "AAR": "AAR", "mean sim(q,p+) − sim(q,p*) (sentence)": "gap",
                   "AA score": "AA", "mean sim(q,p+) − sim(q,p*) (answer)": "AA gap"}
-SETTINGS_FILE = "bench_ablation_data.json"
 
 
 def row_config(row: str, data_dir: str, *, steps: int, batch: int, model: str, lr: float,
@@ -168,19 +168,11 @@ def _rows(rows: Sequence[str]) -> list[str]:
 
 def _prepare_data(data_dir: str, config: ml_collections.ConfigDict) -> None:
     """Generates the benchmark once; refuses a data dir generated with other settings."""
-    settings = {"num_passages": int(config.data.synthetic.num_passages),
-                "test_questions": int(config.data.synthetic.test_questions),
-                "seed": int(config.data.synthetic.seed)}
-    path = os.path.join(data_dir, SETTINGS_FILE)
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        if saved != settings:
-            raise ValueError(f"{data_dir} was generated with {saved}, not {settings}; use "
-                             f"another --out")
-        return
-    maybe_generate_synthetic(config)
-    write_json(path, settings)
+    syn = config.data.synthetic
+    synthetic.generate_or_check(data_dir, int(syn.num_passages), int(syn.seed),
+                                test_questions=int(syn.test_questions),
+                                questions_per_passage=int(syn.questions_per_passage),
+                                world=syn.world)
 
 
 def _paired(ref: str, row: str, ref_run: tuple[str, int], row_run: tuple[str, int], *,

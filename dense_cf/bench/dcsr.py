@@ -86,30 +86,6 @@ def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: s
     return c
 
 
-def data_settings(num_passages: int, test_questions: int, qpp: int, world: str) -> dict:
-    """The meta.json ``params`` this benchmark needs of a data directory (checked on reuse)."""
-    want = {"num_passages": num_passages, "test_questions": test_questions, "seed": 0}
-    if qpp != 1:
-        want["questions_per_passage"] = qpp
-    if world != "entity":
-        want["world"] = world
-    return want
-
-
-def check_data_settings(data_dir: str, want: dict) -> None:
-    """Raises ValueError if ``data_dir``'s meta.json differs from ``want`` (absent keys are the
-    generator's defaults: questions_per_passage 1, world "entity")."""
-    with open(os.path.join(data_dir, "meta.json")) as f:
-        meta = json.load(f)
-    have = dict(meta["params"], seed=meta["seed"])
-    defaults = {"questions_per_passage": 1, "world": "entity"}
-    diff = {k: (have.get(k, defaults.get(k)), v) for k, v in {**defaults, **want}.items()
-            if have.get(k, defaults.get(k)) != v}
-    if diff:
-        raise ValueError(f"{data_dir} was generated with other settings (key: (found, wanted)) "
-                         f"{diff}; use another --out or remove it")
-
-
 def main(argv) -> None:
     del argv
     import tensorflow as tf
@@ -125,13 +101,8 @@ def main(argv) -> None:
     tag = "" if world == "entity" else f"_{world}"
     for name, qpp in settings:
         data_dir = os.path.join(out, f"data_{name}{tag}")
-        if not os.path.exists(os.path.join(data_dir, "psgs_synth.tsv")):
-            kw = {"questions_per_passage": qpp} if qpp != 1 else {}
-            if world != "entity":
-                kw["world"] = world
-            synthetic.generate(data_dir, num_passages=_PASSAGES.value, seed=0,
-                               test_questions=_TEST.value, **kw)
-        check_data_settings(data_dir, data_settings(_PASSAGES.value, _TEST.value, qpp, world))
+        synthetic.generate_or_check(data_dir, _PASSAGES.value, 0, test_questions=_TEST.value,
+                                    questions_per_passage=qpp, world=world)
         with open(os.path.join(data_dir, "biencoder-synth-train.json")) as f:
             train_set = json.load(f)
         positives = [(ex["positive_ctxs"][0]["title"], ex["positive_ctxs"][0]["text"])

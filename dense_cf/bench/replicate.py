@@ -28,7 +28,6 @@ needs and the estimated budget, and trains nothing.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any, Sequence
@@ -48,7 +47,6 @@ from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import atomic_open, write_json
 from dense_cf.progress import format_duration
 from dense_cf.synthetic import generate as synthetic
-from dense_cf.train.run import RunDir
 
 __all__ = ["CLAIMS", "RUNS", "Claim", "RunSpec", "plan", "run_replication"]
 
@@ -208,25 +206,11 @@ def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "mini
     return c
 
 
-def _prepare_world(data_dir: str, spec: RunSpec, cfg: ml_collections.ConfigDict) -> None:
+def _prepare_world(spec: RunSpec, cfg: ml_collections.ConfigDict) -> None:
     """Generates the run's synthetic world once (shared by the runs of the same world)."""
     syn = cfg.data.synthetic
-    if spec.study == "synthetic" and not spec.world:
-        ablation_lib._prepare_data(data_dir, cfg)  # same files and settings check as the ablation
-        return
-    settings = {"num_passages": int(syn.num_passages), "test_questions": int(syn.test_questions),
-                "seed": int(syn.seed), **dict(spec.world)}
-    path = os.path.join(data_dir, ablation_lib.SETTINGS_FILE)
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        if saved != settings:
-            raise ValueError(f"{data_dir} was generated with {saved}, not {settings}; use "
-                             f"another --out")
-        return
-    synthetic.generate(data_dir, num_passages=settings["num_passages"], seed=settings["seed"],
-                       test_questions=settings["test_questions"], **dict(spec.world))
-    write_json(path, settings)
+    synthetic.generate_or_check(cfg.data.data_dir, int(syn.num_passages), int(syn.seed),
+                                test_questions=int(syn.test_questions), **dict(spec.world))
 
 
 def _required(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
@@ -238,7 +222,7 @@ def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, 
     minutes spent here: about 0 when it was reused)."""
     cfg = run_config(name, out, seed=seed, **budget)
     spec = RUNS[name]
-    _prepare_world(cfg.data.data_dir, spec, cfg)
+    _prepare_world(spec, cfg)
     workdir = os.path.join(out, name + (f"_seed{seed}" if seed else ""))
     t0 = time.perf_counter()
     if ablation_lib.finished_eval_dir(workdir, cfg, _required(cfg)) is None:
@@ -256,15 +240,13 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
     """The paired rows of ``claim``'s checks between runs ``a`` and ``b`` ((workdir, step)) and
     the verdicts. ``AAR by type`` expands to one check per question type (PiCL Table 6)."""
     names = (claim.a, claim.b)
-    res = compare_lib.compare(a[0], b[0], step_a=a[1], step_b=b[1], names=names,
-                              n_resamples=n_resamples, verbose=False)
+    oa, ob = compare_lib.load_outcomes(a[0], a[1]), compare_lib.load_outcomes(b[0], b[1])
+    res = compare_lib.compare_outcome_sets(oa, ob, names=names, n_resamples=n_resamples)
     rows, checks = list(res["rows"]), []
     for check in claim.checks:
         if check.metric == "AAR by type":
-            typed = compare_lib.aar_by_type_rows(
-                compare_lib.load_outcomes(RunDir(a[0]).eval(a[1])),
-                compare_lib.load_outcomes(RunDir(b[0]).eval(b[1])), "sentence",
-                n_resamples=n_resamples, names=names)
+            typed = compare_lib.aar_by_type_rows(oa, ob, "sentence", n_resamples=n_resamples,
+                                                 names=names)
             rows += typed
             checks += [Check(r["metric"], check.expect) for r in typed] or [check]
         else:
@@ -272,7 +254,7 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
     entries = evaluate_checks(rows, checks, names)
     verdict = claim_verdict([c["verdict"] for c in entries if c["verdict"] in VERDICTS])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
-            "paired_markdown": res["markdown"]}
+            "paired_markdown": compare_lib.markdown(res)}
 
 
 def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: int = 100,

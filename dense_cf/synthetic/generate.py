@@ -525,6 +525,40 @@ def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
     return counts
 
 
+def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0,
+                 test_questions: int, questions_per_passage: int = 1,
+                 world: str = "entity") -> None:
+    """Raises ValueError naming every differing key (found, wanted) when ``out_dir``'s
+    meta.json records other generation settings than these (absent keys in meta.json are the
+    generator's defaults)."""
+    meta = json.loads((Path(out_dir) / FILES["meta"]).read_text(encoding="utf-8"))
+    params = meta["params"]
+    have = {"num_passages": params["num_passages"], "test_questions": params["test_questions"],
+            "seed": meta["seed"],
+            "questions_per_passage": params.get("questions_per_passage", 1),
+            "world": params.get("world", "entity")}
+    want = {"num_passages": num_passages, "test_questions": test_questions, "seed": seed,
+            "questions_per_passage": questions_per_passage, "world": world}
+    diff = {k: (have[k], v) for k, v in want.items() if have[k] != v}
+    if diff:
+        raise ValueError(f"{out_dir} was generated with other settings (key: (found, wanted)) "
+                         f"{diff}; use another --out or remove it")
+
+
+def generate_or_check(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
+                      test_questions: int, questions_per_passage: int = 1,
+                      world: str = "entity") -> None:
+    """Generates the benchmark into ``out_dir`` once: a directory with a meta.json (written
+    last) is reused after :func:`check_params`, one without is (re)generated. For the
+    benchmark commands, which share a data directory between runs."""
+    kw = {"test_questions": test_questions, "questions_per_passage": questions_per_passage,
+          "world": world}
+    if (Path(out_dir) / FILES["meta"]).exists():
+        check_params(out_dir, num_passages=num_passages, seed=seed, **kw)
+        return
+    generate(out_dir, num_passages, seed, **kw)
+
+
 def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
              train_per_passage: float = 0.5, dev_frac: float = 0.1,
              test_questions: int | None = None,
