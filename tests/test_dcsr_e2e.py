@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from helpers import tiny_synthetic_config
 
+from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs import tokens
 from dense_cf.models.tokenizer import SENT_TOKEN
 from dense_cf.synthetic import generate as synthetic
@@ -113,8 +114,8 @@ def test_embed_fn_gathers_marker_vectors(trained, run):
     from dense_cf.inputs import dcsr
     from dense_cf.losses import contrastive_loss
     from dense_cf.methods.dcsr import embed_sentences
-    from dense_cf.train.loop import load_split
-    data = dcsr.prepare(run.config, run.tokenizer, load_split(run.config, run.tokenizer, "train_file"))
+    split = dpr_inputs.load_config_split(run.config, run.tokenizer, "train_file")
+    data = dcsr.prepare(run.config, run.tokenizer, split)
     spec = dcsr.spec_from_config(run.config, run.tokenizer)
     batch = {k: jax.numpy.asarray(v) for k, v in next(dcsr.BatchIterator(data, spec)).items()}
     emb = jax.jit(lambda p, b: embed_sentences(run.model, p, b, deterministic=True))(

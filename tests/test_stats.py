@@ -157,7 +157,7 @@ def test_train_fraction_selects_the_stats_subset(synth, tmp_path):
 
 def test_config_train_fraction_applies_to_train_only(synth):
     from configs import data_efficiency as mod
-    from dense_cf.train import loop
+    from dense_cf.inputs import dpr as dpr_inputs
     d, tok = synth
     c = mod.get_config("0.25,demo")
     assert c.method == "dpr" and c.data.train_fraction == 0.25 and c.model.name_or_path == "minilm"
@@ -166,8 +166,8 @@ def test_config_train_fraction_applies_to_train_only(synth):
     c.data.cache_dir = ""
     n_train = len(list(formats.iter_biencoder(d / "biencoder-synth-train.json")))
     n_dev = len(list(formats.iter_biencoder(d / "biencoder-synth-dev.json")))
-    train = loop.load_split(c, tok, "train_file")
-    dev = loop.load_split(c, tok, "dev_file")
+    train = dpr_inputs.load_config_split(c, tok, "train_file")
+    dev = dpr_inputs.load_config_split(c, tok, "dev_file")
     assert train.num_examples == subsets.subset_count(n_train, 0.25)
     assert dev.num_examples == n_dev
     with pytest.raises(ValueError, match="fraction must be in"):

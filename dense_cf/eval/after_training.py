@@ -14,6 +14,10 @@ from dense_cf.train.run import Run
 
 def evaluate_after_training(run: Run, workdir: str) -> dict[str, Any]:
     """Retrieval (top-k, MRR), then answer-awareness and robustness of passage-level runs."""
+    if run.method.kind != "retriever":
+        logging.warning("retrieval evaluation skipped: %s is a %s", run.method.name,
+                        run.method.kind)
+        return {"skipped": f"{run.method.kind} run: no retrieval evaluation"}
     out: dict[str, Any] = {"retrieval": evaluate_run(workdir, run=run)}
     if not run.config.data.get("gold_file"):
         return out

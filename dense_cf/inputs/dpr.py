@@ -24,6 +24,7 @@ import numpy as np
 from absl import logging
 
 from dense_cf import files
+from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.evidence_file import EvidenceMatcher
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.datasets.subsets import subset_mask
@@ -158,6 +159,21 @@ def _fingerprint(path: str, tokenizer, **kw) -> str:
                 "version": CACHE_VERSION, **kw}
     return files.content_sha256([json.dumps(settings, sort_keys=True).encode(),
                                  tokenizer.to_str().encode()])[:16]
+
+
+def load_config_split(config, tokenizer, key: str, max_examples: int = 0) -> Preprocessed | None:
+    """The tokenised ``config.data.<key>`` split (None when the config names no file)."""
+    path = resolve_data_file(config.data, key, required=False)
+    if path is None:
+        return None
+    cache = config.data.cache_dir or os.path.join(os.path.dirname(os.path.abspath(path)), ".cache")
+    return load_biencoder_split(
+        path, tokenizer, cache_dir=cache, max_q_len=config.data.max_q_len,
+        max_p_len=config.data.max_p_len, max_hard=config.data.max_hard_stored,
+        answer_mode=config.data.answer_mode, evidence_file=config.data.evidence_file or None,
+        max_examples=max_examples,
+        fraction=float(config.data.train_fraction) if key == "train_file" else 1.0,
+        fraction_seed=int(config.data.train_fraction_seed))
 
 
 def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_len: int,

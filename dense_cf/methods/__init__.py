@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 
 from dense_cf.methods import contrastive, dcsr
-from dense_cf.methods.base import Embeddings, Inputs, Method, embed_passages
+from dense_cf.methods.base import DUAL_ENCODER, Embeddings, Inputs, Method, ModelSpec, embed_passages
 
-__all__ = ["Embeddings", "Inputs", "Method", "embed_passages", "get", "names", "register"]
+__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "Method", "ModelSpec", "embed_passages", "get",
+           "names", "register"]
 
 _REGISTRY: dict[str, Method] = {}
 

@@ -8,7 +8,13 @@ A :class:`Method` names everything that differs between methods and nothing else
 - ``loss_hparams``: the static loss keyword arguments read from ``config.loss``;
 - ``inputs``: how training files become batches (:class:`Inputs`);
 - ``unit``: what is exported and indexed for retrieval, ``"passage"`` or ``"sentence"``;
-- ``added_tokens``: tokens appended to the pretrained vocabulary, in id order.
+- ``added_tokens``: tokens appended to the pretrained vocabulary, in id order;
+- ``model``: how the network is built, initialised and given pretrained weights
+  (:class:`ModelSpec`; default the BERT :class:`~dense_cf.models.dual_encoder.DualEncoder`);
+- ``kind``: ``"retriever"`` (exported, indexed, evaluated by retrieval) or ``"reader"`` (a
+  model trained by the same loop whose outputs are not vectors: the end-to-end QA readers);
+- ``gather``: whether the step all-gathers ``embed``'s outputs before the loss (in-batch
+  negatives need it; a per-example loss does not).
 
 The train step, export, retrieval and evaluation read these fields; no module outside
 ``dense_cf.methods`` branches on a method's name.
@@ -24,8 +30,15 @@ import jax
 import jax.numpy as jnp
 
 from dense_cf.inputs import dpr as dpr_inputs
+from dense_cf.models import dual_encoder as de
+from dense_cf.models.bert import axis_rules_for
+from dense_cf.models.hf import resolve_model_dir
+from dense_cf.models.tokenizer import load_tokenizer
 
-__all__ = ["Embeddings", "Inputs", "Method", "embed_passages"]
+__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec",
+           "embed_passages"]
+
+KINDS = ("retriever", "reader")
 
 
 @flax.struct.dataclass
@@ -81,15 +94,22 @@ def embed_passages(model, params, batch: dict[str, jax.Array], *, deterministic:
 class Inputs:
     """How a method's training files become batches.
 
-    ``prepare(config, tokenizer, data)`` turns a preprocessed split (or None) into the method's
-    data; ``spec(config, tokenizer, shuffle=...)`` builds its batch spec; ``make_dataset`` and
-    ``batch_iterator`` are the tf.data dataset and the resumable iterator over it.
+    ``load(config, tokenizer, key, max_examples)`` reads the split ``config.data.<key>``
+    (``"train_file"``/``"dev_file"``; None when the config names no file; the loop calls it on
+    host 0 first, so it may write caches); ``prepare(config, tokenizer, data)`` turns a loaded
+    split (or None) into the method's data; ``spec(config, tokenizer, shuffle=...,
+    counterfactual=...)`` builds its batch spec (a dataclass with ``global_batch`` and
+    ``shuffle``); ``make_dataset(data, spec, repeat=..., process_index=..., process_count=...)``
+    and ``batch_iterator(data, spec, process_index=..., process_count=...)`` (``next``,
+    ``get_state``/``set_state`` for exact resume) are the tf.data dataset and the resumable
+    iterator over it. Loaded data has ``num_examples`` and a ``stats`` dict.
     """
 
     prepare: Callable[..., Any]
     spec: Callable[..., Any]
     make_dataset: Callable[..., Any]
     batch_iterator: type
+    load: Callable[..., Any] = dpr_inputs.load_config_split
 
 
 DPR_INPUTS = Inputs(prepare=lambda config, tokenizer, data: data, spec=dpr_inputs.spec_from_config,
@@ -97,8 +117,59 @@ DPR_INPUTS = Inputs(prepare=lambda config, tokenizer, data: data, spec=dpr_input
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """How a method's network is built (docs/ARCHITECTURE.md, "The method seam").
+
+    ``build(method, config, load_pretrained)`` -> ``(model, pretrained params or None, tokenizer
+    directory)``; ``dummy_inputs(config)`` -> the positional arrays ``model.init`` takes;
+    ``place_pretrained(model, pretrained)`` -> the unboxed param tree; ``axis_rules(model,
+    model_axis_size, rules)`` -> the logical axis rules (``rules``: ``config.mesh.logical_axis_rules``
+    or None).
+    """
+
+    build: Callable[..., tuple[Any, Any, str]]
+    dummy_inputs: Callable[[Any], tuple[jax.Array, ...]]
+    place_pretrained: Callable[[Any, Any], Any]
+    axis_rules: Callable[..., Any]
+
+
+def build_dual_encoder(method: Method, config, load_pretrained: bool = True):
+    """The BERT dual encoder of ``config.model``; HF weights plus rows for the method's added
+    tokens when it names a checkpoint (``(model, None, tok_dir)`` for ``tiny``)."""
+    sources = de.tower_sources(config.model)
+    if config.model.tokenizer:
+        tok_dir = resolve_model_dir(config.model.tokenizer)
+    elif sources:  # the towers of DPR checkpoints share BERT's vocabulary: the passage tower's
+        tok_dir = sources["passage"].tokenizer_dir or sources["passage"].model_dir
+    else:  # a random "tiny" model borrows MiniLM's uncased vocabulary
+        tok_dir = resolve_model_dir("minilm")
+    extra = method.added_tokens
+    if sources and extra:  # a checkpoint exported by a run of this method has them already
+        base = load_tokenizer(tok_dir)
+        extra = tuple(t for t in extra if base.token_to_id(t) is None)
+    model, sources = de.model_from_config(config, num_added_tokens=len(extra))
+    hf_params = None
+    if sources and load_pretrained:  # HF weights + rows for the method's added tokens
+        hf_params = de.load_pretrained(model, sources, tok_dir, extra=extra,
+                                       init=method.added_token_init(config), seed=config.seed)
+    return model, hf_params, tok_dir
+
+
+def _dual_encoder_dummies(config) -> tuple[jax.Array, ...]:
+    q = jnp.ones((1, config.data.max_q_len), jnp.int32)
+    p = jnp.ones((1, config.data.max_p_len), jnp.int32)
+    return q, q, p, p
+
+
+DUAL_ENCODER = ModelSpec(
+    build=build_dual_encoder, dummy_inputs=_dual_encoder_dummies,
+    place_pretrained=lambda model, hf: de.pretrained_params(model, hf, boxed=False),
+    axis_rules=lambda model, size, rules=None: axis_rules_for(model.config, size, rules))
+
+
+@dataclasses.dataclass(frozen=True)
 class Method:
-    """One retrieval method (module docstring)."""
+    """One method (module docstring)."""
 
     name: str
     loss: LossFn
@@ -111,8 +182,13 @@ class Method:
     needs_counterfactual: Callable[[Any], bool] = lambda loss_config: False
     # How the rows of added tokens start, given the run config ("mean" when it has no say).
     added_token_init: Callable[[Any], str] = lambda config: "mean"
+    model: ModelSpec = DUAL_ENCODER
+    kind: str = "retriever"
+    gather: bool = True
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"method {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.unit not in ("passage", "sentence"):
             raise ValueError(f"method {self.name}: unit must be 'passage' or 'sentence', "
                              f"got {self.unit!r}")

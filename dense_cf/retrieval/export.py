@@ -75,6 +75,9 @@ class Encoder:
     """
 
     def __init__(self, run, batch_size: int):
+        if run.method.kind != "retriever":
+            raise ValueError(f"{run.method.name} is a {run.method.kind}, not a retriever: it has "
+                             "no question or passage vectors to export")
         data = run.mesh.shape["data"]
         self.run = run
         self.batch_size = max(data, (batch_size + data - 1) // data * data)

@@ -23,10 +23,8 @@ from flax import linen as nn
 from dense_cf import methods
 from dense_cf.configs.base import resolve_paths
 from dense_cf.console import quiet_library_logs
-from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import atomic_open, workdir_lock, write_json
 from dense_cf.inputs import dpr as dpr_inputs
-from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.hosts import host0_first, is_host0
 from dense_cf.progress import Progress, timed
@@ -38,22 +36,6 @@ from dense_cf.train.step import make_eval_step, make_train_step
 from dense_cf.train.validate import validate
 
 CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "rank_acc", "examples_per_s", "step_time_s")
-
-
-def load_split(config, tokenizer, key: str, max_examples: int = 0
-               ) -> dpr_inputs.Preprocessed | None:
-    """The tokenised ``config.data.<key>`` split (None when the config names no file)."""
-    path = resolve_data_file(config.data, key, required=False)
-    if path is None:
-        return None
-    cache = config.data.cache_dir or os.path.join(os.path.dirname(os.path.abspath(path)), ".cache")
-    return dpr_inputs.load_biencoder_split(
-        path, tokenizer, cache_dir=cache, max_q_len=config.data.max_q_len,
-        max_p_len=config.data.max_p_len, max_hard=config.data.max_hard_stored,
-        answer_mode=config.data.answer_mode, evidence_file=config.data.evidence_file or None,
-        max_examples=max_examples,
-        fraction=float(config.data.train_fraction) if key == "train_file" else 1.0,
-        fraction_seed=int(config.data.train_fraction_seed))
 
 
 def batch_spec(config, tokenizer, *, shuffle: bool = True):
@@ -114,12 +96,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
             f.write(config.to_json_best_effort(indent=2))
     mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.model)
     model, hf_params, tok_dir = build_model(config)
-    rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
+    rules = method.model.axis_rules(model, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
     tokenizer = run_tokenizer(config, tok_dir, workdir, save=is_host0())
 
     train_data, dev_data = host0_first(lambda: (  # one writer per tokenised-cache file
-        load_split(config, tokenizer, "train_file", config.data.max_train_examples),
-        load_split(config, tokenizer, "dev_file", config.data.max_dev_examples)), "token-cache")
+        method.inputs.load(config, tokenizer, "train_file", config.data.max_train_examples),
+        method.inputs.load(config, tokenizer, "dev_file", config.data.max_dev_examples)),
+        "token-cache")
     if train_data is None:
         raise ValueError("config.data.train_file is empty: nothing to train on")
     train_data, dev_data = (method.inputs.prepare(config, tokenizer, d)

@@ -30,15 +30,12 @@ from dense_cf import methods
 from dense_cf.configs.base import merge_over_base
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import file_key, write_json
-from dense_cf.models import dual_encoder as de
-from dense_cf.models.bert import axis_rules_for
-from dense_cf.models.hf import resolve_model_dir
-from dense_cf.models.tokenizer import load_tokenizer, tokenizer_for_run
+from dense_cf.models.tokenizer import tokenizer_for_run
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.state import TrainState, make_optimizer
 
-__all__ = ["Run", "RunDir", "build_model", "init_state", "load_config", "load_run", "model_slug",
+__all__ = ["Run", "RunDir", "axis_rules", "build_model", "init_state", "load_config", "load_run", "model_slug",
            "model_workdir", "pretrained_run"]
 
 
@@ -105,25 +102,16 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def build_model(config, load_pretrained: bool = True):
-    """(model, HF params or None for random init / not loaded, tokenizer directory)."""
+    """(model, pretrained params or None for random init / not loaded, tokenizer directory), as
+    the method's :class:`~dense_cf.methods.ModelSpec` builds them."""
     method = methods.get(config.method)
-    sources = de.tower_sources(config.model)
-    if config.model.tokenizer:
-        tok_dir = resolve_model_dir(config.model.tokenizer)
-    elif sources:  # the towers of DPR checkpoints share BERT's vocabulary: the passage tower's
-        tok_dir = sources["passage"].tokenizer_dir or sources["passage"].model_dir
-    else:  # a random "tiny" model borrows MiniLM's uncased vocabulary
-        tok_dir = resolve_model_dir("minilm")
-    extra = method.added_tokens
-    if sources and extra:  # a checkpoint exported by a run of this method has them already
-        base = load_tokenizer(tok_dir)
-        extra = tuple(t for t in extra if base.token_to_id(t) is None)
-    model, sources = de.model_from_config(config, num_added_tokens=len(extra))
-    hf_params = None
-    if sources and load_pretrained:  # HF weights + rows for the method's added tokens
-        hf_params = de.load_pretrained(model, sources, tok_dir, extra=extra,
-                                       init=method.added_token_init(config), seed=config.seed)
-    return model, hf_params, tok_dir
+    return method.model.build(method, config, load_pretrained)
+
+
+def axis_rules(config, model, mesh):
+    """The run's logical axis rules on ``mesh`` (the method's model decides what divides)."""
+    return methods.get(config.method).model.axis_rules(model, mesh.shape["model"],
+                                                        config.mesh.get("logical_axis_rules"))
 
 
 def run_tokenizer(config, tok_dir: str, workdir: str | None = None, *, save: bool = False):
@@ -133,17 +121,16 @@ def run_tokenizer(config, tok_dir: str, workdir: str | None = None, *, save: boo
 
 def init_state(config, model, hf_params, tx, mesh, rules, rng) -> TrainState:
     """Params initialised (or loaded) directly into their shardings; optimizer state follows."""
-    lq, lp = config.data.max_q_len, config.data.max_p_len
-    dummy_q = jnp.ones((1, lq), jnp.int32)
-    dummy_p = jnp.ones((1, lp), jnp.int32)
+    spec = methods.get(config.method).model
+    dummies = spec.dummy_inputs(config)
 
     def init_fn(r):
-        return model.init(r, dummy_q, dummy_q, dummy_p, dummy_p)["params"]
+        return model.init(r, *dummies)["params"]
 
     abstract = jax.eval_shape(init_fn, rng)
     shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
     if hf_params is not None:
-        placed = de.pretrained_params(model, hf_params, boxed=False)
+        placed = spec.place_pretrained(model, hf_params)
         params = jax.device_put(placed, shardings)
     else:
         params = jax.jit(lambda r: nn.meta.unbox(init_fn(r)), out_shardings=shardings)(rng)
@@ -156,7 +143,7 @@ class Run:
     """A trained run loaded for inference (export, evaluation)."""
 
     config: ml_collections.ConfigDict
-    model: de.DualEncoder
+    model: Any   # the method's network (a DualEncoder for retrievers)
     params: Any
     tokenizer: Any
     step: int
@@ -174,7 +161,7 @@ def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
     config = load_config(workdir)
     mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
     model, _, tok_dir = build_model(config, load_pretrained=False)
-    rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
+    rules = axis_rules(config, model, mesh)
     ckpt = Checkpointer(RunDir(workdir).checkpoints, async_save=False)
     if ckpt.latest_step() is None:
         raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints: train the run first")
@@ -196,14 +183,13 @@ def pretrained_run(config: ml_collections.ConfigDict, mesh=None) -> Run:
     model, hf_params, tok_dir = build_model(config)
     if hf_params is None:
         raise ValueError("model.name_or_path='tiny' is a random model: evaluate a checkpoint")
-    rules = axis_rules_for(model.config, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
-    lq, lp = config.data.max_q_len, config.data.max_p_len
-    abstract = jax.eval_shape(lambda: model.init(
-        jax.random.key(0), jnp.ones((1, lq), jnp.int32), jnp.ones((1, lq), jnp.int32),
-        jnp.ones((1, lp), jnp.int32), jnp.ones((1, lp), jnp.int32))["params"])
+    rules = axis_rules(config, model, mesh)
+    spec = methods.get(config.method).model
+    dummies = spec.dummy_inputs(config)
+    abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummies)["params"])
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
-        params = jax.device_put(de.pretrained_params(model, hf_params, boxed=False), shardings)
+        params = jax.device_put(spec.place_pretrained(model, hf_params), shardings)
     return Run(config=config, model=model, params=params, tokenizer=run_tokenizer(config, tok_dir),
                step=0, mesh=mesh, rules=rules, tok_dir=tok_dir)
 

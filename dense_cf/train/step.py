@@ -36,8 +36,9 @@ def gather(tree: Any, mesh: Mesh | None) -> Any:
 
 def gathered_loss(method: Method, embs: Any, *, loss_hparams: dict[str, Any],
                   mesh: Mesh | None) -> tuple[jax.Array, dict]:
-    """The method's loss over the global batch: gathers the embeddings, then scores."""
-    return method.loss(gather(embs, mesh), **loss_hparams)
+    """The method's loss over the global batch: gathers the embeddings (when the method asks,
+    ``Method.gather``), then scores."""
+    return method.loss(gather(embs, mesh) if method.gather else embs, **loss_hparams)
 
 
 def batch_loss(method: Method, model, params, batch, *, loss_hparams: dict[str, Any],
@@ -65,6 +66,9 @@ def make_train_step(method: Method, model, tx: optax.GradientTransformation, *,
     """
     if grad_cache_chunks < 1:
         raise ValueError(f"train.grad_cache_chunks must be >= 1, got {grad_cache_chunks}")
+    if grad_cache_chunks > 1 and not method.gather:
+        raise ValueError(f"train.grad_cache_chunks={grad_cache_chunks}: GradCache caches the "
+                         f"gradients of gathered embeddings; {method.name} has a per-example loss")
 
     def train_step(state: TrainState, batch, rng):
         rngs = {"dropout": jax.random.fold_in(rng, state.step)} if dropout else None
