@@ -24,6 +24,25 @@ def test_marginals_are_row_and_column_means_eq7():
     np.testing.assert_allclose(p_o, [15.0, 35.0, 15.0])
 
 
+def test_per_question_marginals_average_to_eq7_and_contrast_is_paired():
+    # 2 encoders, 4 questions; first-hit ranks of every (question encoder, passage encoder) pair.
+    firsts = {"0,0": [1, 3, None, 1], "0,1": [1, 1, 2, None],
+              "1,0": [None, 2, None, 1], "1,1": [1, 1, 1, 4]}
+    q, p = mg.per_question_marginals(firsts, 2, k=1)
+    np.testing.assert_allclose(q, [[1, .5, 0, .5], [.5, .5, .5, .5]])
+    np.testing.assert_allclose(p, [[.5, 0, 0, 1], [1, 1, .5, 0]])
+    m = np.array([[50.0, 50.0], [25.0, 75.0]])  # the top-1 matrix of the same ranks
+    mq, mp = mg.marginals(m)
+    np.testing.assert_allclose(100 * q.mean(axis=1), mq)
+    np.testing.assert_allclose(100 * p.mean(axis=1), mp)
+    rows = mg.encoder_contrast_rows(["a", "b"], firsts, [1])
+    assert [r["metric"] for r in rows] == ["top-1: a", "top-1: b"]
+    assert rows[0]["stats"]["diff"] == pytest.approx(p[0].mean() - q[0].mean())
+    assert rows[1]["stats"]["diff"] == pytest.approx(0.125)
+    assert [r["metric"] for r in mg.encoder_contrast_rows(["a", "b"], firsts, [1], only=1)] == [
+        "top-1: b"]
+
+
 def test_attribution_normalises_to_tandem_and_in_domain():
     m = np.array([[60.0, 40.0],
                   [30.0, 50.0]])
@@ -128,6 +147,8 @@ def test_marginalize_end_to_end(two_runs, tmp_path):
                 lo, hi = rep["matrix_ci"][k][i][j]
                 assert lo <= rep["matrix"][k][i, j] <= hi
     assert "Cross pairs vs. the question encoder's tandem" in md
+    assert "Passage vs question encoder" in md and "| top-5: " + names[0] + " |" in md
+    assert len(saved["encoder_contrast"]) == 2 * 3 and "p_value" in saved["encoder_contrast"][0]
     assert f"| top-5: Q {names[0]} × P {names[1]} |" in md and "McNemar exact" in md
     assert md.count("significant at 0.05") >= 6
     assert os.path.getsize(os.path.join(out, "heatmap.png")) > 1000

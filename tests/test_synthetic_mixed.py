@@ -192,19 +192,41 @@ def test_mixed_cli_flag_and_bad_world(tmp_path):
 
 
 def test_benchmarks_refuse_data_of_other_settings(tmp_path):
-    # check_params: what bench.dcsr / bench.ablation / bench.replicate run on a reused data dir
+    # check_params: what bench.dcsr / bench.ablation / bench.replicate / bench.marginalize run
+    # on a reused data dir
     d = tmp_path / "data"
+    types = synthetic.domain_types(2)[1]
     synthetic.generate(d, 30, seed=0, workers=1, test_questions=5, num_hard_negatives=0,
-                       world="mixed")
-    synthetic.check_params(d, num_passages=30, test_questions=5, world="mixed")
-    synthetic.generate_or_check(d, 30, 0, test_questions=5, world="mixed")  # reused, no error
+                       world="mixed", entity_types=types)
+    kw = {"num_hard_negatives": 0, "entity_types": types}
+    synthetic.check_params(d, num_passages=30, test_questions=5, world="mixed", **kw)
+    synthetic.generate_or_check(d, 30, 0, test_questions=5, world="mixed", **kw)  # reused
     with pytest.raises(ValueError, match="world"):
-        synthetic.check_params(d, num_passages=30, test_questions=5, world="entity")
+        synthetic.check_params(d, num_passages=30, test_questions=5, world="entity", **kw)
     with pytest.raises(ValueError, match="questions_per_passage"):
         synthetic.check_params(d, num_passages=30, test_questions=5, questions_per_passage=3,
-                               world="mixed")
+                               world="mixed", **kw)
     with pytest.raises(ValueError, match="num_passages"):
-        synthetic.generate_or_check(d, 40, 0, test_questions=5, world="mixed")
+        synthetic.generate_or_check(d, 40, 0, test_questions=5, world="mixed", **kw)
+    with pytest.raises(ValueError, match="entity_types"):
+        synthetic.check_params(d, num_passages=30, test_questions=5, world="mixed",
+                               num_hard_negatives=0)
+    with pytest.raises(ValueError, match="num_hard_negatives"):
+        synthetic.check_params(d, num_passages=30, test_questions=5, world="mixed",
+                               entity_types=types)
+
+
+def test_bench_marginalize_domain_settings():
+    from dense_cf.bench import marginalize as bench_mg
+
+    assert bench_mg.per_domain([], 3, "entity", "--worlds") == ["entity"] * 3
+    assert bench_mg.per_domain(["entity", "mixed"], 2, "entity", "--worlds") == ["entity", "mixed"]
+    with pytest.raises(ValueError, match="--qpp gives 1 values for 3 domains"):
+        bench_mg.per_domain(["3"], 3, "1", "--qpp")
+    types = synthetic.domain_types(3)[0]
+    name = synthetic.domain_name(types)
+    assert bench_mg.domain_label(types, "entity", 1) == name
+    assert bench_mg.domain_label(types, "mixed", 3) == f"{name}_mixed_q3"
 
 
 def test_config_key_validated():

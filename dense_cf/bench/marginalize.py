@@ -1,16 +1,21 @@
 """Encoder-marginalisation benchmark on the multi-domain synthetic world (docs/method.md §7).
 
 ``python -m dense_cf.bench.marginalize [--domains 3] [--steps 100] [--passages 1000]
-[--model minilm] [--out runs/bench_marginalize]``
+[--worlds entity,mixed,entity] [--qpp 1,3,1] [--model minilm] [--out runs/bench_marginalize]``
 
 1. generates ``--domains`` template-disjoint synthetic domains (``synthetic.generate_domains``:
    different entity types, passage styles and question templates), each in DPR layout;
+   ``--worlds``/``--qpp`` give domain i its own world (``entity``: NQ-like, every sentence about
+   the title entity; ``mixed``: SQuAD-like, a passage's sentences about different entities) and
+   questions per positive passage (SQuAD asks several per paragraph), so domains can differ as
+   NQ, SQuAD and TriviaQA do, not only in vocabulary;
 2. trains one DPR bi-encoder per domain (``dense_cf.train.loop.train``; MiniLM or a random
    "tiny" BERT, the demo's lengths and optimiser, ``--steps`` steps);
 3. runs ``dense_cf.eval.marginalize`` on each domain's test set over all K runs (K×K
    question × passage encoder matrix, eq. 7 contributions, the domain's own run = in-domain);
 4. prints every matrix and a summary: per test domain, the in-domain question and passage
-   encoders' marginalised top-k in % of the in-domain tandem model (the paper's Fig. 2).
+   encoders' marginalised top-k in % of the in-domain tandem model (the paper's Fig. 2), and
+   the paired test of the in-domain run's P − Q over the test questions (``encoder_contrast``).
 
 Everything is resumable: existing data, finished runs (checkpoints), exports and indexes are
 reused when the command is run again with the same ``--out``.
@@ -37,12 +42,32 @@ _DOMAINS = flags.DEFINE_integer("domains", 3, "Number of synthetic domains (1-3)
 _STEPS = flags.DEFINE_integer("steps", 100, "Training steps per domain model.", flag_values=FLAGS)
 _PASSAGES = flags.DEFINE_integer("passages", 1000, "Passages per domain.", flag_values=FLAGS)
 _TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per domain.", flag_values=FLAGS)
+_WORLDS = flags.DEFINE_list("worlds", [], "Per-domain synthetic world (entity | mixed); empty: "
+                            "entity for all.", flag_values=FLAGS)
+_QPP = flags.DEFINE_list("qpp", [], "Per-domain questions per positive passage; empty: 1 for all.",
+                         flag_values=FLAGS)
 _MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tiny' (random).", flag_values=FLAGS)
 _BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
 _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
 _KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
 _SEED = flags.DEFINE_integer("seed", 0, "Data and training seed.", flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", "runs/bench_marginalize", "Output directory.", flag_values=FLAGS)
+
+
+def per_domain(values: list[str], n: int, default: str, flag: str) -> list[str]:
+    """One value per domain: empty means ``default`` for all; otherwise exactly ``n`` values."""
+    if not values:
+        return [default] * n
+    if len(values) != n:
+        raise ValueError(f"{flag} gives {len(values)} values for {n} domains: {values}")
+    return list(values)
+
+
+def domain_label(types, world: str, qpp: int) -> str:
+    """The domain's directory/run name: its entity types, plus its world and questions per
+    passage when they are not the defaults."""
+    return (synthetic.domain_name(types) + ("" if world == "entity" else f"_{world}")
+            + ("" if qpp == 1 else f"_q{qpp}"))
 
 
 def domain_config(data_dir: str, *, model: str, steps: int, batch: int, lr: float, seed: int):
@@ -76,13 +101,15 @@ def main(argv) -> None:
     ks = tuple(int(k) for k in _KS.value)
     t0 = time.perf_counter()
     groups = synthetic.domain_types(_DOMAINS.value)
-    names = [synthetic.domain_name(g) for g in groups]
+    worlds = per_domain(_WORLDS.value, len(groups), "entity", "--worlds")
+    qpps = [int(q) for q in per_domain(_QPP.value, len(groups), "1", "--qpp")]
+    names = [domain_label(g, w, q) for g, w, q in zip(groups, worlds, qpps)]
     data_root = os.path.join(out, "data")
-    for g, name in zip(groups, names):
-        d = os.path.join(data_root, name)
-        if not os.path.exists(os.path.join(d, synthetic.FILES["meta"])):
-            synthetic.generate(d, _PASSAGES.value, _SEED.value, entity_types=g,
-                               test_questions=_TEST.value, num_hard_negatives=1)
+    for g, name, w, q in zip(groups, names, worlds, qpps):
+        # Refuses a directory generated with other settings (meta.json), reuses a matching one.
+        synthetic.generate_or_check(os.path.join(data_root, name), _PASSAGES.value, _SEED.value,
+                                    entity_types=g, test_questions=_TEST.value,
+                                    num_hard_negatives=1, world=w, questions_per_passage=q)
     t_data = time.perf_counter() - t0
 
     workdirs, train_s = [], {}
@@ -118,7 +145,13 @@ def main(argv) -> None:
                          "mean_off_diagonal": float(np.mean(
                              np.asarray(rep["matrix"][k])[~np.eye(len(names), dtype=bool)]))
                          if len(names) > 1 else float("nan")})
+    contrast = [{"test_domain": name, **c} for di, (name, rep) in enumerate(zip(names, reps))
+                for c in rep["encoder_contrast"] if c["metric"].endswith(f": {name}")]
     total = time.perf_counter() - t0
+    print("\nIn-domain P − Q per test domain (paired bootstrap over its test questions):")
+    for c in contrast:
+        print(f"  {c['metric']}: P − Q = {100 * c['diff']:+.2f} [{100 * c['lo']:.2f}, "
+              f"{100 * c['hi']:.2f}], p = {c['p_value']:.3g}")
     print("\nIn-domain marginalised accuracy in % of the in-domain tandem model (Fig. 2 style):")
     print(f"{'test domain':<28}{'k':>4}{'tandem':>9}{'Q (%)':>9}{'P (%)':>9}{'off-diag':>10}")
     for r in rows:
@@ -128,9 +161,10 @@ def main(argv) -> None:
           f"total {total:.1f}s; "
           f"model={_MODEL.value}, steps={_STEPS.value}, passages/domain={_PASSAGES.value}")
     write_json(os.path.join(out, "summary.json"),
-               {"domains": names, "summary": rows, "train_s": train_s,
+               {"domains": names, "summary": rows, "contrast": contrast, "train_s": train_s,
                 "marginalize_s": marg_s, "total_s": total,
-                "params": {"model": _MODEL.value, "steps": _STEPS.value,
+                "params": {"model": _MODEL.value, "steps": _STEPS.value, "worlds": worlds,
+                           "qpp": qpps,
                            "passages": _PASSAGES.value, "test_questions": _TEST.value,
                            "batch": _BATCH.value, "lr": _LR.value, "seed": _SEED.value},
                 "reports": {n: os.path.join(out, "marginalize", n, "report.json") for n in names}})

@@ -527,7 +527,8 @@ def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
 
 def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0,
                  test_questions: int, questions_per_passage: int = 1,
-                 world: str = "entity") -> None:
+                 world: str = "entity", entity_types: Sequence[str] | None = None,
+                 num_hard_negatives: int = 3) -> None:
     """Raises ValueError naming every differing key (found, wanted) when ``out_dir``'s
     meta.json records other generation settings than these (absent keys in meta.json are the
     generator's defaults)."""
@@ -536,9 +537,14 @@ def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0
     have = {"num_passages": params["num_passages"], "test_questions": params["test_questions"],
             "seed": meta["seed"],
             "questions_per_passage": params.get("questions_per_passage", 1),
-            "world": params.get("world", "entity")}
+            "world": params.get("world", "entity"),
+            "entity_types": params.get("entity_types"),
+            "num_hard_negatives": params.get("num_hard_negatives", 3)}
     want = {"num_passages": num_passages, "test_questions": test_questions, "seed": seed,
-            "questions_per_passage": questions_per_passage, "world": world}
+            "questions_per_passage": questions_per_passage, "world": world,
+            "entity_types": (sorted(entity_types, key=TYPE_NAMES.index)
+                             if entity_types is not None else None),
+            "num_hard_negatives": num_hard_negatives}
     diff = {k: (have[k], v) for k, v in want.items() if have[k] != v}
     if diff:
         raise ValueError(f"{out_dir} was generated with other settings (key: (found, wanted)) "
@@ -547,12 +553,13 @@ def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0
 
 def generate_or_check(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
                       test_questions: int, questions_per_passage: int = 1,
-                      world: str = "entity") -> None:
+                      world: str = "entity", entity_types: Sequence[str] | None = None,
+                      num_hard_negatives: int = 3) -> None:
     """Generates the benchmark into ``out_dir`` once: a directory with a meta.json (written
     last) is reused after :func:`check_params`, one without is (re)generated. For the
     benchmark commands, which share a data directory between runs."""
     kw = {"test_questions": test_questions, "questions_per_passage": questions_per_passage,
-          "world": world}
+          "world": world, "entity_types": entity_types, "num_hard_negatives": num_hard_negatives}
     if (Path(out_dir) / FILES["meta"]).exists():
         check_params(out_dir, num_passages=num_passages, seed=seed, **kw)
         return
