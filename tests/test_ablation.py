@@ -106,3 +106,18 @@ def test_bench_tiny_and_rerun(tmp_path, caplog):
     assert [r["top-1"] for r in again["runs"]] == [r["top-1"] for r in res["runs"][:3]]
     with pytest.raises(ValueError, match="another config"):
         bench.run_ablation(out, ["dpr_chn"], **dict(kw, steps=4))
+
+
+def test_finished_eval_dir_takes_relative_paths(tmp_path, monkeypatch):
+    # A run saves its config with absolute paths; a relative --out must still match it.
+    from dense_cf.configs.base import base_config, resolve_paths
+    from dense_cf.files import write_json
+    monkeypatch.chdir(tmp_path)
+    c = base_config()
+    c.data.data_dir = "out/data"
+    os.makedirs("out/run")
+    write_json("out/run/config.json", json.loads(resolve_paths(c).to_json_best_effort()))
+    assert bench.finished_eval_dir("out/run", c) is None  # same config, not trained yet
+    c.data.data_dir = "out/other"
+    with pytest.raises(ValueError, match="data.data_dir"):
+        bench.finished_eval_dir("out/run", c)

@@ -38,6 +38,7 @@ from absl import flags, logging
 
 from dense_cf.cli import _app
 from dense_cf.configs.ablation import ROWS, ablation_config
+from dense_cf.configs.base import resolve_paths
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -103,7 +104,9 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
         return None
     with open(rd.config) as f:
         saved = json.load(f)
-    diff = _diff_keys(saved, _as_json(config))
+    # The run saved its config with absolute paths (resolve_paths): compare like with like, so
+    # a relative --out finds its own finished runs.
+    diff = _diff_keys(saved, _as_json(resolve_paths(config)))
     if diff:
         raise ValueError(f"{workdir} holds a run trained with another config (differs in "
                          f"{', '.join(diff)}); use another --out")
