@@ -1,8 +1,9 @@
 """Compact Flax (linen) T5 encoder-decoder, numerically equal to HF ``T5ForConditionalGeneration``.
 
 Used as the generative QA model of EADPR's pseudo-evidence annotation (EADPR §3.1, docs/method.md §2
-``evidence``: UnifiedQA-T5 scores P(answer | question, passage)). Inference/teacher-forced
-scoring only: no generation loop, no KV cache.
+``evidence``: UnifiedQA-T5 scores P(answer | question, passage)) and the body of the
+Fusion-in-Decoder reader (``fid.py``). Teacher-forced scoring (``decode``) and one cached decoder
+step at a time (``init_cache`` / ``decode_step``, the generation loop is ``fid.greedy_decode``).
 
 Covers both T5 generations found on the Hugging Face hub:
 
@@ -206,10 +207,11 @@ class T5Attention(nn.Module):
     has_relative_bias: bool = False
     bidirectional: bool = True
 
-    def position_bias(self, q_len: int, k_len: int) -> jax.Array:
-        """[1, H, q_len, k_len] float32 relative position bias (first layer of a stack only)."""
+    def position_bias(self, q_len: int, k_len: int, q_offset: jax.Array | int = 0) -> jax.Array:
+        """[1, H, q_len, k_len] float32 relative position bias (first layer of a stack only);
+        queries sit at positions ``q_offset + arange(q_len)`` (a cached decoder step)."""
         cfg = self.config
-        rel = jnp.arange(k_len)[None, :] - jnp.arange(q_len)[:, None]
+        rel = jnp.arange(k_len)[None, :] - (jnp.arange(q_len)[:, None] + q_offset)
         bucket = relative_position_bucket(rel, self.bidirectional, cfg.relative_attention_num_buckets,
                                           cfg.relative_attention_max_distance)
         table = self.relative_attention_bias(bucket)  # [q, k, H]
@@ -226,14 +228,20 @@ class T5Attention(nn.Module):
             self.relative_attention_bias = nn.Embed(cfg.relative_attention_num_buckets, cfg.num_heads,
                                                     embedding_init=_init, dtype=jnp.float32)
 
-    def __call__(self, x, kv, bias):
-        """``bias``: float32 additive [B or 1, H or 1, Lq, Lk] (mask + position bias)."""
+    def project_kv(self, kv):
+        """(keys, values) [B, Lk, H, d_kv] of ``kv`` (what a decoding cache holds)."""
+        cfg = self.config
+        b, lk = kv.shape[:2]
+        return (self.k(kv).reshape(b, lk, cfg.num_heads, cfg.d_kv),
+                self.v(kv).reshape(b, lk, cfg.num_heads, cfg.d_kv))
+
+    def __call__(self, x, kv, bias, kv_proj=None):
+        """``bias``: float32 additive [B or 1, H or 1, Lq, Lk] (mask + position bias);
+        ``kv_proj``: precomputed ``project_kv`` output, used instead of ``kv``."""
         cfg = self.config
         b, lq = x.shape[:2]
-        lk = kv.shape[1]
         q = self.q(x).reshape(b, lq, cfg.num_heads, cfg.d_kv)
-        k = self.k(kv).reshape(b, lk, cfg.num_heads, cfg.d_kv)
-        v = self.v(kv).reshape(b, lk, cfg.num_heads, cfg.d_kv)
+        k, v = self.project_kv(kv) if kv_proj is None else kv_proj
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias  # no 1/sqrt(d)
         probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
         ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, lq, cfg.num_heads * cfg.d_kv)
@@ -272,8 +280,11 @@ class T5Block(nn.Module):
         self.ff_norm = norm()
         self.DenseReluDense = T5FeedForward(cfg)
 
-    def position_bias(self, q_len: int, k_len: int) -> jax.Array:
-        return self.SelfAttention.position_bias(q_len, k_len)
+    def position_bias(self, q_len: int, k_len: int, q_offset: jax.Array | int = 0) -> jax.Array:
+        return self.SelfAttention.position_bias(q_len, k_len, q_offset)
+
+    def cross_kv(self, enc):
+        return self.EncDecAttention.project_kv(enc)
 
     def __call__(self, x, self_bias, enc=None, cross_bias=None):
         h = self.self_attention_norm(x)
@@ -281,6 +292,17 @@ class T5Block(nn.Module):
         if self.is_decoder:
             x = x + self.EncDecAttention(self.cross_attention_norm(x), enc, cross_bias)
         return x + self.DenseReluDense(self.ff_norm(x))
+
+    def step(self, x, index, self_bias, self_kv, cross_kv, cross_bias):
+        """Decoder block on the token at ``index``: its keys/values are written into the
+        ``self_kv`` cache [B, T, H, d_kv] and attention runs over the cache. Returns (x, self_kv)."""
+        h = self.self_attention_norm(x)
+        k, v = self.SelfAttention.project_kv(h)
+        k = jax.lax.dynamic_update_slice_in_dim(self_kv[0], k.astype(self_kv[0].dtype), index, axis=1)
+        v = jax.lax.dynamic_update_slice_in_dim(self_kv[1], v.astype(self_kv[1].dtype), index, axis=1)
+        x = x + self.SelfAttention(h, None, self_bias, kv_proj=(k, v))
+        x = x + self.EncDecAttention(self.cross_attention_norm(x), None, cross_bias, kv_proj=cross_kv)
+        return x + self.DenseReluDense(self.ff_norm(x)), (k, v)
 
 
 def _mask_bias(mask: jax.Array) -> jax.Array:
@@ -292,11 +314,21 @@ class T5Stack(nn.Module):
     config: T5Config
     is_decoder: bool
 
-    @nn.compact
-    def __call__(self, x, mask, enc=None, enc_mask=None):
+    def setup(self) -> None:
         cfg = self.config
         n = cfg.num_decoder_layers if self.is_decoder else cfg.num_layers
-        blocks = [T5Block(cfg, self.is_decoder, i == 0, name=f"block_{i}") for i in range(n)]
+        # setattr keeps HF's "block_{i}" names (a list attribute would be named "blocks_{i}").
+        for i in range(n):
+            setattr(self, f"block_{i}", T5Block(cfg, self.is_decoder, i == 0))
+        self.final_layer_norm = RMSNorm(cfg.layer_norm_epsilon, cfg.compute_dtype)
+
+    @property
+    def blocks(self) -> list[T5Block]:
+        n = self.config.num_decoder_layers if self.is_decoder else self.config.num_layers
+        return [getattr(self, f"block_{i}") for i in range(n)]
+
+    def __call__(self, x, mask, enc=None, enc_mask=None):
+        blocks = self.blocks
         length = x.shape[1]
         # The first block owns the relative position table; every block reuses its bias.
         bias = blocks[0].position_bias(length, length) + _mask_bias(mask)
@@ -307,13 +339,31 @@ class T5Stack(nn.Module):
             cross = _mask_bias(enc_mask)
         for block in blocks:
             x = block(x, bias, enc, cross)
-        return RMSNorm(cfg.layer_norm_epsilon, cfg.compute_dtype, name="final_layer_norm")(x)
+        return self.final_layer_norm(x)
+
+    def cross_kv(self, enc) -> tuple:
+        """Per decoder layer, the cross-attention (keys, values) of the encoder output."""
+        return tuple(block.cross_kv(enc) for block in self.blocks)
+
+    def step(self, x, index, self_kv: tuple, cross_kv: tuple, enc_mask):
+        """One decoder position ``x`` [B, 1, d] at ``index`` over the caches; (y, new self_kv)."""
+        blocks = self.blocks
+        length = self_kv[0][0].shape[1]
+        # Cache slots after ``index`` are still empty: causal mask by position.
+        bias = blocks[0].position_bias(1, length, index) + jnp.where(
+            jnp.arange(length) <= index, 0.0, MASK_NEG)[None, None, None, :]
+        cross = _mask_bias(enc_mask)
+        new_kv = []
+        for block, skv, ckv in zip(blocks, self_kv, cross_kv):
+            x, skv = block.step(x, index, bias, skv, ckv, cross)
+            new_kv.append(skv)
+        return self.final_layer_norm(x), tuple(new_kv)
 
 
 class T5ForConditionalGeneration(nn.Module):
     """``encode`` / ``decode`` / ``__call__(input_ids, attention_mask, decoder_input_ids,
-    decoder_attention_mask) -> logits`` float32 [B, T, V]. Dropout is not implemented
-    (inference and teacher-forced scoring only)."""
+    decoder_attention_mask) -> logits`` float32 [B, T, V]; ``init_cache`` / ``decode_step`` for
+    generation. Dropout is not implemented."""
 
     config: T5Config
 
@@ -335,12 +385,32 @@ class T5ForConditionalGeneration(nn.Module):
         if decoder_attention_mask is None:
             decoder_attention_mask = jnp.ones_like(decoder_input_ids)
         y = self.shared(decoder_input_ids).astype(cfg.compute_dtype)
-        y = self.decoder(y, decoder_attention_mask, encoded, attention_mask).astype(jnp.float32)
+        return self._head(self.decoder(y, decoder_attention_mask, encoded, attention_mask))
+
+    def _head(self, y):
+        cfg = self.config
+        y = y.astype(jnp.float32)
         if cfg.scale_decoder_outputs:
             y = y * (cfg.d_model ** -0.5)
         if cfg.tie_word_embeddings:
             return self.shared.attend(y)
         return self.lm_head(y)
+
+    def init_cache(self, encoded, attention_mask, max_length: int) -> dict[str, Any]:
+        """Decoding cache for ``decode_step``: the cross-attention keys/values of ``encoded``
+        (computed once), empty self-attention slots for ``max_length`` tokens, the encoder mask."""
+        cfg = self.config
+        b = encoded.shape[0]
+        empty = jnp.zeros((b, max_length, cfg.num_heads, cfg.d_kv), cfg.compute_dtype)
+        return {"self": tuple((empty, empty) for _ in range(cfg.num_decoder_layers)),
+                "cross": self.decoder.cross_kv(encoded), "enc_mask": attention_mask}
+
+    def decode_step(self, cache: dict[str, Any], token, index):
+        """Logits float32 [B, V] of the token after ``token`` [B], the decoder input at position
+        ``index``; and the cache with that position filled. Equal to ``decode`` over the prefix."""
+        y = self.shared(token[:, None]).astype(self.config.compute_dtype)
+        y, self_kv = self.decoder.step(y, index, cache["self"], cache["cross"], cache["enc_mask"])
+        return self._head(y)[:, 0], {**cache, "self": self_kv}
 
     def __call__(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask=None):
         return self.decode(self.encode(input_ids, attention_mask), attention_mask, decoder_input_ids,
