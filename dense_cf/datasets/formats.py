@@ -46,7 +46,7 @@ __all__ = [
     "Passage", "BiencoderExample", "DataFormatError", "SkipReport",
     "iter_biencoder", "iter_biencoder_records", "read_biencoder", "read_corpus_tsv", "read_qa_csv", "read_gold_info",
     "write_biencoder", "write_corpus_tsv", "write_qa_csv", "write_gold_info",
-    "DEFAULT_CHUNK_SIZE", "iter_lines",
+    "DEFAULT_CHUNK_SIZE", "iter_lines", "iter_json_list",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -430,6 +430,19 @@ class _JsonStream:
     def expect_end(self) -> None:
         if self.peek():
             raise self.error("unexpected data after the end of the JSON document")
+
+
+def iter_json_list(path: PathLike, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+                   ) -> Iterator[tuple[int, Any, str | None]]:
+    """Stream the elements of a file holding one JSON list, as (0-based index, value, the first
+    key repeated in one of its objects or None); for readers of other JSON-list formats
+    (``datasets.hotpotqa``). Syntax errors, truncation and trailing data raise
+    :class:`DataFormatError` naming the file and the record being read."""
+    file = os.fspath(path)
+    with _open_bytes(path) as fp:
+        stream = _JsonStream(fp, file, chunk_size)
+        yield from stream.iter_array()
+        stream.expect_end()
 
 
 # ---------------------------------------------------------------------------------------------
