@@ -14,7 +14,8 @@ from dense_cf.configs.base import base_config
 DPR_LOSS = {"lam": 0.0, "tau1": 0.0, "tau2": 0.0}
 PICL_LOSS = {"lam": 0.2, "tau1": 1.0, "tau2": 1.0}
 EADPR_LOSS = {"lam": 1.0, "tau1": 1.0, "tau2": 1.0}
-LOSS_PRESETS = {"dpr": DPR_LOSS, "picl": PICL_LOSS, "eadpr": EADPR_LOSS, "dcsr": DPR_LOSS}
+LOSS_PRESETS = {"dpr": DPR_LOSS, "picl": PICL_LOSS, "eadpr": EADPR_LOSS, "dcsr": DPR_LOSS,
+                "mdr": DPR_LOSS, "mdr-eadpr": EADPR_LOSS}
 
 
 def with_method(c: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
