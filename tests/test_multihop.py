@@ -285,3 +285,32 @@ def test_pipeline_rows_resume_and_orders(tok):
     dataset_order = mh.BatchIterator(data, _spec(tok, comparison_order="dataset"))
     for batch in itertools.islice(dataset_order, 4):
         assert batch["q2_ids"].shape == (4, 40) and batch["hard_ids"].shape == (4, 1, 32)
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def test_configs_validate_and_the_demo_world_is_generated_once(tmp_path):
+    import runpy
+
+    from dense_cf.experiment import maybe_generate_synthetic
+    from dense_cf.train.validate import problems
+
+    for name, method in (("mdr_hotpot", "mdr"), ("mdr_eadpr_hotpot", "mdr-eadpr"),
+                         ("mdr_demo", "mdr-eadpr")):
+        c = runpy.run_path(f"configs/{name}.py")["get_config"]()
+        assert c.method == method and c.model.shared and problems(c, check_files=False) == []
+    c = runpy.run_path("configs/mdr_demo.py")["get_config"]("mdr")
+    assert c.method == "mdr" and c.loss.lam == 0.0
+    c.data.data_dir = str(tmp_path)
+    c.multihop.synthetic_questions = 40
+    maybe_generate_synthetic(c)
+    assert (tmp_path / "hotpot_train.json").exists() and (tmp_path / "corpus.tsv").exists()
+    maybe_generate_synthetic(c)  # reused
+    c.multihop.synthetic_questions = 50
+    with pytest.raises(ValueError, match="other settings"):
+        maybe_generate_synthetic(c)
+    c.multihop.comparison_order = "sometimes"
+    c.multihop.max_hop2_len = 16
+    found = " ".join(problems(c, check_files=False))
+    assert "comparison_order='sometimes'" in found and "max_hop2_len=16 must exceed" in found

@@ -86,6 +86,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.multihop.hop2_k = 20                      # hop-2 passages retrieved per beam
     c.multihop.top_chains = 20                  # passage chains kept, best chain score first
     c.multihop.ks = (2, 10, 20)                 # chain R@k reported (EADPR Table 4)
+    c.multihop.synthetic_questions = 0          # > 0 with data.synthetic.generate: the two-hop world
 
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 2e-5
