@@ -11,7 +11,8 @@ from dense_cf import methods
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib
-from dense_cf.train.step import batch_loss
+from dense_cf.train import gradcache
+from dense_cf.train.step import batch_loss, gathered_loss
 
 METHOD = methods.get("mdr-eadpr")
 B, LQ, LQ2, LP, H, V = 8, 8, 20, 16, 1, 64
@@ -39,18 +40,25 @@ def _batch():
     return b
 
 
-def _loss_and_grads(data, model):
+def _loss_and_grads(data, model, chunks=0):
+    """Plain autodiff, or GradCache with ``chunks`` > 0 (the MDR embeddings pytree chunked)."""
     mesh, rules, params, sh = sharded_params(MODEL, LP, data, model)
+
+    def plain(p, b):
+        return jax.value_and_grad(
+            lambda p: batch_loss(METHOD, MODEL, p, b, loss_hparams=LOSS, mesh=mesh,
+                                 deterministic=True), has_aux=True)(p)
+
+    def cached(p, b):
+        return gradcache.grad_cache_value_and_grad(
+            lambda e: gathered_loss(METHOD, e, loss_hparams=LOSS, mesh=mesh), METHOD.embed,
+            MODEL, p, b, num_chunks=chunks, mesh=mesh, deterministic=True)
+
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         batch = mesh_lib.global_batch(_batch(), mesh)
-
-        def f(p, b):
-            return batch_loss(METHOD, MODEL, p, b, loss_hparams=LOSS, mesh=mesh,
-                              deterministic=True)
-
-        (loss, metrics), grads = jax.jit(jax.value_and_grad(f, has_aux=True),
-                                         in_shardings=(sh, mesh_lib.batch_sharding(mesh)))(
-            params, batch)
+        (loss, metrics), grads = jax.jit(cached if chunks else plain,
+                                         in_shardings=(sh, mesh_lib.batch_sharding(mesh)),
+                                         out_shardings=(None, sh))(params, batch)
     return jax.device_get((loss, metrics, grads))
 
 
@@ -59,10 +67,10 @@ def single():
     return _loss_and_grads(1, 1)
 
 
-@pytest.mark.parametrize("data,model", [(8, 1), (4, 2)])
-def test_sharded_mdr_loss_equals_single_device(single, data, model):
+@pytest.mark.parametrize("data,model,chunks", [(8, 1, 0), (4, 2, 0), (4, 1, 2)])
+def test_sharded_mdr_loss_equals_single_device(single, data, model, chunks):
     loss1, metrics1, grads1 = single
-    loss, metrics, grads = _loss_and_grads(data, model)
+    loss, metrics, grads = _loss_and_grads(data, model, chunks)
     assert np.isfinite(loss1) and loss1 > 0 and metrics1["l_cpp"] > 0
     np.testing.assert_allclose(loss, loss1, rtol=1e-5, atol=1e-6)
     assert {"hop1_loss", "hop2_loss", "hop1_rank_acc", "hop2_rank_acc"} <= set(metrics1)
