@@ -1,6 +1,6 @@
 """MDR + DPR vs MDR + EADPR on the synthetic two-hop world (EADPR §4.3 Table 4; docs/multihop.md).
 
-``python -m dense_cf.bench.multihop [--steps 40] [--batch 16] [--num_questions 1500]
+``python -m dense_cf.bench.multihop [--steps 60] [--batch 16] [--num_questions 1500]
 [--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--out DIR] [--zero_shot]``
 
 Generates the two-hop world once (``dense_cf.synthetic.multihop``, reused when its meta.json
@@ -36,7 +36,7 @@ from dense_cf.synthetic import multihop as synthetic_multihop
 from dense_cf.train.run import model_workdir, pretrained_run
 
 FLAGS = flags.FlagValues()
-_STEPS = flags.DEFINE_integer("steps", 40, "Training steps per run (same for both losses).",
+_STEPS = flags.DEFINE_integer("steps", 60, "Training steps per run (same for both losses).",
                               flag_values=FLAGS)
 _BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions; 2x queries).",
                               flag_values=FLAGS)
