@@ -51,6 +51,7 @@ from dense_cf.eval import aar_math, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.inputs.multihop import drop_sentences, passage_table_rows
 from dense_cf.inputs.tokens import encode_texts, hop2_query_row, pad_rows, question_row, special_ids
+from dense_cf.progress import Progress
 from dense_cf.retrieval.corpus import Corpus, load_corpus
 from dense_cf.retrieval.multihop import Hop2Queries, drop_first_hop, two_hop_search
 from dense_cf.retrieval.retriever import retriever_for_run
@@ -141,7 +142,9 @@ def aar_triplets(examples: Sequence[HotpotExample], order: Sequence[tuple[str, s
     for h, hop in enumerate(HOPS):
         queries, pos, cfs, index = [], [], [], []
         fates = {"scored": 0, "no context paragraph": 0, "no counterfactual": 0}
+        progress = Progress(f"AAR triplets {hop}", len(examples), unit="questions")
         for i, (ex, titles) in enumerate(zip(examples, order)):
+            progress.update()
             try:
                 sents = [ex.sentences(t) for t in titles]
             except KeyError:
@@ -158,6 +161,7 @@ def aar_triplets(examples: Sequence[HotpotExample], order: Sequence[tuple[str, s
             pos.append(bodies[h])
             cfs.append(cf)
             index.append(i)
+        progress.done()
         q_len = max_q_len if h == 0 else max_hop2_len
         q_ids, q_mask = pad_rows(queries, q_len, pad_id, None)
         p_ids, p_mask = pad_rows(pos, max_p_len, pad_id, sep_id)
@@ -294,13 +298,16 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
         return hit_cache[key]
 
     answer_rank: list[int | None] = []
+    progress = Progress("answer recall", len(examples), unit="questions")
     for q, (r1, r2, sc) in enumerate(zip(chains.rows1, chains.rows2, chains.scores)):
+        progress.update()
         if not answer_scored[q]:
             answer_rank.append(None)
             continue
         hits = [passage_hit(q, int(a)) or passage_hit(q, int(b))
                 for a, b, s in zip(r1, r2, sc) if np.isfinite(s)]
         answer_rank.append(answer_ranks([hits])[0])
+    progress.done()
 
     # AAR per hop on the counterfactual triplets.
     trip = aar_triplets(examples, order, run.tokenizer, max_q_len=cfg.data.max_q_len,
