@@ -21,6 +21,7 @@ from dense_cf.eval.after_training import evaluate_after_training
 from dense_cf.files import workdir_lock, write_json
 from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
 from dense_cf.synthetic import generate as synthetic
+from dense_cf.synthetic import multihop as synthetic_multihop
 from dense_cf.train.loop import train
 from dense_cf.train.metric_writer import MetricWriter, flatten_numbers
 from dense_cf.train.run import RunDir
@@ -31,9 +32,17 @@ __all__ = ["maybe_generate_synthetic", "train_and_evaluate"]
 
 def maybe_generate_synthetic(config: ml_collections.ConfigDict) -> None:
     """Writes the synthetic benchmark into ``config.data.data_dir`` when the config asks for it
-    (``data.synthetic.generate``) and its train file is absent."""
+    (``data.synthetic.generate``) and its train file is absent; with
+    ``multihop.synthetic_questions`` > 0 the two-hop world of that many questions (reused when
+    its meta.json records the same settings, refused when it records others)."""
     syn = config.data.synthetic
     if not syn.generate:
+        return
+    n_multihop = int(config.multihop.get("synthetic_questions", 0))
+    if n_multihop:
+        if is_host0():
+            synthetic_multihop.generate_or_check(config.data.data_dir, n_multihop, seed=syn.seed)
+        host0_first(lambda: None, "synthetic-data")
         return
     train_file = os.path.join(config.data.data_dir, config.data.train_file)
     if host0_value(os.path.exists(train_file)):  # every host takes the same branch

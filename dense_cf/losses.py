@@ -25,6 +25,11 @@ Notation (question i of B): p_i+ positive, p_i* counterfactual of p_i+ (may be m
   negatives are included (docs/method.md §3: "Question i's own hard negatives count among the p-").
 * L = use_dpr * L_dpr + tau1 * L_chn + tau2 * L_cpp  (PiCL eq. 10 / EADPR eq. 8); the batch loss
   is the mean over ALL B questions (terms of questions without p_i* are 0, not re-normalised).
+* ``in_batch_valid`` (optional bool [B, B]) removes pairs from the in-batch sets: p_j+ (and
+  p_j*) is a negative of question i only where it is True. MDR (docs/multihop.md) uses it so
+  that a hop-1 query does not count its own second supporting passage as a negative.
+  :func:`contrastive_terms` returns the per-question terms, for losses that average over parts
+  of the batch (per hop).
 
 Masking: excluded logits are set to -inf with ``jnp.where`` BEFORE the logsumexp (never scaled by
 0/1, docs/method.md §3). Every row always contains its own finite target logit, so no row is all -inf and
@@ -40,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["contrastive_loss", "dpr_nll"]
+__all__ = ["contrastive_loss", "contrastive_terms", "dpr_nll", "summarize_terms"]
 
 _NEG_INF = -jnp.inf
 
@@ -75,6 +80,7 @@ def contrastive_loss(
     tau1: float | jax.Array = 0.0,
     tau2: float | jax.Array = 0.0,
     use_dpr: bool = True,
+    in_batch_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PiCL / EADPR loss L = use_dpr*L_dpr + tau1*L_chn + tau2*L_cpp over a global batch.
 
@@ -89,6 +95,8 @@ def contrastive_loss(
       lam: weight of e^{s(i,p_i*)} in L_dpr's denominator (0 = term absent; may be traced).
       tau1, tau2: weights of L_chn and L_cpp (a Python 0 skips the term; may be traced).
       use_dpr: include L_dpr (Python bool; False for the L_chn + L_cpp ablation, PiCL Table 4).
+      in_batch_valid: bool [B, B] or None: p_j+ and p_j* are in-batch negatives of question i
+        only where True (the diagonal is never one). None = every j != i.
 
     Returns:
       (loss, metrics): scalar float32 loss = mean over all B questions of the per-question total;
@@ -100,6 +108,29 @@ def contrastive_loss(
       cf_valid_frac; cf_margin = mean of s(i,p_i+) - s(i,p_i*) over the valid counterfactuals
       (the one metric averaged over valid cfs, by definition; 0 if none).
     """
+    terms = contrastive_terms(q, pos, hard, hard_valid, cf, cf_valid, lam=lam, tau1=tau1,
+                              tau2=tau2, use_dpr=use_dpr, in_batch_valid=in_batch_valid)
+    return jnp.mean(terms["total"]), summarize_terms(terms)
+
+
+def contrastive_terms(
+    q: jax.Array,
+    pos: jax.Array,
+    hard: jax.Array | None,
+    hard_valid: jax.Array | None,
+    cf: jax.Array | None,
+    cf_valid: jax.Array | None,
+    *,
+    lam: float | jax.Array = 0.0,
+    tau1: float | jax.Array = 0.0,
+    tau2: float | jax.Array = 0.0,
+    use_dpr: bool = True,
+    in_batch_valid: jax.Array | None = None,
+) -> dict[str, jax.Array]:
+    """Per-question terms of :func:`contrastive_loss` (same arguments), float32 [B] arrays:
+    ``total`` (the per-question loss), ``l_dpr``, ``l_chn``, ``l_cpp``; and, without gradient,
+    ``n_ge`` (negatives scoring >= the positive), ``cf_valid`` (0/1) and ``margin``
+    (s(i,p_i+) - s(i,p_i*), 0 without p_i*)."""
     if q.ndim != 2 or pos.shape != q.shape:
         raise ValueError(f"q and pos must both be [B, D]; got {q.shape} and {pos.shape}")
     B, D = q.shape
@@ -140,9 +171,15 @@ def contrastive_loss(
     s_pp = s_all[:, :B]  # s(i, p_j+)
     s_hard = s_all[:, B : B + B * H]  # s(i, h)
     eye = jnp.eye(B, dtype=bool)
+    if in_batch_valid is not None:
+        if in_batch_valid.shape != (B, B):
+            raise ValueError(f"in_batch_valid must be [{B}, {B}]; got {in_batch_valid.shape}")
+        not_in_batch = eye | ~in_batch_valid.astype(bool)
+    else:
+        not_in_batch = eye
     s_pos = jnp.diagonal(s_pp)  # s(i, p_i+)
     # N_i: other questions' positives + every valid hard negative.
-    neg_pp = jnp.where(eye, _NEG_INF, s_pp)
+    neg_pp = jnp.where(not_in_batch, _NEG_INF, s_pp)
     neg_hard = jnp.where(hard_valid[None, :], s_hard, _NEG_INF)
     neg = jnp.concatenate([neg_pp, neg_hard], axis=1)  # [B, B + B*H]
 
@@ -173,7 +210,7 @@ def contrastive_loss(
 
     # ---- L_cpp (PiCL eq. 9) -----------------------------------------------------------------
     if have_cf and not _is_static_zero(tau2):
-        other_cf = jnp.where(~eye & cf_valid[None, :], s_cc, _NEG_INF)
+        other_cf = jnp.where(~not_in_batch & cf_valid[None, :], s_cc, _NEG_INF)
         cpp_logits = jnp.concatenate([s_cf[:, None], neg, other_cf], axis=1)
         l_cpp = jnp.where(cf_valid, jax.nn.logsumexp(cpp_logits, axis=1) - s_cf, 0.0)
     else:
@@ -187,25 +224,35 @@ def contrastive_loss(
         per_q = per_q + jnp.asarray(tau1, f32) * l_chn
     if have_cf and not _is_static_zero(tau2):
         per_q = per_q + jnp.asarray(tau2, f32) * l_cpp
-    loss = jnp.mean(per_q)
 
-    # ---- metrics (no gradient) --------------------------------------------------------------
+    # ---- metric inputs (no gradient) --------------------------------------------------------
     sp = jax.lax.stop_gradient(s_pos)
     ng = jax.lax.stop_gradient(neg)
     n_ge = jnp.sum(ng >= sp[:, None], axis=1)  # -inf never >= a finite score
-    n_cf = jnp.sum(cf_valid.astype(f32))
     margin = jnp.where(cf_valid, sp - jax.lax.stop_gradient(s_cf), 0.0)
-    metrics = {
-        "loss": loss,
-        "l_dpr": jnp.mean(jax.lax.stop_gradient(l_dpr)),
-        "l_chn": jnp.mean(jax.lax.stop_gradient(l_chn)),
-        "l_cpp": jnp.mean(jax.lax.stop_gradient(l_cpp)),
-        "rank_acc": jnp.mean((n_ge == 0).astype(f32)),
-        "mean_pos_rank": jnp.mean(1.0 + n_ge.astype(f32)),
-        "cf_valid_frac": n_cf / B,
-        "cf_margin": jnp.sum(margin) / jnp.maximum(n_cf, 1.0),
+    return {"total": per_q, "l_dpr": l_dpr, "l_chn": l_chn, "l_cpp": l_cpp,
+            "n_ge": n_ge.astype(f32), "cf_valid": cf_valid.astype(f32), "margin": margin}
+
+
+def summarize_terms(terms: dict[str, jax.Array], rows: slice | None = None
+                    ) -> dict[str, jax.Array]:
+    """The metrics of :func:`contrastive_loss` over the questions ``rows`` (default all) of
+    :func:`contrastive_terms`' output: means over those questions; ``cf_margin`` over their
+    valid counterfactuals (0 if none)."""
+    t = {k: jax.lax.stop_gradient(v if rows is None else v[rows]) for k, v in terms.items()}
+    n = t["total"].shape[0]
+    f32 = jnp.float32
+    n_cf = jnp.sum(t["cf_valid"])
+    return {
+        "loss": jnp.mean(t["total"]),
+        "l_dpr": jnp.mean(t["l_dpr"]),
+        "l_chn": jnp.mean(t["l_chn"]),
+        "l_cpp": jnp.mean(t["l_cpp"]),
+        "rank_acc": jnp.mean((t["n_ge"] == 0).astype(f32)),
+        "mean_pos_rank": jnp.mean(1.0 + t["n_ge"]),
+        "cf_valid_frac": n_cf / n,
+        "cf_margin": jnp.sum(t["margin"]) / jnp.maximum(n_cf, 1.0),
     }
-    return loss, metrics
 
 
 def dpr_nll(

@@ -108,3 +108,107 @@ def sharded_params(model, lp, data, model_parallel):
         sh = mesh_lib.tree_shardings(jax.eval_shape(init, jax.random.key(0)), mesh, rules)
         params = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=sh)(jax.random.key(0))
     return mesh, rules, params, sh
+
+
+_FIRST = ("Alba", "Bruno", "Carla", "Dario", "Elena", "Fabio", "Gina", "Hugo")
+_LAST = ("Marsh", "Nolte", "Orsini", "Pratt", "Quill", "Rossi")
+_LAND = ("Arvelia", "Borgund", "Calmora", "Dunvale", "Eskaria", "Fenwick", "Galdor", "Haldor",
+         "Istra", "Jorvik", "Kelmar", "Lundar")
+_CITY = ("Amsel", "Brisk", "Corva", "Delm", "Ebro", "Farn", "Gest", "Holm", "Ilse", "Jarn",
+         "Kost", "Lorn")
+
+
+def hotpot_world(n_people=12, n_comparison=4, seed=0):
+    """A hand-built two-hop world as HotpotQA examples and its corpus paragraphs.
+
+    Person i (title "First Last") was born in land i and in a year; land i's capital is a city.
+    Bridge question i: "What is the capital of the land where <person i> was born?" (hop 1: the
+    person, support sentence 1; hop 2: the land, support sentence 1; answer the city).
+    Comparison questions: "Who was born first, A or B?" (support: the birth-year sentences).
+    Every context holds the two gold paragraphs and two distractors. Returns (examples,
+    paragraphs) with paragraphs [(title, sentences)] of every person and land.
+    """
+    import random
+
+    from dense_cf.datasets.hotpotqa import HotpotExample
+
+    r = random.Random(seed)
+    people = [f"{_FIRST[i % len(_FIRST)]} {_LAST[i // len(_FIRST)]}" for i in range(n_people)]
+    lands = list(_LAND[:n_people])
+    cities = list(_CITY[:n_people])
+    years = [1900 + 3 * i for i in range(n_people)]
+    r.shuffle(years)
+    paras = {}
+    for i, (p, land, city) in enumerate(zip(people, lands, cities)):
+        paras[p] = (f"{p} is a painter.", f" {p} was born in {land}.",
+                    f" {p} was born in {years[i]}.", f" {p} likes tea.")
+        paras[land] = (f"{land} is a small land.", f" The capital of {land} is {city}.",
+                       f" {land} has high mountains.")
+    titles = list(paras)
+
+    def context(gold):
+        others = [t for t in titles if t not in gold]
+        r.shuffle(others)
+        ctx = list(gold) + others[:2]
+        r.shuffle(ctx)
+        return tuple((t, paras[t]) for t in ctx)
+
+    examples = []
+    for i, (p, land, city) in enumerate(zip(people, lands, cities)):
+        # The second hop first, as HotpotQA often lists it (bridge_order must fix the order).
+        examples.append(HotpotExample(
+            id=f"b{i}", question=f"What is the capital of the land where {p} was born?",
+            answer=city, type="bridge", supporting_facts=((land, 1), (p, 1)),
+            context=context((p, land))))
+    for j in range(n_comparison):
+        a, b = r.sample(range(n_people), 2)
+        older = people[a] if years[a] < years[b] else people[b]
+        examples.append(HotpotExample(
+            id=f"c{j}", question=f"Who was born first, {people[a]} or {people[b]}?",
+            answer=older, type="comparison",
+            supporting_facts=((people[a], 2), (people[b], 2)),
+            context=context((people[a], people[b]))))
+    return examples, [(t, paras[t]) for t in titles]
+
+
+def write_hotpot_world(d, **kw):
+    """``hotpot_world`` written as ``hotpot_train.json`` (every question), ``hotpot_dev.json``
+    and ``hotpot_test.json`` (the first 8) and ``corpus.tsv`` under ``d``; returns the examples."""
+    from dense_cf.datasets.hotpotqa import write_corpus, write_hotpot
+
+    examples, paras = hotpot_world(**kw)
+    write_hotpot(os.path.join(d, "hotpot_train.json"), examples)
+    write_hotpot(os.path.join(d, "hotpot_dev.json"), examples[:8])
+    write_hotpot(os.path.join(d, "hotpot_test.json"), examples[:6] + examples[-2:])
+    write_corpus(paras, os.path.join(d, "corpus.tsv"))
+    return examples
+
+
+def tiny_mdr_config(data_dir, method="mdr-eadpr", **overrides):
+    """A tiny random-BERT MDR config over ``write_hotpot_world(data_dir)``."""
+    from dense_cf.configs.presets import LOSS_PRESETS
+
+    c = base_config()
+    c.method = method
+    c.loss.update(LOSS_PRESETS[method])
+    c.model.name_or_path = "tiny"
+    c.model.tiny_layers = 1
+    c.model.shared = True
+    c.data.data_dir = str(data_dir)
+    c.data.train_file, c.data.dev_file = "hotpot_train.json", "hotpot_dev.json"
+    c.data.test_file, c.data.corpus_file, c.data.gold_file = "hotpot_test.json", "corpus.tsv", ""
+    c.data.max_q_len, c.data.max_p_len = 24, 40
+    c.data.num_hard = 1
+    c.multihop.max_hop2_len = 56
+    c.multihop.beam_size, c.multihop.hop2_k, c.multihop.top_chains = 4, 4, 10
+    c.multihop.ks = (2, 10)
+    c.train.global_batch = 8
+    c.train.num_steps = 3
+    c.train.log_every = 1
+    c.train.eval_every = 0
+    c.optim.warmup_steps = 1
+    c.mesh.data = 2
+    c.eval.batch_size = 32
+    c.eval.embedding_dtype = "float32"
+    c.eval.shard_size = 64
+    return apply_overrides(c, overrides)

@@ -28,7 +28,8 @@ ALIASES = {"dense_cf.datasets.dpr": "prepare", "dense_cf.datasets.dpr_tfds": "pr
            "dense_cf.mining.model_negatives": "mine_model",
            "dense_cf.eval.retrieval": "eval_retrieval", "dense_cf.eval.aar": "eval_aar",
            "dense_cf.eval.robustness": "eval_robustness",
-           "dense_cf.eval.marginalize": "marginalize", "dense_cf.export_hf": "export_hf"}
+           "dense_cf.eval.marginalize": "marginalize", "dense_cf.export_hf": "export_hf",
+           "dense_cf.eval.multihop": "eval_multihop"}
 
 _SCRIPT = r"""
 import contextlib, io, json, runpy, sys

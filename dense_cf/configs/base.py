@@ -78,6 +78,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.dcsr.max_sents = 32                       # sentence vectors per passage at export (rest counted)
     c.dcsr.retrieve_sentences = 0               # 0: ceil(eval.k * mean sentences/passage) (paper)
 
+    # Multi-hop retrieval (MDR, docs/multihop.md): read by the mdr methods and eval.multihop.
+    c.multihop = ml_collections.ConfigDict()
+    c.multihop.max_hop2_len = 350               # "[CLS] q [SEP] title [SEP] text [SEP]" (MDR's max_q_sp_len)
+    c.multihop.comparison_order = "random"      # random (per epoch, MDR) | dataset | both
+    c.multihop.beam_size = 20                   # hop-1 passages expanded (EADPR App. C: 20 beams)
+    c.multihop.hop2_k = 20                      # hop-2 passages retrieved per beam
+    c.multihop.top_chains = 20                  # passage chains kept, best chain score first
+    c.multihop.ks = (2, 10, 20)                 # chain R@k reported (EADPR Table 4)
+    c.multihop.synthetic_questions = 0          # > 0 with data.synthetic.generate: the two-hop world
+
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 2e-5
     c.optim.warmup_steps = 1237                 # DPR's NQ setting

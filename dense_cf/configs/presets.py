@@ -14,7 +14,8 @@ from dense_cf.configs.base import base_config
 DPR_LOSS = {"lam": 0.0, "tau1": 0.0, "tau2": 0.0}
 PICL_LOSS = {"lam": 0.2, "tau1": 1.0, "tau2": 1.0}
 EADPR_LOSS = {"lam": 1.0, "tau1": 1.0, "tau2": 1.0}
-LOSS_PRESETS = {"dpr": DPR_LOSS, "picl": PICL_LOSS, "eadpr": EADPR_LOSS, "dcsr": DPR_LOSS}
+LOSS_PRESETS = {"dpr": DPR_LOSS, "picl": PICL_LOSS, "eadpr": EADPR_LOSS, "dcsr": DPR_LOSS,
+                "mdr": DPR_LOSS, "mdr-eadpr": EADPR_LOSS}
 
 
 def with_method(c: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
@@ -87,3 +88,68 @@ def demo_config(method: str = "picl") -> ml_collections.ConfigDict:
 # DCSR's negatives are sentences of the BM25 passage (docs/dcsr.md), so it keeps one.
 DEMO_METHOD_OVERRIDES = {"dcsr": {"data.gold_file": "", "eval.robustness_counts": (),
                                   "data.num_hard": 1}}
+
+
+def mdr_hotpot_config(method: str = "mdr") -> ml_collections.ConfigDict:
+    """MDR (docs/multihop.md) on HotpotQA, full size: EADPR App. C (BERT-base, batch 120, 20
+    beams) and MDR's lengths (question 70, passage 300, hop-2 query 350), shared encoder, lr
+    2e-5, 2 distractor paragraphs as hard negatives, 50 epochs. Files of
+    ``python -m dense_cf.cli.prepare_hotpot`` (docs/datasets.md): train v1.1, the distractor
+    dev file (both gold paragraphs in context: AAR triplets), the full-wiki abstracts corpus."""
+    if method not in ("mdr", "mdr-eadpr"):
+        raise ValueError(f"mdr_hotpot_config takes 'mdr' or 'mdr-eadpr', got {method!r}")
+    c = with_method(base_config(), method)
+    c.model.name_or_path = "bert-base-uncased"
+    c.model.shared = True                      # MDR: one encoder for queries and passages
+    c.data.data_dir = "data/hotpot"
+    c.data.train_file = "hotpot_train_v1.1.json"
+    c.data.dev_file = "hotpot_dev_distractor_v1.json"
+    c.data.test_file = "hotpot_dev_distractor_v1.json"
+    c.data.corpus_file = "hotpot_wiki_abstracts.tsv"   # prepare_hotpot --corpus
+    c.data.gold_file = ""                       # AAR per hop comes from the question file
+    c.data.max_q_len = 70
+    c.data.max_p_len = 300
+    c.data.num_hard = 2
+    c.data.max_hard_stored = 8
+    c.multihop.max_hop2_len = 350
+    c.multihop.comparison_order = "random"
+    c.multihop.beam_size, c.multihop.hop2_k, c.multihop.top_chains = 20, 20, 20
+    c.train.global_batch = 120                  # EADPR App. C (MDR: 150)
+    c.train.num_epochs = 50
+    c.train.eval_every = 2000
+    c.optim.learning_rate = 2e-5
+    c.optim.warmup_steps = 1000
+    c.eval.after_training = True
+    return c
+
+
+def mdr_demo_config(method: str = "mdr-eadpr") -> ml_collections.ConfigDict:
+    """MDR on the synthetic two-hop world (``dense_cf.synthetic.multihop``, generated into
+    data_dir on first use) with all-MiniLM-L6-v2, sized for 2 CPU cores (docs/multihop.md)."""
+    if method not in ("mdr", "mdr-eadpr"):
+        raise ValueError(f"mdr_demo_config takes 'mdr' or 'mdr-eadpr', got {method!r}")
+    c = with_method(base_config(), method)
+    c.model.name_or_path = "minilm"
+    c.model.shared = True
+    c.data.data_dir = "runs/synthetic_multihop"
+    c.data.train_file, c.data.dev_file = "hotpot_train.json", "hotpot_dev.json"
+    c.data.test_file, c.data.corpus_file, c.data.gold_file = "hotpot_test.json", "corpus.tsv", ""
+    c.data.synthetic.generate = True
+    c.multihop.synthetic_questions = 3000      # train 2,400, dev 300, test 300; 6,000 passages
+    c.data.max_q_len = 32
+    c.data.max_p_len = 96
+    c.data.num_hard = 1
+    c.data.max_hard_stored = 8
+    c.multihop.max_hop2_len = 128
+    c.multihop.beam_size, c.multihop.hop2_k, c.multihop.top_chains = 10, 10, 20
+    c.train.global_batch = 16
+    c.train.num_steps = 150
+    c.train.log_every = 10
+    c.train.checkpoint_every = 50
+    c.train.eval_every = 150
+    c.train.eval_max_batches = 8
+    c.optim.learning_rate = 5e-5
+    c.optim.warmup_steps = 10
+    c.eval.after_training = True
+    c.eval.embedding_dtype = "float32"
+    return c

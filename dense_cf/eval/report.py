@@ -54,6 +54,21 @@ COLUMNS: dict[str, str] = {
                   "every passage encoder; `P marginal` likewise for the passage encoder; "
                   "`tandem` = the encoder pair trained together; `% tandem` / `% in-domain` = "
                   "the marginal as a percentage of the tandem's / in-domain run's top-k",
+    "chain R@k": "multi-hop (docs/multihop.md): percentage of questions with a chain holding "
+                 "both supporting passages among the top-k passage chains (beam search, best "
+                 "chain score s(q,p1) + s(q⊕p1,p2) first)",
+    "MDR R@k": "multi-hop: percentage of questions whose two supporting passages are both "
+               "among the passages of the top-k chains (MDR's passage EM)",
+    "hop-1 R@k": "multi-hop: percentage of questions with the first-hop passage (either "
+                 "passage of a comparison question) among the top k for the question alone",
+    "hop-2 R@k": "multi-hop: percentage of questions with the second-hop passage among the top "
+                 "k (other than p1) for the hop-2 query built from the gold first-hop passage",
+    "answer R@k": "multi-hop: percentage of questions (yes/no answers left out) with the answer "
+                  "(DPR has_answer on 'title text') in a passage of the top-k chains",
+    "AAR (hop)": "multi-hop answer-awareness: percentage of triplets (query, p, p*) with "
+                 "sim(query,p) > sim(query,p*), p* the supporting passage without its "
+                 "supporting sentence(s); hop 1 queries with the question, hop 2 with "
+                 "question ⊕ gold p1",
     "train loss": "mean training loss over the last `train.log_every` steps",
     "train l_dpr": "its DPR term (docs/method.md §3)",
     "dev loss": "loss on the dev set at the final evaluation",

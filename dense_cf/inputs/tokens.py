@@ -3,7 +3,10 @@
 - question: ``[CLS] question [SEP]`` (DCSR may put ``<sent>`` after ``[CLS]``);
 - passage: ``[CLS] title [SEP] text [SEP]``; a passage whose title is empty is
   ``[CLS] text [SEP]``, as DPR's tensorizer and HF ``tokenizer(text)`` encode it;
-- truncation keeps the final ``[SEP]``; padding is ``[PAD]`` with mask 0.
+- truncation keeps the final ``[SEP]``; padding is ``[PAD]`` with mask 0;
+- multi-hop (MDR) hop-2 query: ``[CLS] question [SEP] title [SEP] text [SEP]``, the question
+  row as above (at most ``max_q_len``) followed by the first-hop passage without its ``[CLS]``,
+  the whole truncated to the hop-2 length keeping the final ``[SEP]`` (:func:`hop2_query_row`).
 
 The training cache (``inputs.dpr.preprocess``), DCSR's marked passages and the export encoder
 all build rows here, so their token ids agree (a test pins them). TF-free: the export and the
@@ -20,10 +23,10 @@ import numpy as np
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.sentences import split_sentences
 
-__all__ = ["Ragged", "encode_texts", "pad_rows", "passage_head", "passage_rows",
+__all__ = ["Ragged", "encode_texts", "hop2_query_row", "pad_rows", "passage_head", "passage_rows",
            "question_row", "token_answer_flags", "insert_markers", "marker_valid",
            "passage_table", "tokenize_marked_passages", "token_sentence_ids", "tokenize_passages",
-           "tokenize_questions"]
+           "tokenize_hop2_queries", "tokenize_questions"]
 
 
 @dataclasses.dataclass
@@ -123,6 +126,33 @@ def question_row(ids: Sequence[int], max_len: int, cls_id: int, sep_id: int,
                  prefix_id: int | None = None) -> list[int]:
     head = [cls_id] if prefix_id is None else [cls_id, prefix_id]
     return head + list(ids[:max_len - 1 - len(head)]) + [sep_id]
+
+
+def hop2_query_row(q_row: Sequence[int], passage_row: Sequence[int], max_len: int,
+                   sep_id: int) -> list[int]:
+    """MDR's hop-2 query ``[CLS] question [SEP] title [SEP] text [SEP]`` (docs/multihop.md).
+
+    ``q_row`` is a question row (:func:`question_row`: ``[CLS] q [SEP]``), ``passage_row`` a
+    passage row of :func:`passage_rows` (``[CLS] title [SEP] text``, no final ``[SEP]``); the
+    passage follows the question without its ``[CLS]``, the whole cut to ``max_len - 1``
+    tokens plus a final ``[SEP]``. The training pipeline builds the same row inside tf.data.
+    """
+    if max_len <= len(q_row):
+        raise ValueError(f"hop-2 length {max_len} leaves no room for a passage after a "
+                         f"{len(q_row)}-token question row")
+    return (list(q_row) + list(passage_row[1:]))[:max_len - 1] + [sep_id]
+
+
+def tokenize_hop2_queries(tokenizer, questions: Sequence[str], titles: Sequence[str],
+                          texts: Sequence[str], *, max_q_len: int, max_len: int,
+                          pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Padded hop-2 queries (:func:`hop2_query_row`) of (question, first-hop passage) pairs."""
+    cls_id, sep_id = special_ids(tokenizer)
+    q_rows = [question_row(e.ids, max_q_len, cls_id, sep_id)
+              for e in encode_texts(tokenizer, questions)]
+    bodies, _, _, _ = passage_rows(tokenizer, titles, texts, keep=max_len)
+    rows = [hop2_query_row(q, b, max_len, sep_id) for q, b in zip(q_rows, bodies)]
+    return pad_rows(rows, max_len, pad_id, None)
 
 
 def pad_rows(rows: Sequence[Sequence[int]], max_len: int, pad_id: int,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from dense_cf.methods import contrastive, dcsr
+from dense_cf.methods import contrastive, dcsr, multihop
 from dense_cf.methods.base import DUAL_ENCODER, Embeddings, Inputs, Method, ModelSpec, embed_passages
 
 __all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "Method", "ModelSpec", "embed_passages", "get",
@@ -50,5 +50,5 @@ def get(name: str) -> Method:
 
 
 for _m in (contrastive.make("dpr"), contrastive.make("picl"), contrastive.make("eadpr"),
-           dcsr.METHOD):
+           dcsr.METHOD, multihop.make("mdr"), multihop.make("mdr-eadpr")):
     register(_m)

@@ -14,7 +14,9 @@ A :class:`Method` names everything that differs between methods and nothing else
 - ``kind``: ``"retriever"`` (exported, indexed, evaluated by retrieval) or ``"reader"`` (a
   model trained by the same loop whose outputs are not vectors: the end-to-end QA readers);
 - ``gather``: whether the step all-gathers ``embed``'s outputs before the loss (in-batch
-  negatives need it; a per-example loss does not).
+  negatives need it; a per-example loss does not);
+- ``hops``: retrieval hops per question: 1, or 2 for multi-hop retrievers (MDR,
+  docs/multihop.md), which after-training evaluation sends to the multi-hop evaluator.
 
 The train step, export, retrieval and evaluation read these fields; no module outside
 ``dense_cf.methods`` branches on a method's name.
@@ -185,8 +187,11 @@ class Method:
     model: ModelSpec = DUAL_ENCODER
     kind: str = "retriever"
     gather: bool = True
+    hops: int = 1
 
     def __post_init__(self) -> None:
+        if self.hops not in (1, 2):
+            raise ValueError(f"method {self.name}: hops must be 1 or 2, got {self.hops!r}")
         if self.kind not in KINDS:
             raise ValueError(f"method {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
         if self.unit not in ("passage", "sentence"):

@@ -20,6 +20,7 @@ from dense_cf.files import UserError
 from dense_cf.index.faiss_index import KINDS as INDEX_KINDS
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
+from dense_cf.inputs.multihop import COMPARISON_ORDERS as MULTIHOP_ORDERS
 from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
 from dense_cf.models.hf import NEW_TOKEN_INITS
@@ -92,6 +93,19 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "data.train_fraction", d.train_fraction, 0, 1, lo_open=True)
     _enum(out, "dcsr.negatives", config.dcsr.negatives, DCSR_NEGATIVES)
     _enum(out, "dcsr.sent_init", config.dcsr.sent_init, NEW_TOKEN_INITS)
+
+    mh = config.multihop
+    _enum(out, "multihop.comparison_order", mh.comparison_order, MULTIHOP_ORDERS)
+    _range(out, "multihop.max_hop2_len", mh.max_hop2_len, 2, 512)
+    if isinstance(mh.max_hop2_len, int) and isinstance(d.max_q_len, int) and \
+            mh.max_hop2_len <= d.max_q_len:
+        out.append(f"config.multihop.max_hop2_len={mh.max_hop2_len} must exceed "
+                   f"config.data.max_q_len={d.max_q_len} (the hop-2 query holds the question "
+                   f"and a passage)")
+    for f in ("beam_size", "hop2_k", "top_chains"):
+        _range(out, f"multihop.{f}", mh[f], 1)
+    for k in mh.ks:
+        _range(out, "multihop.ks[]", k, 1, mh.top_chains)
 
     _range(out, "optim.learning_rate", o.learning_rate, 0, lo_open=True)
     _range(out, "optim.warmup_steps", o.warmup_steps, 0)

@@ -1,0 +1,218 @@
+"""MDR + DPR vs MDR + EADPR on the synthetic two-hop world (EADPR §4.3 Table 4; docs/multihop.md).
+
+``python -m dense_cf.bench.multihop [--steps 60] [--batch 16] [--num_questions 1500]
+[--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--out DIR] [--zero_shot]``
+
+Generates the two-hop world once (``dense_cf.synthetic.multihop``, reused when its meta.json
+records the same settings, refused otherwise), trains MDR with the DPR loss and with EADPR's
+loss on each hop from all-MiniLM-L6-v2 with the same budget (steps, batch, lengths, learning
+rate, seed: ``presets.mdr_demo_config`` with the flags' changes), evaluates both with
+``dense_cf.eval.multihop`` and prints one table: chain R@2/10/20 (EADPR Table 4 layout), MDR's
+recall, per-hop recall, answer recall and AAR per hop, each with its 95 % Wilson interval; then
+the paired comparison on the same test questions (exact McNemar per metric, significance at
+0.05 in words). ``--zero_shot`` adds the untrained MiniLM (step 0) as a third row. Runs are kept
+in ``--out`` (resumable; a finished run is evaluated again from its checkpoint, its export and
+index reused). Writes ``bench_multihop.json`` and ``bench_multihop.md`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+from absl import flags, logging
+
+from dense_cf.cli import _app
+from dense_cf.configs.presets import mdr_demo_config
+from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
+from dense_cf.eval.multihop import evaluate_multihop
+from dense_cf.experiment import train_and_evaluate
+from dense_cf.synthetic import multihop as synthetic_multihop
+from dense_cf.train.run import model_workdir, pretrained_run
+
+FLAGS = flags.FlagValues()
+_STEPS = flags.DEFINE_integer("steps", 60, "Training steps per run (same for both losses).",
+                              flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions; 2x queries).",
+                              flag_values=FLAGS)
+_NUM_Q = flags.DEFINE_integer("num_questions", 1500, "Questions in the world (all splits); "
+                              "the corpus has twice as many passages.", flag_values=FLAGS)
+_TEST_FRAC = flags.DEFINE_float("test_frac", 0.2, "Test share of the questions.",
+                                flag_values=FLAGS)
+_NUM_HARD = flags.DEFINE_integer("num_hard", 0, "Distractor paragraphs per question as hard "
+                                 "negatives (0: in-batch negatives only).", flag_values=FLAGS)
+_BEAM = flags.DEFINE_integer("beam_size", 10, "Hop-1 passages expanded.", flag_values=FLAGS)
+_HOP2_K = flags.DEFINE_integer("hop2_k", 10, "Hop-2 passages per beam.", flag_values=FLAGS)
+_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both runs).", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Training seed (config.seed).", flag_values=FLAGS)
+_OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).",
+                           flag_values=FLAGS)
+_ZERO = flags.DEFINE_bool("zero_shot", False, "Also evaluate the untrained MiniLM.",
+                          flag_values=FLAGS)
+
+NAMES = {"mdr": "MDR+DPR", "mdr-eadpr": "MDR+EADPR",
+         "zero-shot": "MiniLM untrained (its mean pooling)"}
+DEV_FRAC = 0.1
+
+
+def bench_config(method: str, data_dir: str, *, steps: int, batch: int, num_hard: int,
+                 beam_size: int, hop2_k: int, lr: float, seed: int):
+    """``presets.mdr_demo_config(method)`` over ``data_dir`` with the benchmark's budget."""
+    c = mdr_demo_config(method)
+    c.seed = seed
+    c.data.data_dir = data_dir
+    c.data.synthetic.generate = False          # generated (and checked) by the benchmark
+    c.multihop.synthetic_questions = 0
+    c.data.num_hard = num_hard
+    c.multihop.beam_size, c.multihop.hop2_k, c.multihop.top_chains = beam_size, hop2_k, 20
+    c.train.global_batch = batch
+    c.train.num_steps = steps
+    c.train.log_every = max(steps // 8, 1)
+    c.train.checkpoint_every = steps
+    c.train.eval_every = steps
+    c.train.eval_max_batches = 4
+    c.optim.learning_rate = lr
+    c.optim.warmup_steps = max(steps // 10, 1)
+    return c
+
+
+def _outcomes(report: dict[str, Any]) -> dict[str, Any]:
+    """Per-question binary outcomes of a multi-hop report, by metric label."""
+    pq = report["per_question"]
+    ks = [int(k) for k in report["ks"]]
+
+    def hits(ranks, k, mask=None):
+        out = np.array([r is not None and r <= k for r in ranks])
+        return out if mask is None else out[np.asarray(mask, bool)]
+
+    o: dict[str, Any] = {}
+    for k in ks:
+        o[f"chain R@{k}"] = hits(pq["chain_rank"], k)
+    for k in ks:
+        o[f"MDR R@{k}"] = hits(pq["union_rank"], k)
+    for k in ks:
+        if k <= report["beam_size"]:
+            o[f"hop-1 R@{k}"] = hits(pq["hop1_rank"], k)
+    for k in ks:
+        if k <= report["hop2_k"]:
+            o[f"hop-2 R@{k}"] = hits(pq["hop2_rank"], k, pq["hop2_scored"])
+    for k in ks:
+        o[f"answer R@{k}"] = hits(pq["answer_rank"], k, pq["answer_scored"])
+    return o
+
+
+def _aar(eval_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out = {}
+    for hop in ("hop1", "hop2"):
+        p = os.path.join(eval_dir, f"aar_scores_{hop}.npz")
+        if os.path.exists(p):
+            with np.load(p) as z:
+                out[hop] = (z["gold_index"].astype(np.int64), z["pos"] > z["cf"])
+    return out
+
+
+def _row(name: str, report: dict[str, Any], minutes: float | None) -> dict[str, Any]:
+    o = _outcomes(report)
+    row: dict[str, Any] = {"run": name}
+    for label, v in o.items():
+        lo, hi = stats.wilson_interval(int(v.sum()), int(v.size)) if v.size else (0.0, 0.0)
+        row[label] = f"{100 * v.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if v.size else ""
+    for hop in ("hop1", "hop2"):
+        a = report["multihop"]["aar"][hop]
+        row[f"AAR {hop}"] = (f"{100 * a['aar']:.1f} [{100 * a['aar_ci'][0]:.1f}, "
+                             f"{100 * a['aar_ci'][1]:.1f}]" if "aar" in a else "")
+    row["minutes"] = minutes
+    return row
+
+
+def paired_rows(a: dict[str, Any], b: dict[str, Any], aar_a: dict, aar_b: dict,
+                names: tuple[str, str]) -> list[dict[str, Any]]:
+    """Exact McNemar per metric on the questions (and AAR triplets) both runs scored."""
+    if a["questions"] != b["questions"]:
+        raise ValueError("the two runs were evaluated on different questions")
+    oa, ob = _outcomes(a), _outcomes(b)
+    rows = [stats.compare_outcomes(label, oa[label], ob[label], names=names)
+            for label in oa if label in ob and oa[label].size]
+    for hop in ("hop1", "hop2"):
+        if hop in aar_a and hop in aar_b:
+            common, ia, ib = np.intersect1d(aar_a[hop][0], aar_b[hop][0], return_indices=True)
+            if len(common):
+                rows.append(stats.compare_outcomes(f"AAR {hop}", aar_a[hop][1][ia],
+                                                   aar_b[hop][1][ib], names=names))
+    return rows
+
+
+def main(argv) -> dict[str, Any]:
+    _app.no_positional(argv)
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+    out = _OUT.value or tempfile.mkdtemp(prefix="mdr_bench_")
+    data_dir = os.path.join(out, "data")
+    synthetic_multihop.generate_or_check(data_dir, _NUM_Q.value, seed=0, dev_frac=DEV_FRAC,
+                                         test_frac=_TEST_FRAC.value)
+    kw = dict(steps=_STEPS.value, batch=_BATCH.value, num_hard=_NUM_HARD.value,
+              beam_size=_BEAM.value, hop2_k=_HOP2_K.value, lr=_LR.value, seed=_SEED.value)
+    reports, minutes, summaries = {}, {}, {}
+    t_all = time.perf_counter()
+    for method in ("mdr", "mdr-eadpr"):
+        cfg = bench_config(method, data_dir, **kw)
+        workdir = os.path.join(out, method + (f"_seed{_SEED.value}" if _SEED.value else ""))
+        t0 = time.perf_counter()
+        summaries[method] = train_and_evaluate(cfg, workdir)
+        minutes[method] = round((time.perf_counter() - t0) / 60, 1)
+        ev = summaries[method]["eval"]["multihop"]
+        with open(os.path.join(ev["out_dir"], "report.json")) as f:
+            reports[method] = json.load(f)
+        logging.info("%s: chain R@k %s in %.1f min", method, ev["top_k"], minutes[method])
+    if _ZERO.value:  # MiniLM as published: its own (mean, normalised) pooling
+        cfg = bench_config("mdr", data_dir, **kw)
+        cfg.model.pooling = "auto"
+        t0 = time.perf_counter()
+        workdir = model_workdir(cfg, os.path.join(out, "zero-shot"))
+        ev = evaluate_multihop(workdir, run=pretrained_run(cfg))
+        minutes["zero-shot"] = round((time.perf_counter() - t0) / 60, 1)
+        with open(os.path.join(ev["out_dir"], "report.json")) as f:
+            reports["zero-shot"] = json.load(f)
+
+    table = [_row(NAMES[m], r, minutes.get(m)) for m, r in reports.items()]
+    cols = list(table[0])
+    names = (NAMES["mdr"], NAMES["mdr-eadpr"])
+    paired = paired_rows(reports["mdr"], reports["mdr-eadpr"],
+                         _aar(reports["mdr"]["out_dir"]), _aar(reports["mdr-eadpr"]["out_dir"]),
+                         names)
+    pcols = ["metric", "n", *names, "B − A", "test", "p", f"significant at {stats.ALPHA:g}"]
+    train_cols = {m: {k.split("/", 1)[1]: round(v, 4) for k, v in s["train"].items()
+                      if k.split("/", 1)[1] in ("loss", "hop1_rank_acc", "hop2_rank_acc",
+                                                "l_chn", "l_cpp", "step_time_s")}
+                  for m, s in summaries.items()}
+    base = bench_config("mdr", data_dir, **kw)
+    setup = (f"all-MiniLM-L6-v2, shared encoder, {_STEPS.value} steps x {_BATCH.value} questions "
+             f"(lr {_LR.value}, seed {_SEED.value}, {_NUM_HARD.value} hard negatives), lengths "
+             f"q {base.data.max_q_len} / p {base.data.max_p_len} / hop-2 "
+             f"{base.multihop.max_hop2_len}; world: "
+             f"{_NUM_Q.value} questions (test {reports['mdr']['n_questions']}), "
+             f"{reports['mdr']['corpus_size']} passages; beam {_BEAM.value} x {_HOP2_K.value}, "
+             f"top 20 chains; total {round((time.perf_counter() - t_all) / 60, 1)} min")
+    md = (f"# MDR+DPR vs MDR+EADPR on the synthetic two-hop world\n\n{setup}\n\n"
+          "## Recall (%) and AAR (%) with 95 % Wilson intervals\n\n"
+          + report_lib.markdown_table(table, cols)
+          + "\n\n## Paired on the same test questions (A = MDR+DPR, B = MDR+EADPR)\n\n"
+          + report_lib.markdown_table(paired, pcols) + "\n\n"
+          + "\n".join(f"- {r['sentence']}" for r in paired)
+          + "\n\n## Last training metrics\n\n```\n" + json.dumps(train_cols, indent=1) + "\n```\n")
+    result = {"setup": setup, "table": table, "paired": paired, "train": train_cols,
+              "runs": {m: r["out_dir"] for m, r in reports.items()}}
+    report_lib.write_json(os.path.join(out, "bench_multihop.json"), result)
+    with report_lib.atomic_open(os.path.join(out, "bench_multihop.md")) as f:
+        f.write(md)
+    print(md)
+    return result
+
+
+if __name__ == "__main__":
+    _app.run(main, FLAGS, __doc__)
