@@ -331,8 +331,8 @@ def run_demo(workdir: str) -> None:
     columns = ["train loss", "train l_dpr", "dev loss", "dev rank_acc", "top-k", "MRR", "AAR",
                "mean diff", "AA score", "95% CI", "K"]
     if _READER.value:
-        first = [n for n in results if method_seed[n][1] == seeds[0]]
-        e2e = reader_stage(workdir, {method_seed[n][0]: (run_dirs[n], runs[n]) for n in first},
+        seed0 = [n for n in results if method_seed[n][1] == seeds[0]]  # the reader reads these
+        e2e = reader_stage(workdir, {method_seed[n][0]: (run_dirs[n], runs[n]) for n in seed0},
                            seed=seeds[0])
         table += "\n\n" + reader_section(e2e)
         columns.append("EM@k")
