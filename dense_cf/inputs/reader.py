@@ -131,8 +131,10 @@ def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, m
                total: int | None = None) -> ReaderData:
     """Selects and tokenises positives and negatives per question (module docstring)."""
     cls_id, sep_id = special_ids(tokenizer)
-    pid_of: dict[tuple[str, str], int] = {}
-    passages: list[list[int]] = []
+    # Passages are keyed by their id (a results file names one corpus) and kept as int32 arrays:
+    # NQ's train results hold millions of distinct passages.
+    pid_of: dict[str, int] = {}
+    passages: list[np.ndarray] = []
     text_start: list[int] = []
     q_rows: list[list[int]] = []
     pos_rows: list[list[int]] = []
@@ -146,15 +148,15 @@ def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, m
     progress = Progress("reader data", total, unit="questions")
 
     def add_passages(ctxs) -> list[int]:
-        new = list({(c.title, c.text): c for c in ctxs if (c.title, c.text) not in pid_of}.values())
+        new = list({c.id: c for c in ctxs if c.id not in pid_of}.values())
         t_enc = encode_texts(tokenizer, [c.title for c in new])
         x_enc = encode_texts(tokenizer, [c.text for c in new])
         for c, t, x in zip(new, t_enc, x_enc):
             row, start = reader_passage(c.title, t.ids, x.ids, sep_id)
-            pid_of[(c.title, c.text)] = len(passages)
-            passages.append(row)
+            pid_of[c.id] = len(passages)
+            passages.append(np.asarray(row, np.int32))
             text_start.append(start)
-        return [pid_of[(c.title, c.text)] for c in ctxs]
+        return [pid_of[c.id] for c in ctxs]
 
     def flush(chunk: list[RetrievalRecord]) -> None:
         q_enc = encode_texts(tokenizer, [r.question for r in chunk])
@@ -213,7 +215,7 @@ def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, m
     progress.done()
     stats["passages"] = len(passages)
     stats["skipped_questions"] = stats["questions"] - stats["kept"]
-    return ReaderData(q=Ragged.from_rows(q_rows), passages=Ragged.from_rows(passages),
+    return ReaderData(q=Ragged.from_rows(q_rows), passages=Ragged.from_arrays(passages),
                       text_start=np.asarray(text_start, np.int32), pos=Ragged.from_rows(pos_rows),
                       pos_pid=np.asarray(pos_pid, np.int32), span_start=Ragged.from_rows(starts),
                       span_end=Ragged.from_rows(ends), neg=Ragged.from_rows(neg_rows), stats=stats)

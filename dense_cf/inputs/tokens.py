@@ -45,6 +45,14 @@ class Ragged:
         values = np.fromiter((v for r in rows for v in r), dtype=dtype, count=int(splits[-1]))
         return cls(values, splits)
 
+    @classmethod
+    def from_arrays(cls, rows: Sequence[np.ndarray], dtype=np.int32) -> "Ragged":
+        """Like :meth:`from_rows` for rows that are numpy arrays (one concatenation)."""
+        splits = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=splits[1:])
+        values = np.concatenate(rows).astype(dtype, copy=False) if rows else np.zeros(0, dtype)
+        return cls(values, splits)
+
     def __len__(self) -> int:
         return len(self.row_splits) - 1
 
