@@ -1,4 +1,5 @@
-"""The README's main command: synthetic benchmark → train DPR and PiCL (MiniLM) → compare.
+"""The README's main command: synthetic benchmark → train DPR and PiCL (MiniLM) → compare →
+end-to-end QA with a small extractive reader.
 
 ``python -m dense_cf.demo --workdir=runs/demo`` (``make demo``). Re-running resumes finished or
 interrupted runs from their checkpoints. The report compares retrieval (top-k, MRR),
@@ -7,6 +8,12 @@ its 95 % interval, and pairs the first method with each other one on the same te
 (``dense_cf.eval.compare``), saying whether each difference is significant at 0.05.
 ``--seeds 0,1,2`` trains every method once per seed (seed N > 0 in ``<method>_seedN``) and adds
 the mean ± std [min, max] over seeds; the paired tables are then per seed.
+
+Then (``--reader``, default on; docs/readers.md, "Demo") the first method's run retrieves for
+train and dev questions (``reader_data``), a small MiniLM-initialised extractive reader
+(``presets.reader_demo_config``) trains on those results in ``WORKDIR/reader``, and reads every
+method's (first seed's) test top-k: EM@1/5/20 per retriever with 95 % intervals and McNemar
+tests of the EM differences (``dense_cf.eval.e2e``; ``WORKDIR/reader/e2e/step_N/``).
 """
 
 from __future__ import annotations
@@ -21,16 +28,19 @@ import numpy as np
 from absl import app, flags, logging
 
 from dense_cf.cli import _app
-from dense_cf.configs.presets import demo_config
+from dense_cf.configs.presets import DEMO_READER, demo_config, reader_demo_config
 from dense_cf.console import import_tensorflow, quiet_library_logs
 from dense_cf.eval import aar_math, stats
 from dense_cf.eval import claims as claims_lib
 from dense_cf.eval import compare as compare_lib
+from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.claims import Check
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import UserError
+from dense_cf.mining.reader_data import reader_data
+from dense_cf.train.run import RunDir
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list(
@@ -40,6 +50,8 @@ _METHODS = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
 _SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): each method is trained "
                            "once per seed; with several, the mean and spread over seeds too.")
+_READER = flags.DEFINE_bool("reader", True, "Also train the small extractive reader on the first "
+                            "method's results and report end-to-end EM per retriever.")
 
 
 def load_demo_config(method: str):
@@ -185,6 +197,64 @@ def claims_section(compared: list[tuple[str, str, dict[str, Any] | Exception]]) 
     return "\n\n".join(parts)
 
 
+def reader_stage(workdir: str, retrievers: dict[str, tuple[str, Any]], *, config=None,
+                 seed: int = 0, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The demo's end-to-end QA (module docstring): ``retrievers`` maps a label to ``(run
+    directory, trained Run)``, the first being the one whose train/dev results the reader learns
+    from. Reuses results files and a trained reader already there. Returns
+    :func:`dense_cf.eval.e2e.evaluate_e2e`'s result plus ``reader_summary``."""
+    settings = {**DEMO_READER, **(settings or {})}
+    label, (base_dir, base_run) = next(iter(retrievers.items()))
+    files = {}
+    for split, n in (("train", settings["train_questions"]), ("dev", settings["dev_questions"])):
+        out = RunDir(base_dir).reader_data(base_run.step, split)
+        files[split] = os.path.join(out, "retrieval.json")
+        if not os.path.exists(files[split]):
+            logging.info("=== demo: %s retrieves for %d %s questions ===", label, n, split)
+            reader_data(base_dir, split, k=settings["k"], max_questions=n, run=base_run)
+    cfg = config or reader_demo_config()
+    cfg.reader.train_file, cfg.reader.dev_file = files["train"], files["dev"]
+    cfg.seed = seed
+    reader_dir = os.path.join(workdir, "reader")
+    logging.info("=== demo: training the reader ===")
+    summary = train(cfg, reader_dir)
+    run = summary.pop("run")
+    result_files = [os.path.join(d, "eval", f"step_{r.step}", e2e_lib.RESULTS_FILE)
+                    for d, r in retrievers.values()]
+    logging.info("=== demo: reading every retriever's top-k ===")
+    result = e2e_lib.evaluate_e2e(result_files, reader_dir, ks=settings["eval_ks"],
+                                  names=list(retrievers), run=run)
+    result["reader_summary"] = summary
+    return result
+
+
+def reader_section(result: dict[str, Any]) -> str:
+    """Markdown: the reader's set-up, EM per retriever and k (PiCL Table 3 layout) and the
+    McNemar tests of the EM differences."""
+    ks = result["ks"]
+    s = result["reader_summary"]
+    rows = [{"retriever": r["retriever"],
+             **{f"answer in top-{k}": r["answer_in_top_k"].get(k) for k in ks},
+             **{f"EM@{k} [95% CI]": _with_ci(r["em"][k], r["em_ci"][k])
+                for k in ks}} for r in result["retrievers"]]
+    parts = [f"## End-to-end QA: one extractive reader over each retriever's top-k (PiCL Table 3)\n\n"
+             f"Reader: MiniLM's first layers, {s['step']} steps on the first retriever's results "
+             f"({s['data'].get('kept')} train questions kept of {s['data'].get('questions')}; "
+             f"dev selection accuracy {s['dev'].get('rank_acc', float('nan')):.2f}), reading the "
+             f"saved test lists (docs/readers.md). Reports: `{result['out_dir']}/e2e.md`.\n\n"
+             + report_lib.markdown_table(rows, list(rows[0]))]
+    for p in result["paired"]:
+        if "error" in p:
+            parts.append(f"{p['a']} vs {p['b']}: not compared: {p['error']}")
+            continue
+        em_rows = [r for r in p["rows"] if r["metric"].startswith("EM@")]
+        cols = ["metric", "n", p["a"], p["b"], "B − A", "test", "p", f"significant at {stats.ALPHA:g}"]
+        parts.append(f"### EM: {p['b']} (B) against {p['a']} (A), McNemar on the same questions\n\n"
+                     + report_lib.markdown_table(em_rows, cols) + "\n\n"
+                     + "\n".join(f"- {r['sentence']}" for r in em_rows))
+    return "\n\n".join(parts)
+
+
 def main(argv) -> None:
     del argv
     quiet_library_logs()
@@ -203,7 +273,7 @@ def run_demo(workdir: str) -> None:
     t_start = time.perf_counter()
 
     seeds = [int(x) for x in _SEEDS.value]
-    results, run_dirs, method_seed = {}, {}, {}
+    results, run_dirs, method_seed, runs = {}, {}, {}, {}
     for seed in seeds:
         for method in _METHODS.value:
             cfg = load_demo_config(method)
@@ -217,7 +287,7 @@ def run_demo(workdir: str) -> None:
             method_seed[name] = (method, seed)
             logging.info("=== demo: training %s ===", name)
             summary = train(cfg, run_dirs[name])
-            summary.pop("run")
+            runs[name] = summary.pop("run")
             results[name] = summary
     rows = report_rows(results)
     columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -258,9 +328,15 @@ def run_demo(workdir: str) -> None:
                   + robustness_table(robust))
         plot_runs(robust, os.path.join(workdir, "robustness.png"))
         table += "\n\n![top-k vs. distractors per question](robustness.png)"
-    heading, legend = report_lib.columns_section(
-        ["train loss", "train l_dpr", "dev loss", "dev rank_acc", "top-k", "MRR", "AAR",
-         "mean diff", "AA score", "95% CI", "K"])
+    columns = ["train loss", "train l_dpr", "dev loss", "dev rank_acc", "top-k", "MRR", "AAR",
+               "mean diff", "AA score", "95% CI", "K"]
+    if _READER.value:
+        seed0 = [n for n in results if method_seed[n][1] == seeds[0]]  # the reader reads these
+        e2e = reader_stage(workdir, {method_seed[n][0]: (run_dirs[n], runs[n]) for n in seed0},
+                           seed=seeds[0])
+        table += "\n\n" + reader_section(e2e)
+        columns.append("EM@k")
+    heading, legend = report_lib.columns_section(columns)
     table += f"\n\n## {heading}\n\n{legend}"
     first = load_demo_config(_METHODS.value[0])
     wall = time.perf_counter() - t_start

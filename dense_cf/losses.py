@@ -1,4 +1,5 @@
-"""Contrastive losses for DPR / PiCL / EADPR (docs/method.md §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8).
+"""Contrastive losses for DPR / PiCL / EADPR (docs/method.md §3; PiCL eq. 7-10; EADPR eq. 3, 5, 7, 8),
+and the extractive reader's loss (:func:`reader_loss`, docs/readers.md, "Loss") at the end.
 
 Every function here is a pure, jittable function of GLOBAL-batch embeddings: the caller gathers
 question/passage embeddings across the data axis first (docs/method.md §1), so that "in-batch" means the
@@ -45,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["contrastive_loss", "contrastive_terms", "dpr_nll", "summarize_terms"]
+__all__ = ["contrastive_loss", "contrastive_terms", "dpr_nll", "reader_loss", "summarize_terms"]
 
 _NEG_INF = -jnp.inf
 
@@ -264,3 +265,44 @@ def dpr_nll(
     """Plain DPR NLL (Karpukhin et al. 2020; docs/method.md §3 with lam = tau1 = tau2 = 0): positive vs.
     other questions' positives + every valid hard negative of the global batch."""
     return contrastive_loss(q, pos, hard, hard_valid, None, None, use_dpr=True)
+
+
+# --------------------------------------------------------------------------- extractive reader
+
+_READER_NEG = -1e9  # excluded logits (finite: a row that is all masked stays NaN-free)
+
+
+def reader_loss(select: jax.Array, passage_valid: jax.Array, start: jax.Array, end: jax.Array,
+                text: jax.Array, starts: jax.Array, ends: jax.Array, span_valid: jax.Array
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """DPR's reader loss per question, averaged over the batch (docs/readers.md, "Loss").
+
+    ``select`` [B, P] selection logits of 1 positive (column 0) + P-1 negatives, ``passage_valid``
+    [B, P] (missing negatives are masked out of the softmax); ``start``/``end`` [B, L] token logits
+    of the positive, ``text`` [B, L] bool (the positions of its passage text: every other position
+    is excluded from the span softmaxes); ``starts``/``ends`` [B, A] gold spans in the positive
+    (token positions, inclusive) with ``span_valid`` [B, A].
+
+    ``l_select = -log softmax(select)[0]``; ``l_span = -log sum_a p_start(s_a) p_end(e_a)``, the
+    likelihood marginalised over every gold occurrence (DPR's ``_calc_mml``); loss = mean over
+    questions of ``l_select + l_span`` (a question without a valid span adds no span term).
+    Metrics: ``rank_acc`` (the positive has the top selection logit), ``span_acc`` (the argmax
+    start and end form a gold span).
+    """
+    select = jnp.where(passage_valid, select.astype(jnp.float32), _READER_NEG)
+    l_select = -jax.nn.log_softmax(select, axis=-1)[:, 0]
+    s_lp = jax.nn.log_softmax(jnp.where(text, start.astype(jnp.float32), _READER_NEG), axis=-1)
+    e_lp = jax.nn.log_softmax(jnp.where(text, end.astype(jnp.float32), _READER_NEG), axis=-1)
+    gold = (jnp.take_along_axis(s_lp, starts, axis=-1)
+            + jnp.take_along_axis(e_lp, ends, axis=-1))
+    gold = jnp.where(span_valid, gold, 2 * _READER_NEG)
+    has_span = span_valid.any(axis=-1)
+    l_span = jnp.where(has_span, -jax.nn.logsumexp(gold, axis=-1), 0.0)
+    loss = jnp.mean(l_select + l_span)
+    pred_s = jnp.argmax(s_lp, axis=-1)[:, None]
+    pred_e = jnp.argmax(e_lp, axis=-1)[:, None]
+    span_hit = ((starts == pred_s) & (ends == pred_e) & span_valid).any(axis=-1)
+    metrics = {"loss": loss, "l_select": jnp.mean(l_select), "l_span": jnp.mean(l_span),
+               "rank_acc": jnp.mean(jnp.argmax(select, axis=-1) == 0),
+               "span_acc": jnp.mean(span_hit)}
+    return loss, metrics

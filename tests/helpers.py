@@ -211,4 +211,45 @@ def tiny_mdr_config(data_dir, method="mdr-eadpr", **overrides):
     c.eval.batch_size = 32
     c.eval.embedding_dtype = "float32"
     c.eval.shard_size = 64
+TOY_CODES = ("alpha", "bravo", "charlie", "delta", "echo", "golf", "hotel", "india", "kilo",
+             "lima", "oscar", "papa", "romeo", "sierra", "tango", "victor")
+
+
+def write_toy_reader_results(path, n, seed, *, passages=4):
+    """A DPR retrieval results file of a toy QA task a tiny reader learns in ~100 steps:
+    "what is the code of item i?"; one passage per question says "... its code is CODE ...", the
+    others (no answer) do not; the answer passage sits at a random rank."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        code = TOY_CODES[rng.integers(len(TOY_CODES))]
+        pos = {"id": f"p{i}", "title": f"item {i}", "has_answer": True, "score": "1.0",
+               "text": f"the item {i} is kept in room {rng.integers(100)} and its code is {code} today."}
+        ctxs = [{"id": f"n{i}_{j}", "title": f"item {i}", "has_answer": False, "score": "0.5",
+                 "text": f"the item {i} is kept in room {rng.integers(100)} and it is old."}
+                for j in range(passages - 1)]
+        ctxs.insert(int(rng.integers(passages)), pos)
+        records.append({"question": f"what is the code of item {i}?", "answers": [code], "ctxs": ctxs})
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+    return records
+
+
+def tiny_reader_config(train_file, dev_file="", **overrides):
+    """A tiny random-BERT extractive reader (method "reader") on a retrieval results file."""
+    c = base_config()
+    c.method = "reader"
+    c.model.name_or_path = "tiny"
+    c.model.tiny_layers = 2
+    c.model.dropout = 0.0
+    c.reader.train_file, c.reader.dev_file = str(train_file), str(dev_file)
+    c.reader.passages, c.reader.max_len, c.reader.max_q_len = 4, 48, 16
+    c.train.global_batch, c.train.log_every, c.train.eval_every = 8, 10, 0
+    c.train.num_steps, c.train.checkpoint_every = 100, 50
+    c.optim.learning_rate, c.optim.warmup_steps = 2e-3, 10
+    c.mesh.data = 2
     return apply_overrides(c, overrides)

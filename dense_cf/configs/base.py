@@ -87,6 +87,19 @@ def base_config() -> ml_collections.ConfigDict:
     c.multihop.top_chains = 20                  # passage chains kept, best chain score first
     c.multihop.ks = (2, 10, 20)                 # chain R@k reported (EADPR Table 4)
     c.multihop.synthetic_questions = 0          # > 0 with data.synthetic.generate: the two-hop world
+    # The extractive reader (method "reader"; docs/readers.md). Defaults: DPR's reader set-up.
+    c.reader = ml_collections.ConfigDict()
+    c.reader.train_file = ""                    # retrieval.json of a retriever on the TRAIN
+    c.reader.dev_file = ""                      # (dev) questions: python -m dense_cf.cli.reader_data
+    c.reader.passages = 24                      # per question in a batch: 1 positive + 23 negatives
+    c.reader.max_len = 350                      # [CLS] q [SEP] title [SEP] text [SEP] word pieces
+    c.reader.max_q_len = 64                     # question part, incl. [CLS] and [SEP]
+    c.reader.max_answer_len = 10                # word pieces of a predicted span
+    c.reader.max_spans = 10                     # gold occurrences marginalised per positive
+    c.reader.max_positives = 20                 # positives kept per question (rank order)
+    c.reader.max_negatives = 50                 # negatives kept per question (rank order)
+    c.reader.max_retrieved = 0                  # passages read per training question; 0 = all
+    c.reader.num_layers = 0                     # keep the first N encoder layers; 0 = all
 
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 2e-5
@@ -152,7 +165,8 @@ def merge_over_base(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
 
 # Config fields that name local paths. Relative values mean "relative to the directory the
 # command was started in" (README, "Paths"); resolve_paths fixes them at launch.
-PATH_FIELDS: tuple[str, ...] = ("data.data_dir", "data.cache_dir")
+PATH_FIELDS: tuple[str, ...] = ("data.data_dir", "data.cache_dir", "reader.train_file",
+                                "reader.dev_file")
 
 
 def resolve_paths(config: ml_collections.ConfigDict, cwd: str | None = None

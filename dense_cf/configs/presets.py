@@ -153,3 +153,55 @@ def mdr_demo_config(method: str = "mdr-eadpr") -> ml_collections.ConfigDict:
     c.eval.after_training = True
     c.eval.embedding_dtype = "float32"
     return c
+def reader_config(dataset: str = "nq") -> ml_collections.ConfigDict:
+    """DPR's extractive reader (docs/readers.md) on ``dataset``: BERT-base, 24 passages per
+    question (1 positive + 23 negatives), 350 word pieces, answers of at most 10 word pieces,
+    batch 16, learning rate 1e-5 (DPR's reader set-up), 16 epochs (DPR's README: best after
+    16-18). ``reader.train_file`` /
+    ``dev_file`` are a retriever's results on the train/dev questions (``python -m
+    dense_cf.cli.reader_data``)."""
+    c = dpr_files(base_config(), dataset)
+    c.method = "reader"
+    c.reader.train_file = c.reader.dev_file = ""  # set on the command line (configs/reader_nq.py)
+    c.data.answer_mode = "regex" if dataset == "curatedtrec" else "string"
+    c.train.global_batch = 16
+    c.train.num_epochs = 16
+    c.train.eval_every = 2000
+    c.train.eval_max_batches = 100
+    c.optim.learning_rate = 1e-5
+    c.optim.warmup_steps = 0
+    return c
+
+
+def reader_demo_config() -> ml_collections.ConfigDict:
+    """The demo's reader (docs/readers.md, "Demo"): MiniLM's first 3 layers, 4 passages per
+    question, 128 word pieces (the synthetic passages fit), trained on the demo DPR run's
+    results on 400 train questions for 300 steps of 4 questions (2-3 minutes on 2 CPU cores)."""
+    c = base_config()
+    c.method = "reader"
+    c.model.name_or_path = "minilm"
+    # MiniLM's [CLS] output is the same vector for every row (it was trained for mean pooling):
+    # the selection head reads the mean of the row instead (docs/readers.md).
+    c.model.pooling = "mean"
+    c.reader.train_file = "runs/demo/dpr/reader_data/step_100/train/retrieval.json"
+    c.reader.dev_file = "runs/demo/dpr/reader_data/step_100/dev/retrieval.json"
+    c.reader.passages = 4
+    c.reader.max_len = 128
+    c.reader.max_q_len = 32
+    c.reader.num_layers = 3
+    c.reader.max_retrieved = 20
+    c.train.global_batch = 4
+    # The selection head learns late: at 150 steps it picks the answer passage among 4 for half
+    # the dev questions (EM then falls with k), at 300 for three quarters (docs/readers.md).
+    c.train.num_steps = 300
+    c.train.log_every = 10
+    c.train.checkpoint_every = 100
+    c.train.eval_every = 300
+    c.train.eval_max_batches = 8
+    c.optim.learning_rate = 3e-4   # few steps: a high rate (1e-4 barely moves the selection head)
+    c.optim.warmup_steps = 15
+    return c
+
+
+# What the demo's reader stage reads and writes (dense_cf.demo; docs/readers.md, "Demo").
+DEMO_READER = {"train_questions": 400, "dev_questions": 64, "k": 20, "eval_ks": (1, 5, 20)}

@@ -44,7 +44,9 @@ from dense_cf import files
 
 __all__ = [
     "Passage", "BiencoderExample", "DataFormatError", "SkipReport",
-    "iter_biencoder", "iter_biencoder_records", "read_biencoder", "read_corpus_tsv", "read_qa_csv", "read_gold_info",
+    "RetrievalRecord", "RetrievedPassage",
+    "iter_biencoder", "iter_biencoder_records", "iter_retrieval_results", "read_biencoder",
+    "read_corpus_tsv", "read_qa_csv", "read_gold_info",
     "write_biencoder", "write_corpus_tsv", "write_qa_csv", "write_gold_info",
     "DEFAULT_CHUNK_SIZE", "iter_lines", "iter_json_list",
 ]
@@ -663,6 +665,102 @@ def write_biencoder(path: PathLike,
         return d
 
     return _write_json_list(path, "[", "]", examples, checked)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retrieval results JSON (DPR's dense_retriever.py output; the reader's training and test input)
+
+
+@dataclass
+class RetrievedPassage:
+    """One ``ctxs`` entry of a DPR retrieval results file: ``{id, title, text, score,
+    has_answer}`` (``score`` and ``has_answer`` may be absent: None)."""
+
+    id: str
+    title: str
+    text: str
+    score: float | None = None
+    has_answer: bool | None = None
+
+
+@dataclass
+class RetrievalRecord:
+    """One question of a DPR retrieval results file with its ranked passages."""
+
+    question: str
+    answers: list[str]
+    ctxs: list[RetrievedPassage]
+
+
+def _parse_retrieved(ctx: Any, name: str, err) -> RetrievedPassage:
+    if not isinstance(ctx, dict):
+        raise err(name, f"expected a JSON object {{id, title, text, ...}}, got {_type_name(ctx)}")
+    if "id" not in ctx:
+        raise err(f"{name}.id", "missing", reason="missing ctxs[].id")
+    pid = ctx["id"]
+    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+        raise err(f"{name}.id", f"expected a string or int, got {_type_name(pid)}")
+    title = ctx.get("title") or ""  # DPR writes null titles for title-less corpora
+    if not isinstance(title, str):
+        raise err(f"{name}.title", f"expected a string, got {_type_name(title)}")
+    text = _get_str(ctx, "text", err, prefix=f"{name}.")
+    has = ctx.get("has_answer")
+    if has is not None and not isinstance(has, bool):
+        raise err(f"{name}.has_answer", f"expected true or false, got {_type_name(has)}")
+    return RetrievedPassage(id=str(pid), title=title, text=text,
+                            score=_get_number(ctx, "score", name, err), has_answer=has)
+
+
+def _parse_retrieval(obj: Any, file: str, index: int, max_ctxs: int) -> RetrievalRecord:
+    def err(fld: str, msg: str, reason: str | None = None) -> DataFormatError:
+        return DataFormatError(file, index, fld, msg, reason=reason)
+
+    if not isinstance(obj, dict):
+        raise err("<record>", f"expected a JSON object, got {_type_name(obj)}")
+    question = _get_str(obj, "question", err, nonempty=True)
+    answers = _get_str_list(obj, "answers", err)
+    if "ctxs" not in obj:
+        raise err("ctxs", "missing", reason="missing ctxs")
+    ctxs = obj["ctxs"]
+    if not isinstance(ctxs, list):
+        raise err("ctxs", f"expected a list of ctx objects, got {_type_name(ctxs)}")
+    if max_ctxs:
+        ctxs = ctxs[:max_ctxs]
+    return RetrievalRecord(question, answers,
+                           [_parse_retrieved(c, f"ctxs[{i}]", err) for i, c in enumerate(ctxs)])
+
+
+def iter_retrieval_results(path: PathLike, *, skip_bad: bool = True,
+                           report: SkipReport | None = None, max_ctxs: int = 0,
+                           chunk_size: int = DEFAULT_CHUNK_SIZE
+                           ) -> Iterator[tuple[int, RetrievalRecord | None]]:
+    """Stream a DPR retrieval results JSON (``retrieval.json``; docs/readers.md, "Formats") as
+    ``(0-based index, record)``; a skipped record is ``(index, None)``, so callers keep
+    positions. ``max_ctxs`` > 0 keeps (and validates) the first passages only.
+
+    Validates question (non-empty str), answers (list of str), ctxs (list of ``{id, title,
+    text}`` with optional ``score`` (number or numeric string, as DPR writes it) and
+    ``has_answer`` (bool); a null title reads as ""). A file without a valid record is an error.
+    """
+    file = os.fspath(path)
+    seen = valid = 0
+    with _local_report(report) as rep, _open_bytes(path) as fp:
+        stream = _JsonStream(fp, file, chunk_size)
+        for index, obj, duplicate in stream.iter_array():
+            seen += 1
+            try:
+                if duplicate is not None:
+                    raise _duplicate_error(file, index, duplicate)
+                record = _parse_retrieval(obj, file, index, max_ctxs)
+            except DataFormatError as e:
+                _handle_bad(e, skip_bad, rep)
+                yield index, None
+                continue
+            valid += 1
+            yield index, record
+        stream.expect_end()
+        if not valid:
+            raise _no_records_error(file, seen, rep, "questions")
 
 
 # ---------------------------------------------------------------------------------------------

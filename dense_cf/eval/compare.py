@@ -19,6 +19,9 @@ Items are paired, never pooled:
   that carry question texts must agree on them (else refused: another gold file).
 * robustness (``robustness.json``), when both runs have it on the same questions: top-k and
   MRR at the largest distractor count K both runs evaluated.
+* end-to-end QA (``e2e.json`` of one retriever in ``READER/e2e/step_N/<label>/``,
+  docs/readers.md): questions paired by text as for retrieval; EM@k gets McNemar, F1@k a paired
+  bootstrap.
 
 Each run's own figures over the paired items carry 95 % intervals (Wilson for rates, percentile
 bootstrap for means); every row says whether B − A is significant at 0.05.
@@ -44,7 +47,7 @@ from dense_cf.text.answers import question_type
 from dense_cf.train.run import RunDir
 
 __all__ = ["RunOutcomes", "aar_by_type_rows", "compare", "compare_outcome_sets", "find_eval_dir", "load_outcomes",
-           "markdown"]
+           "markdown", "pair_questions"]
 
 STRATEGY_LABELS = {"sentence": "AAR", "answer": "AA score"}
 
@@ -64,6 +67,8 @@ class RunOutcomes:
     # strategy -> {"pos", "cf", "gold_index", "questions" (or None), "path"}
     aar: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     robustness: dict[str, Any] | None = None
+    # end-to-end QA: {"questions", "em": {k: [0/1]}, "f1": {k: [float]}, "path"}
+    e2e: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -78,6 +83,7 @@ def _step_of(path: str) -> int | None:
 
 def _has_outcomes(d: str) -> bool:
     return (os.path.exists(os.path.join(d, "report.json"))
+            or os.path.exists(os.path.join(d, "e2e.json"))
             or bool(glob.glob(os.path.join(d, "aar_scores_*.npz"))))
 
 
@@ -137,6 +143,15 @@ def load_outcomes(path: str, step: int | None = None) -> RunOutcomes:
                           "k": int(rob["k"]), "path": rob_path,
                           "first_hit_rank": {int(K): v for K, v in rob["first_hit_rank"].items()}}
         out.method = out.method or rob.get("method")
+    e2e_path = os.path.join(d, "e2e.json")
+    if os.path.exists(e2e_path):
+        with open(e2e_path) as f:
+            e2e = json.load(f)
+        if "em_outcomes" in e2e:  # one retriever's file (the top-level one has no outcomes)
+            out.e2e = {"questions": e2e["questions"], "path": e2e_path,
+                       "em": {int(k): v for k, v in e2e["em_outcomes"].items()},
+                       "f1": {int(k): v for k, v in e2e["f1_outcomes"].items()}}
+            out.method = out.method or e2e.get("retriever")
     if not out.method and os.path.exists(os.path.join(d, "aar.json")):
         with open(os.path.join(d, "aar.json")) as f:
             out.method = json.load(f).get("method")
@@ -152,7 +167,7 @@ def _occurrence_keys(questions: Sequence[str]) -> list[tuple[str, int]]:
     return keys
 
 
-def _pair_questions(qa: Sequence[str], qb: Sequence[str], path_a: str,
+def pair_questions(qa: Sequence[str], qb: Sequence[str], path_a: str,
                     path_b: str) -> tuple[np.ndarray, np.ndarray]:
     """Indices pairing two question lists (k-th occurrence of a text with its k-th); raises
     when they are not the same question set."""
@@ -204,7 +219,7 @@ def compare_outcome_sets(a: RunOutcomes, b: RunOutcomes, *, seed: int = 0,
             raise ValueError(f"{a.report_path or a.eval_dir} or {b.report_path or b.eval_dir} "
                              f"lacks the question texts (report.json 'questions' or "
                              f"retrieval.json): cannot pair questions")
-        ia, ib = _pair_questions(a.questions, b.questions, a.report_path, b.report_path)
+        ia, ib = pair_questions(a.questions, b.questions, a.report_path, b.report_path)
         ra, rb = _ranks(a.first_hit_rank)[ia], _ranks(b.first_hit_rank)[ib]
         depths = [x for x in (a.depth, b.depth) if x is not None]
         depth = min(depths) if depths else None
@@ -257,9 +272,20 @@ def compare_outcome_sets(a: RunOutcomes, b: RunOutcomes, *, seed: int = 0,
         else:
             why = "no common K" if not counts else "the runs have different questions"
             notes.append(f"robustness: not compared ({why})")
+    if a.e2e and b.e2e:
+        ia, ib = pair_questions(a.e2e["questions"], b.e2e["questions"], a.e2e["path"],
+                                b.e2e["path"])
+        for k in sorted(set(a.e2e["em"]) & set(b.e2e["em"])):
+            rows.append(stats.compare_outcomes(f"EM@{k}", np.asarray(a.e2e["em"][k], bool)[ia],
+                                               np.asarray(b.e2e["em"][k], bool)[ib], **kw))
+            rows.append(stats.compare_outcomes(f"F1@{k}", np.asarray(a.e2e["f1"][k], float)[ia],
+                                               np.asarray(b.e2e["f1"][k], float)[ib], kind="mean",
+                                               scale=100.0, **kw))
+        notes.append(f"end-to-end QA: {len(ia)} questions paired"
+                     + ("" if a.e2e["questions"] == b.e2e["questions"] else " (by text)"))
     if not rows:
         raise ValueError(f"{a.eval_dir} and {b.eval_dir} share no saved per-item outcomes "
-                         f"(report.json, aar_scores_*.npz, robustness.json)")
+                         f"(report.json, aar_scores_*.npz, robustness.json, e2e.json)")
     return {"a": a.label, "b": b.label, "a_dir": a.eval_dir, "b_dir": b.eval_dir,
             "names": list(names), "rows": rows, "notes": notes, "seed": seed,
             "n_resamples": n_resamples}

@@ -69,6 +69,11 @@ COLUMNS: dict[str, str] = {
                  "sim(query,p) > sim(query,p*), p* the supporting passage without its "
                  "supporting sentence(s); hop 1 queries with the question, hop 2 with "
                  "question ⊕ gold p1",
+    "EM@k": "end-to-end exact match: percentage of test questions whose reader answer, read "
+            "from the retriever's first k passages, equals a gold answer after SQuAD/DPR "
+            "normalisation (docs/readers.md)",
+    "F1@k": "mean over test questions of the best token F1 between the reader answer and a gold "
+            "answer, as a percentage",
     "train loss": "mean training loss over the last `train.log_every` steps",
     "train l_dpr": "its DPR term (docs/method.md §3)",
     "dev loss": "loss on the dev set at the final evaluation",
@@ -85,6 +90,8 @@ JSON_UNITS: dict[str, str] = {
     "aar_ci": "fraction (0-1)", "score_diff": "similarity (dot product)",
     "score_diff_ci": "similarity (dot product)", "matrix": "percent (0-100)",
     "matrix_ci": "percent (0-100)", "mrr_matrix": "fraction (0-1)",
+    "em": "percent (0-100)", "em_ci": "percent (0-100)", "f1": "percent (0-100)",
+    "f1_ci": "percent (0-100)",
 }
 
 

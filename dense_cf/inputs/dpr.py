@@ -176,6 +176,18 @@ def load_config_split(config, tokenizer, key: str, max_examples: int = 0) -> Pre
         fraction_seed=int(config.data.train_fraction_seed))
 
 
+def file_problems(config) -> list[str]:
+    """What is wrong with ``config.data``'s train (required) and dev files, one line each."""
+    out = []
+    for key in ("train_file", "dev_file"):
+        try:
+            resolve_data_file(config.data, key, required=key == "train_file")
+        except (FileNotFoundError, IsADirectoryError, ValueError) as e:
+            out.append(str(e).splitlines()[0] + " (get DPR's files from https://dl.fbaipublicfiles.com/dpr/ "
+                       "with python -m dense_cf.cli.prepare, docs/datasets.md; or --config=configs/demo.py)")
+    return out
+
+
 def load_biencoder_split(path: str, tokenizer, *, cache_dir: str | None, max_q_len: int,
                          max_p_len: int, max_hard: int, answer_mode: str = "string",
                          evidence_file: str | None = None, max_examples: int = 0,

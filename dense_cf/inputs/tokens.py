@@ -3,14 +3,18 @@
 - question: ``[CLS] question [SEP]`` (DCSR may put ``<sent>`` after ``[CLS]``);
 - passage: ``[CLS] title [SEP] text [SEP]``; a passage whose title is empty is
   ``[CLS] text [SEP]``, as DPR's tensorizer and HF ``tokenizer(text)`` encode it;
-- truncation keeps the final ``[SEP]``; padding is ``[PAD]`` with mask 0;
 - multi-hop (MDR) hop-2 query: ``[CLS] question [SEP] title [SEP] text [SEP]``, the question
   row as above (at most ``max_q_len``) followed by the first-hop passage without its ``[CLS]``,
   the whole truncated to the hop-2 length keeping the final ``[SEP]`` (:func:`hop2_query_row`).
+- reader row (docs/readers.md): ``[CLS] question [SEP] title [SEP] text [SEP]``, token type 0
+  on ``[CLS] question [SEP]`` and 1 after it; a passage whose title is empty is
+  ``[CLS] question [SEP] text [SEP]``;
+- truncation keeps the final ``[SEP]``; padding is ``[PAD]`` with mask 0.
 
-The training cache (``inputs.dpr.preprocess``), DCSR's marked passages and the export encoder
-all build rows here, so their token ids agree (a test pins them). TF-free: the export and the
-accelerator benchmark import this module without TensorFlow.
+The training cache (``inputs.dpr.preprocess``), DCSR's marked passages, the export encoder, the
+reader's training batches and its inference all build rows here, so their token ids agree (a
+test pins them). TF-free: the export and the accelerator benchmark import this module without
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import numpy as np
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.sentences import split_sentences
 
-__all__ = ["Ragged", "encode_texts", "hop2_query_row", "pad_rows", "passage_head", "passage_rows",
-           "question_row", "token_answer_flags", "insert_markers", "marker_valid",
+__all__ = ["Ragged", "encode_texts", "hop2_query_row", "pad_reader_rows", "pad_rows", "passage_head",
+           "passage_rows", "question_row", "reader_passage", "reader_row", "token_answer_flags",
+           "insert_markers", "marker_valid",
            "passage_table", "tokenize_marked_passages", "token_sentence_ids", "tokenize_passages",
            "tokenize_hop2_queries", "tokenize_questions"]
 
@@ -42,6 +47,14 @@ class Ragged:
         splits = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=splits[1:])
         values = np.fromiter((v for r in rows for v in r), dtype=dtype, count=int(splits[-1]))
+        return cls(values, splits)
+
+    @classmethod
+    def from_arrays(cls, rows: Sequence[np.ndarray], dtype=np.int32) -> "Ragged":
+        """Like :meth:`from_rows` for rows that are numpy arrays (one concatenation)."""
+        splits = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=splits[1:])
+        values = np.concatenate(rows).astype(dtype, copy=False) if rows else np.zeros(0, dtype)
         return cls(values, splits)
 
     def __len__(self) -> int:
@@ -183,6 +196,45 @@ def tokenize_questions(tokenizer, questions: Sequence[str], max_len: int, pad_id
     rows = [question_row(e.ids, max_len, cls_id, sep_id, prefix_id)
             for e in encode_texts(tokenizer, questions)]
     return pad_rows(rows, max_len, pad_id, None)
+
+
+# --------------------------------------------------------------------------- reader rows
+
+
+def reader_passage(title: str, title_ids: Sequence[int], text_ids: Sequence[int], sep_id: int
+                   ) -> tuple[list[int], int]:
+    """``title [SEP] text`` word pieces (``text`` alone when the title is empty) and the index
+    where the text starts: the part of a reader row after the question."""
+    head = [*title_ids, sep_id] if title else []
+    return head + list(text_ids), len(head)
+
+
+def reader_row(q_row: Sequence[int], passage: Sequence[int], text_start: int, max_len: int,
+               sep_id: int) -> tuple[list[int], int, int]:
+    """``[CLS] question [SEP] title [SEP] text [SEP]`` (``q_row`` from :func:`question_row`,
+    ``passage``/``text_start`` from :func:`reader_passage`), cut to ``max_len`` keeping the final
+    ``[SEP]``. Returns ``(row, lo, hi)``: the passage text occupies positions ``[lo, hi)``
+    (empty when the question and title fill the row)."""
+    body = (list(q_row) + list(passage))[:max_len - 1]
+    lo = min(len(q_row) + text_start, len(body))
+    return body + [sep_id], lo, len(body)
+
+
+def pad_reader_rows(rows: Sequence[Sequence[int]], q_lens: Sequence[int], length: int,
+                    pad_id: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """int32 ``ids``, ``mask``, ``type_ids`` [n, length] of :func:`reader_row` rows: type 0 on
+    the first ``q_lens[i]`` tokens (``[CLS] question [SEP]``), 1 on the rest, 0 on padding."""
+    n = len(rows)
+    ids = np.full((n, length), pad_id, np.int32)
+    mask = np.zeros((n, length), np.int32)
+    types = np.zeros((n, length), np.int32)
+    for i, (r, q) in enumerate(zip(rows, q_lens)):
+        if len(r) > length:
+            raise ValueError(f"reader row {i} has {len(r)} tokens, more than {length}")
+        ids[i, :len(r)] = r
+        mask[i, :len(r)] = 1
+        types[i, q:len(r)] = 1
+    return ids, mask, types
 
 
 # --------------------------------------------------------------------------- DCSR markers

@@ -1,4 +1,4 @@
-"""The method registry: every retrieval method is one entry (docs/ARCHITECTURE.md).
+"""The method registry: every retrieval method (and reader) is one entry (docs/ARCHITECTURE.md).
 
 ``get(name)`` returns the :class:`~dense_cf.methods.base.Method` of ``config.method``. Built-in
 names are registered below; a plug-in is either registered with :func:`register` by code that
@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import importlib
 
-from dense_cf.methods import contrastive, dcsr, multihop
-from dense_cf.methods.base import DUAL_ENCODER, Embeddings, Inputs, Method, ModelSpec, embed_passages
+from dense_cf.methods import contrastive, dcsr, multihop, reader
+from dense_cf.methods.base import (
+    DUAL_ENCODER,
+    Embeddings,
+    Inputs,
+    Method,
+    ModelSpec,
+    PredictFn,
+    Prediction,
+    embed_passages,
+)
 
-__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "Method", "ModelSpec", "embed_passages", "get",
-           "names", "register"]
+__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "Method", "ModelSpec", "Prediction", "PredictFn",
+           "embed_passages", "get", "names", "register"]
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -50,5 +59,5 @@ def get(name: str) -> Method:
 
 
 for _m in (contrastive.make("dpr"), contrastive.make("picl"), contrastive.make("eadpr"),
-           dcsr.METHOD, multihop.make("mdr"), multihop.make("mdr-eadpr")):
+           dcsr.METHOD, multihop.make("mdr"), multihop.make("mdr-eadpr"), reader.METHOD):
     register(_m)

@@ -17,6 +17,8 @@ A :class:`Method` names everything that differs between methods and nothing else
   negatives need it; a per-example loss does not);
 - ``hops``: retrieval hops per question: 1, or 2 for multi-hop retrievers (MDR,
   docs/multihop.md), which after-training evaluation sends to the multi-hop evaluator.
+- ``predict``: a reader's answers to questions given ranked passages (:data:`PredictFn`), what
+  ``python -m dense_cf.eval.e2e`` calls; None for retrievers.
 
 The train step, export, retrieval and evaluation read these fields; no module outside
 ``dense_cf.methods`` branches on a method's name.
@@ -37,8 +39,8 @@ from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import load_tokenizer
 
-__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec",
-           "embed_passages"]
+__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec", "Prediction",
+           "PredictFn", "embed_passages"]
 
 KINDS = ("retriever", "reader")
 
@@ -62,6 +64,31 @@ class Embeddings:
 
 EmbedFn = Callable[..., Embeddings]
 LossFn = Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """A reader's answer to one question from its first k passages (docs/readers.md).
+
+    ``passage_rank`` (0-based, in the retriever's order) and ``passage_id`` name the passage the
+    answer was read from (-1 / None for a reader that reads all passages at once, e.g. FiD);
+    ``score`` is the reader's own answer score (extractive: start + end logit; a generator: its
+    sequence log-probability; None when there is no answer, ``text == ""``); ``passage_score``
+    the passage's selection logit where there is one.
+    """
+
+    text: str
+    score: float | None
+    passage_rank: int = -1
+    passage_id: str | None = None
+    passage_score: float | None = None
+
+
+# predict(run, questions, contexts, ks, *, batch_size, cache) -> {k: [Prediction per question]}:
+# ``contexts[i]`` is question i's ranked passages (objects with ``id``, ``title``, ``text``);
+# the prediction at k reads the first k of them. ``cache`` (a dict the caller keeps across calls,
+# or None) lets a reader reuse per-passage work when several retrievers' lists are read.
+PredictFn = Callable[..., dict[int, list[Prediction]]]
 
 
 def embed_passages(model, params, batch: dict[str, jax.Array], *, deterministic: bool,
@@ -104,7 +131,9 @@ class Inputs:
     ``shuffle``); ``make_dataset(data, spec, repeat=..., process_index=..., process_count=...)``
     and ``batch_iterator(data, spec, process_index=..., process_count=...)`` (``next``,
     ``get_state``/``set_state`` for exact resume) are the tf.data dataset and the resumable
-    iterator over it. Loaded data has ``num_examples`` and a ``stats`` dict.
+    iterator over it. Loaded data has ``num_examples`` and a ``stats`` dict. ``file_problems(config)``
+    lists what is wrong with the files ``load`` will read (missing, a directory...), for the
+    config check at start-up.
     """
 
     prepare: Callable[..., Any]
@@ -112,6 +141,7 @@ class Inputs:
     make_dataset: Callable[..., Any]
     batch_iterator: type
     load: Callable[..., Any] = dpr_inputs.load_config_split
+    file_problems: Callable[[Any], list[str]] = dpr_inputs.file_problems
 
 
 DPR_INPUTS = Inputs(prepare=lambda config, tokenizer, data: data, spec=dpr_inputs.spec_from_config,
@@ -188,12 +218,15 @@ class Method:
     kind: str = "retriever"
     gather: bool = True
     hops: int = 1
+    predict: PredictFn | None = None
 
     def __post_init__(self) -> None:
         if self.hops not in (1, 2):
             raise ValueError(f"method {self.name}: hops must be 1 or 2, got {self.hops!r}")
         if self.kind not in KINDS:
             raise ValueError(f"method {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.predict is not None and self.kind != "reader":
+            raise ValueError(f"method {self.name}: only a reader has a predict function")
         if self.unit not in ("passage", "sentence"):
             raise ValueError(f"method {self.name}: unit must be 'passage' or 'sentence', "
                              f"got {self.unit!r}")

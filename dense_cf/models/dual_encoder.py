@@ -174,6 +174,18 @@ def _arch(c: BertConfig) -> str:
             f"vocab={c.vocab_size}")
 
 
+def runtime_overrides(m: Any) -> dict[str, Any]:
+    """The :class:`BertConfig` fields ``config.model`` sets over a checkpoint's own (dtype, remat,
+    dropout, attention kernel): run-time choices, not part of the checkpoint."""
+    over: dict[str, Any] = dict(dtype=m.dtype, remat=bool(m.remat), remat_policy=m.remat_policy,
+                                attention_impl=m.attention_impl)
+    if m.dropout is not None:
+        over.update(dropout_rate=float(m.dropout), attention_dropout_rate=float(m.dropout))
+    if m.attention_dropout is not None:  # e.g. 0 so fused attention also runs in training
+        over.update(attention_dropout_rate=float(m.attention_dropout))
+    return over
+
+
 def model_from_config(cfg: Any, num_added_tokens: int = 0
                       ) -> tuple[DualEncoder, dict[str, checkpoints.TowerSource] | None]:
     """Builds the model from a complete ``cfg.model`` (see ``configs.base``; name_or_path: "tiny" |
@@ -186,12 +198,7 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0
     """
     m = cfg.model  # complete: run configs are merged over the base config (configs.base)
     n_added = int(num_added_tokens)
-    over: dict[str, Any] = dict(dtype=m.dtype, remat=bool(m.remat), remat_policy=m.remat_policy,
-                                attention_impl=m.attention_impl)
-    if m.dropout is not None:
-        over.update(dropout_rate=float(m.dropout), attention_dropout_rate=float(m.dropout))
-    if m.attention_dropout is not None:  # e.g. 0 so fused attention also runs in training
-        over.update(attention_dropout_rate=float(m.attention_dropout))
+    over = runtime_overrides(m)
     sources = tower_sources(m)
     if sources is None:
         bert = BertConfig.tiny(

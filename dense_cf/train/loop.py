@@ -35,7 +35,9 @@ from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
 from dense_cf.train.validate import validate
 
-CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "rank_acc", "examples_per_s", "step_time_s")
+# Shown when a method's loss reports them (retrievers: l_dpr...; the reader: l_select, l_span).
+CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "l_select", "l_span", "rank_acc", "span_acc",
+                "examples_per_s", "step_time_s")
 
 
 def batch_spec(config, tokenizer, *, shuffle: bool = True):
@@ -199,7 +201,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                                        config.train.eval_max_batches, method.inputs.make_dataset)
                 dev_scalars = writer.write(step, dev_metrics, prefix="dev")
                 writer.console(step, total_steps, dev_scalars,
-                               ("dev/loss", "dev/rank_acc", "dev/mean_pos_rank"), label="dev")
+                               ("dev/loss", "dev/rank_acc", "dev/span_acc", "dev/mean_pos_rank"),
+                               label="dev")
                 t_last = time.perf_counter()  # keep validation out of the step time
         if compiled:
             progress.done()

@@ -11,6 +11,8 @@ this module and never imports the training loop. Layout (docs/ARCHITECTURE.md)::
     ROOT/export/step_N/            embeddings of a corpus (ROOT = WORKDIR for the run's corpus,
     ROOT/index/step_N_<kind>/      its index             WORKDIR/corpora/<name>-<hash> otherwise)
     ROOT/eval/step_N/              evaluation reports
+    ROOT/reader_data/step_N/SPLIT/ a retriever's results on SPLIT questions (reader training data)
+    ROOT/e2e/step_N/               a reader's end-to-end QA reports
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ class RunDir:
 
     def eval(self, step: int) -> str:
         return os.path.join(self.root, "eval", f"step_{step}")
+
+    def e2e(self, step: int) -> str:
+        """End-to-end QA reports of a reader run (``python -m dense_cf.eval.e2e``)."""
+        return os.path.join(self.root, "e2e", f"step_{step}")
+
+    def reader_data(self, step: int, split: str) -> str:
+        """A retriever's results on the ``split`` questions, the reader's training input."""
+        return os.path.join(self.root, "reader_data", f"step_{step}", split)
 
     def mine(self) -> str:
         return os.path.join(self.workdir, "mine")

@@ -15,9 +15,9 @@ from typing import Any, Iterable
 import ml_collections
 
 from dense_cf import methods
-from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import UserError
 from dense_cf.index.faiss_index import KINDS as INDEX_KINDS
+from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
 from dense_cf.inputs.multihop import COMPARISON_ORDERS as MULTIHOP_ORDERS
@@ -64,9 +64,10 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     """Every problem found in ``config`` (a complete config: see ``configs.base``)."""
     out: list[str] = []
     try:
-        methods.get(config.method)
+        method = methods.get(config.method)
     except ValueError as e:
         out.append(str(e))
+        method = None
     m, d, t, o, ev = config.model, config.data, config.train, config.optim, config.eval
     name = str(m.name_or_path)
     if name not in _BUILTIN_MODELS and not os.path.isdir(name) and (
@@ -140,13 +141,26 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
 
     if d.synthetic.generate:
         _enum(out, "data.synthetic.world", d.synthetic.get("world", "entity"), WORLDS)
+    out += reader_problems(config.reader)
     if check_files and not d.synthetic.generate:
-        for key in ("train_file", "dev_file"):
-            try:
-                resolve_data_file(d, key, required=key == "train_file")
-            except (FileNotFoundError, IsADirectoryError, ValueError) as e:
-                out.append(str(e).splitlines()[0] + " (get DPR's files from https://dl.fbaipublicfiles.com/dpr/ "
-                           "with python -m dense_cf.cli.prepare, docs/datasets.md; or --config=configs/demo.py)")
+        # The files this method's Inputs.load reads (an unknown method: DPR's, the default).
+        out += (method.inputs.file_problems if method else dpr_inputs.file_problems)(config)
+    return out
+
+
+def reader_problems(r: ml_collections.ConfigDict) -> list[str]:
+    """Ranges of ``config.reader`` (docs/readers.md)."""
+    out: list[str] = []
+    _range(out, "reader.passages", r.passages, 1)
+    _range(out, "reader.max_len", r.max_len, 8, 512)
+    _range(out, "reader.max_q_len", r.max_q_len, 3)
+    if isinstance(r.max_q_len, int) and isinstance(r.max_len, int) and r.max_q_len >= r.max_len - 1:
+        out.append(f"config.reader.max_q_len={r.max_q_len} leaves no room for the passage in "
+                   f"config.reader.max_len={r.max_len}")
+    for f in ("max_answer_len", "max_spans", "max_positives"):
+        _range(out, f"reader.{f}", r[f], 1)
+    for f in ("max_negatives", "max_retrieved", "num_layers"):
+        _range(out, f"reader.{f}", r[f], 0)
     return out
 
 

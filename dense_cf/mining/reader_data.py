@@ -1,0 +1,80 @@
+"""A retriever's results on the TRAIN / dev questions: the extractive reader's training data.
+
+``python -m dense_cf.cli.reader_data --retriever RUN --split train [--qa FILE] [--k 100]
+[--max_questions N]`` (docs/readers.md, "Commands"). The questions and answers of ``--split``
+come from the run's own files (``data.train_file`` / ``dev_file``: biencoder JSON, whose
+examples without a positive the reader skips and counts, or ``test_file``: a qa CSV) or from
+``--qa`` (either format). They are written as a qa CSV into
+``RUN/reader_data/step_N/<split>/`` and retrieved there exactly as the retrieval evaluation does
+(:func:`dense_cf.eval.retrieval.evaluate_run`: the run's export and index are reused), giving
+``retrieval.json`` (DPR's results format, the reader's ``config.reader.<split>_file``) with
+``report.json`` / ``report.md`` (the retriever's top-k on those questions). Stages talk through
+files: the reader never imports the retriever.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from absl import logging
+
+from dense_cf.datasets import formats
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.eval.retrieval import evaluate_run
+from dense_cf.files import write_json
+from dense_cf.train.run import RunDir, load_run
+
+__all__ = ["SPLIT_FILES", "read_questions", "reader_data"]
+
+SPLIT_FILES = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
+
+
+def read_questions(path: str, max_questions: int = 0) -> tuple[list[str], list[list[str]], int]:
+    """``(questions, answers, skipped records)`` of a biencoder JSON (``.json``/``.json.gz``)
+    or a qa CSV (anything else); bad records are skipped, counted and logged."""
+    report = formats.SkipReport()
+    name = os.path.basename(path).lower()
+    if name.endswith((".json", ".json.gz")):
+        rows = ((ex.question, ex.answers) for ex in
+                formats.iter_biencoder(path, skip_bad=True, report=report))
+    else:
+        rows = formats.read_qa_csv(path, skip_bad=True, report=report)
+    questions, answers = [], []
+    for q, a in rows:
+        if max_questions and len(questions) >= max_questions:
+            break
+        questions.append(q)
+        answers.append(list(a))
+    if report.total:
+        report.log()
+    return questions, answers, report.total
+
+
+def reader_data(workdir: str, split: str, *, qa_path: str | None = None, k: int | None = None,
+                max_questions: int = 0, out_dir: str | None = None, index_kind: str | None = None,
+                corpus_path: str | None = None, step: int | None = None, run=None) -> dict[str, Any]:
+    """Retrieves for the ``split`` questions with the retriever ``workdir`` (module docstring);
+    returns the retrieval summary plus ``retrieval_json`` (the file the reader reads)."""
+    if split not in SPLIT_FILES:
+        raise ValueError(f"split must be one of {sorted(SPLIT_FILES)}, got {split!r}")
+    run = run or load_run(workdir, step)
+    if run.method.kind != "retriever":
+        raise ValueError(f"{workdir} is a {run.method.kind} run ({run.method.name}); reader data "
+                         f"comes from a retriever's results")
+    source = resolve_data_file(run.config.data, SPLIT_FILES[split], qa_path)
+    questions, answers, skipped = read_questions(source, max_questions)
+    if not questions:
+        raise ValueError(f"{source}: no questions to retrieve for")
+    out_dir = out_dir or RunDir(workdir).reader_data(run.step, split)
+    os.makedirs(out_dir, exist_ok=True)
+    qa_csv = os.path.join(out_dir, "questions.qa.csv")
+    formats.write_qa_csv(qa_csv, zip(questions, answers))
+    logging.info("reader data: %d %s questions of %s (%d records skipped)", len(questions), split,
+                 source, skipped)
+    summary = evaluate_run(workdir, run=run, qa_path=qa_csv, out_dir=out_dir, k=k,
+                           index_kind=index_kind, corpus_path=corpus_path)
+    summary.update(split=split, source=os.path.abspath(source), source_records_skipped=skipped,
+                   retrieval_json=os.path.join(os.path.abspath(out_dir), "retrieval.json"))
+    write_json(os.path.join(out_dir, "reader_data.json"), summary)
+    return summary
