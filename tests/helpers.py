@@ -211,6 +211,9 @@ def tiny_mdr_config(data_dir, method="mdr-eadpr", **overrides):
     c.eval.batch_size = 32
     c.eval.embedding_dtype = "float32"
     c.eval.shard_size = 64
+    return apply_overrides(c, overrides)
+
+
 TOY_CODES = ("alpha", "bravo", "charlie", "delta", "echo", "golf", "hotel", "india", "kilo",
              "lima", "oscar", "papa", "romeo", "sierra", "tango", "victor")
 
