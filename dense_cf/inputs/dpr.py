@@ -30,7 +30,16 @@ from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencod
 from dense_cf.datasets.subsets import subset_mask
 from dense_cf.inputs import cf_masks as cf_lib
 from dense_cf.inputs.lazy import tf
-from dense_cf.inputs.tokens import Ragged, encode_texts, passage_rows, question_row, special_ids, token_answer_flags
+from dense_cf.inputs.tokens import (
+    Ragged,
+    encode_texts,
+    load_tables,
+    passage_rows,
+    question_row,
+    save_tables,
+    special_ids,
+    token_answer_flags,
+)
 from dense_cf.text.sentences import large_re_cache
 
 # 2: passages with an empty title are "[CLS] text" (docs/method.md §8); older caches are rebuilt.
@@ -56,21 +65,14 @@ class Preprocessed:
         return len(self.pos_pid)
 
     def save(self, path: str) -> None:
-        arrays = {}
-        for name in _ARRAYS:
-            r = getattr(self, name)
-            arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
-        # A unique temp name per writer: hosts sharing a file system may write it at once.
-        with files.atomic_open(path, "wb") as f:
-            np.savez(f, pos_pid=self.pos_pid, evidence_sent=self.evidence_sent,
-                     stats=np.asarray(json.dumps(self.stats)), **arrays)
+        save_tables(path, ragged={n: getattr(self, n) for n in _ARRAYS},
+                    dense={"pos_pid": self.pos_pid, "evidence_sent": self.evidence_sent},
+                    stats=self.stats)
 
     @classmethod
     def load(cls, path: str) -> "Preprocessed":
-        with np.load(path) as z:
-            rag = {n: Ragged(z[f"{n}_values"], z[f"{n}_splits"]) for n in _ARRAYS}
-            return cls(pos_pid=z["pos_pid"], evidence_sent=z["evidence_sent"],
-                       stats=json.loads(str(z["stats"])), **rag)
+        rag, dense, stats = load_tables(path, _ARRAYS, ("pos_pid", "evidence_sent"))
+        return cls(stats=stats, **rag, **dense)
 
 
 _encode = encode_texts

@@ -35,7 +35,6 @@ Batch layout (host-local numpy)::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections import Counter
 from typing import Any, Iterable, Sequence
@@ -49,7 +48,16 @@ from dense_cf.datasets.hotpotqa import HotpotExample, bridge_order, read_hotpot
 from dense_cf.inputs import dpr as pipeline
 from dense_cf.inputs.dpr import _fix_len
 from dense_cf.inputs.lazy import tf
-from dense_cf.inputs.tokens import Ragged, encode_texts, passage_head, question_row, special_ids, token_sentence_ids
+from dense_cf.inputs.tokens import (
+    Ragged,
+    encode_texts,
+    load_tables,
+    passage_head,
+    question_row,
+    save_tables,
+    special_ids,
+    token_sentence_ids,
+)
 from dense_cf.progress import Progress
 
 __all__ = ["CACHE_VERSION", "COMPARISON_ORDERS", "BatchIterator", "MultihopData", "MultihopSpec",
@@ -138,20 +146,13 @@ class MultihopData:
         return len(self.p1)
 
     def save(self, path: str) -> None:
-        arrays = {}
-        for name in _ARRAYS:
-            r = getattr(self, name)
-            arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
-        with files.atomic_open(path, "wb") as f:
-            np.savez(f, stats=np.asarray(json.dumps(self.stats)),
-                     **{n: getattr(self, n) for n in _VECTORS}, **arrays)
+        save_tables(path, ragged={n: getattr(self, n) for n in _ARRAYS},
+                    dense={n: getattr(self, n) for n in _VECTORS}, stats=self.stats)
 
     @classmethod
     def load(cls, path: str) -> "MultihopData":
-        with np.load(path) as z:
-            rag = {n: Ragged(z[f"{n}_values"], z[f"{n}_splits"]) for n in _ARRAYS}
-            vec = {n: z[n] for n in _VECTORS}
-            return cls(stats=json.loads(str(z["stats"])), **rag, **vec)
+        rag, vec, stats = load_tables(path, _ARRAYS, _VECTORS)
+        return cls(stats=stats, **rag, **vec)
 
 
 def preprocess(examples: Sequence[HotpotExample], tokenizer, *, max_q_len: int, max_p_len: int,

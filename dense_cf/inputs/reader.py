@@ -50,10 +50,12 @@ from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.tokens import (
     Ragged,
     encode_texts,
+    load_tables,
     pad_reader_rows,
     question_row,
     reader_passage,
     reader_row,
+    save_tables,
     special_ids,
 )
 from dense_cf.progress import Progress
@@ -87,20 +89,14 @@ class ReaderData:
         return len(self.q)
 
     def save(self, path: str) -> None:
-        arrays = {}
-        for name in _ARRAYS:
-            r = getattr(self, name)
-            arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
-        with files.atomic_open(path, "wb") as f:
-            np.savez(f, text_start=self.text_start, pos_pid=self.pos_pid,
-                     stats=np.asarray(json.dumps(self.stats)), **arrays)
+        save_tables(path, ragged={n: getattr(self, n) for n in _ARRAYS},
+                    dense={"text_start": self.text_start, "pos_pid": self.pos_pid},
+                    stats=self.stats)
 
     @classmethod
     def load(cls, path: str) -> "ReaderData":
-        with np.load(path) as z:
-            rag = {n: Ragged(z[f"{n}_values"], z[f"{n}_splits"]) for n in _ARRAYS}
-            return cls(text_start=z["text_start"], pos_pid=z["pos_pid"],
-                       stats=json.loads(str(z["stats"])), **rag)
+        rag, dense, stats = load_tables(path, _ARRAYS, ("text_start", "pos_pid"))
+        return cls(stats=stats, **rag, **dense)
 
 
 def token_spans(offsets: np.ndarray, char_spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -20,14 +20,17 @@ TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Sequence
 
 import numpy as np
 
+from dense_cf import files
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.sentences import split_sentences
 
-__all__ = ["Ragged", "encode_texts", "hop2_query_row", "pad_reader_rows", "pad_rows", "passage_head",
+__all__ = ["Ragged", "encode_texts", "hop2_query_row", "load_tables", "pad_reader_rows", "pad_rows",
+           "passage_head", "save_tables",
            "passage_rows", "question_row", "reader_passage", "reader_row", "token_answer_flags",
            "insert_markers", "marker_valid",
            "passage_table", "tokenize_marked_passages", "token_sentence_ids", "tokenize_passages",
@@ -67,6 +70,26 @@ class Ragged:
         """A ``tf.RaggedTensor`` (TensorFlow is imported here: the rest is TF-free)."""
         import tensorflow as tf
         return tf.RaggedTensor.from_row_splits(self.values, self.row_splits, validate=False)
+
+
+def save_tables(path: str, *, ragged: dict[str, Ragged], dense: dict[str, np.ndarray],
+                stats: dict) -> None:
+    """One ``.npz`` cache: each :class:`Ragged` as ``<name>_values``/``<name>_splits``, dense
+    arrays by name, ``stats`` as JSON. Written atomically under a unique temp name, since hosts
+    sharing a file system may write the same cache at once."""
+    arrays = {}
+    for name, r in ragged.items():
+        arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
+    with files.atomic_open(path, "wb") as f:
+        np.savez(f, stats=np.asarray(json.dumps(stats)), **dense, **arrays)
+
+
+def load_tables(path: str, ragged: Sequence[str], dense: Sequence[str]
+                ) -> tuple[dict[str, Ragged], dict[str, np.ndarray], dict]:
+    """What :func:`save_tables` wrote: (ragged tables, dense arrays, stats)."""
+    with np.load(path) as z:
+        return ({n: Ragged(z[f"{n}_values"], z[f"{n}_splits"]) for n in ragged},
+                {n: z[n] for n in dense}, json.loads(str(z["stats"])))
 
 
 def _overlap_index(token_offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
