@@ -1,8 +1,10 @@
-"""Pieces shared by the benchmark commands: the training batch schema and a random batch."""
+"""Pieces shared by the benchmark commands: the training batch schema, a random batch and the
+timed loop of a jitted train step."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -29,3 +31,25 @@ def random_batch(shapes: dict[str, Any], vocab_size: int, seed: int = 0) -> dict
     return {k: (r.integers(1000, vocab_size, size=v.shape).astype(np.int32)
                 if k.endswith("_ids") else np.ones(v.shape, v.dtype))
             for k, v in shapes.items()}
+
+
+def time_train_step(step: Callable, state: Any, batch: Any, rng: jax.Array, steps: int
+                    ) -> tuple[Any, Any, float, float, list[float]]:
+    """Compiles ``step`` (timed apart), runs one warm-up step, then ``steps`` timed steps, each
+    blocked on its metrics. Returns (state, the last step's metrics, compile seconds, XLA's FLOP
+    count of one step or 0 when it gives none, per-step seconds)."""
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch, rng).compile()
+    compile_s = time.perf_counter() - t0
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    xla_flops = float(cost.get("flops", 0.0)) if cost else 0.0
+    state, m = step(state, batch, rng)  # warm-up
+    jax.block_until_ready(m)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        state, m = step(state, batch, rng)
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t0)
+    return state, m, compile_s, xla_flops, times

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import resource
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +22,7 @@ from absl import flags
 from flax import linen as nn
 
 from dense_cf import methods
+from dense_cf.bench.common import time_train_step
 from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.configs.presets import reader_demo_config
@@ -83,21 +83,8 @@ def main(argv) -> None:
                        in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
                        out_shardings=(state_sh, None), donate_argnums=(0,))
         gbatch = mesh_lib.global_batch(batch, mesh)
-        rng = jax.random.key(1)
-        t0 = time.perf_counter()
-        compiled = step.lower(state, gbatch, rng).compile()
-        compile_s = time.perf_counter() - t0
-        cost = compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        xla_flops = float(cost.get("flops", 0.0)) if cost else 0.0
-        state, m = step(state, gbatch, rng)  # warm-up
-        jax.block_until_ready(m)
-        times = []
-        for _ in range(_STEPS.value):
-            t0 = time.perf_counter()
-            state, m = step(state, gbatch, rng)
-            jax.block_until_ready(m)
-            times.append(time.perf_counter() - t0)
+        state, m, compile_s, xla_flops, times = time_train_step(step, state, gbatch,
+                                                                jax.random.key(1), _STEPS.value)
     c = model.config
     enc = c.num_layers * (4 * c.hidden_size ** 2 + 2 * c.hidden_size * c.intermediate_size)
     rows, tokens = b * p, b * p * length
