@@ -30,7 +30,7 @@ from dense_cf.parallel.hosts import host0_first, is_host0
 from dense_cf.progress import Progress, timed
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.metric_writer import MetricWriter
-from dense_cf.train.run import Run, RunDir, build_model, init_state, run_tokenizer
+from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
 from dense_cf.train.validate import validate
@@ -98,7 +98,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
             f.write(config.to_json_best_effort(indent=2))
     mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.model)
     model, hf_params, tok_dir = build_model(config)
-    rules = method.model.axis_rules(model, mesh.shape["model"], config.mesh.get("logical_axis_rules"))
+    rules = axis_rules(config, model, mesh)
     tokenizer = run_tokenizer(config, tok_dir, workdir, save=is_host0())
 
     train_data, dev_data = host0_first(lambda: (  # one writer per tokenised-cache file
