@@ -16,7 +16,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from dense_cf.cli import _app
+from dense_cf.cli import _app, _download_flags
 from dense_cf.datasets import download, dpr
 
 FLAGS = flags.FlagValues()
@@ -26,21 +26,8 @@ _DATASETS = flags.DEFINE_string(
 _SPLITS = flags.DEFINE_string(
     "splits", ",".join(dpr.DEFAULT_SPLITS), f"Comma list of {', '.join(dpr.SPLITS)} or all.",
     flag_values=FLAGS)
-_DATA_DIR = flags.DEFINE_string(
-    "data_dir", None, "Where the files go (config.data.data_dir); required unless --list.",
-    flag_values=FLAGS)
-_MANUAL_DIR = flags.DEFINE_string(
-    "manual_dir", None, "Take files from this directory instead of downloading (offline).",
-    flag_values=FLAGS)
-_BASE_URL = flags.DEFINE_string(
-    "base_url", None, f"Mirror of {dpr.DEFAULT_BASE_URL} (default: ${dpr.BASE_URL_ENV} or DPR's).",
-    flag_values=FLAGS)
-_FORCE = flags.DEFINE_bool(
-    "force", False, "Fetch again even if present (records in checksums.tsv are kept).",
-    flag_values=FLAGS)
-_VERIFY = flags.DEFINE_enum(
-    "verify", "size", ["size", "full"], "Check present files by recorded size (fast) or sha256.",
-    flag_values=FLAGS)
+_download_flags.define_download_flags(
+    FLAGS, base_url_help=f"Mirror of {dpr.DEFAULT_BASE_URL} (default: ${dpr.BASE_URL_ENV} or DPR's).")
 _GUNZIP = flags.DEFINE_bool(
     "gunzip", False, "Store .gz files decompressed (our readers do not need this).",
     flag_values=FLAGS)
@@ -52,13 +39,6 @@ _NO_ETAG_CHECK = flags.DEFINE_bool(
 _NO_GZIP_CHECK = flags.DEFINE_bool(
     "no_gzip_check", False, "Skip the full gzip decode of new .gz files without a known checksum.",
     flag_values=FLAGS)
-_RETRIES = flags.DEFINE_integer(
-    "retries", download.DownloadOptions.max_retries,
-    "Consecutive failures without progress before giving up.", flag_values=FLAGS)
-_TIMEOUT = flags.DEFINE_float(
-    "timeout", download.DownloadOptions.timeout,
-    "Seconds without a byte before a read counts as failed.", flag_values=FLAGS)
-_LIST = flags.DEFINE_bool("list", False, "Print the selected files and exit.", flag_values=FLAGS)
 _SIZES = flags.DEFINE_bool(
     "sizes", False, "With --list: ask the server for each file's size (HEAD) and the total.",
     flag_values=FLAGS)
@@ -90,19 +70,19 @@ def main(argv: Sequence[str]) -> int:
         resources = dpr.select(_DATASETS.value, _SPLITS.value)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    base = dpr.resolve_base_url(_BASE_URL.value)
-    if _LIST.value or _SIZES.value:
+    base = dpr.resolve_base_url(FLAGS.base_url)
+    if FLAGS.list or _SIZES.value:
         return _list(resources, base)
-    data_dir = _DATA_DIR.value
+    data_dir = FLAGS.data_dir
     if not data_dir:
         raise app.UsageError("--data_dir is required (unless --list)")
-    opts = download.DownloadOptions(max_retries=_RETRIES.value, timeout=_TIMEOUT.value,
-                                    link=_LINK.value, check_etag_md5=not _NO_ETAG_CHECK.value,
-                                    verify_gzip=not _NO_GZIP_CHECK.value)
+    opts = _download_flags.download_options(FLAGS, link=_LINK.value,
+                                            check_etag_md5=not _NO_ETAG_CHECK.value,
+                                            verify_gzip=not _NO_GZIP_CHECK.value)
     try:
         paths = download.fetch_all(dpr.file_specs(resources, base), data_dir,
-                                   manual_dir=_MANUAL_DIR.value, force=_FORCE.value,
-                                   verify=_VERIFY.value, gunzip=_GUNZIP.value, opts=opts)
+                                   manual_dir=FLAGS.manual_dir, force=FLAGS.force,
+                                   verify=FLAGS.verify, gunzip=_GUNZIP.value, opts=opts)
     except download.DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from dense_cf.cli import _app
+from dense_cf.cli import _app, _download_flags
 from dense_cf.datasets import download, hotpotqa
 
 FLAGS = flags.FlagValues()
@@ -25,30 +25,12 @@ FLAGS = flags.FlagValues()
 _SPLITS = flags.DEFINE_string(
     "splits", ",".join(hotpotqa.DEFAULT_SPLITS),
     f"Comma list of {', '.join(hotpotqa.SPLITS)} or all.", flag_values=FLAGS)
-_DATA_DIR = flags.DEFINE_string(
-    "data_dir", None, "Where the files go; required unless --list.", flag_values=FLAGS)
-_MANUAL_DIR = flags.DEFINE_string(
-    "manual_dir", None, "Take files from this directory instead of downloading (offline).",
-    flag_values=FLAGS)
-_BASE_URL = flags.DEFINE_string(
-    "base_url", None, f"A mirror holding every file by its name (default: ${hotpotqa.BASE_URL_ENV} "
-    "or the published URLs).", flag_values=FLAGS)
-_FORCE = flags.DEFINE_bool(
-    "force", False, "Fetch again even if present (records in checksums.tsv are kept).",
-    flag_values=FLAGS)
-_VERIFY = flags.DEFINE_enum(
-    "verify", "size", ["size", "full"], "Check present files by recorded size (fast) or sha256.",
-    flag_values=FLAGS)
+_download_flags.define_download_flags(
+    FLAGS, base_url_help=f"A mirror holding every file by its name (default: "
+    f"${hotpotqa.BASE_URL_ENV} or the published URLs).")
 _CORPUS = flags.DEFINE_bool(
     "corpus", False, f"Also write {hotpotqa.CORPUS_FILE} (DPR TSV) from the wiki abstracts.",
     flag_values=FLAGS)
-_RETRIES = flags.DEFINE_integer(
-    "retries", download.DownloadOptions.max_retries,
-    "Consecutive failures without progress before giving up.", flag_values=FLAGS)
-_TIMEOUT = flags.DEFINE_float(
-    "timeout", download.DownloadOptions.timeout,
-    "Seconds without a byte before a read counts as failed.", flag_values=FLAGS)
-_LIST = flags.DEFINE_bool("list", False, "Print the selected files and exit.", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -60,19 +42,19 @@ def main(argv: Sequence[str]) -> int:
         raise app.UsageError(str(e)) from e
     if _CORPUS.value and "wiki" not in {r.key for r in resources}:
         raise app.UsageError("--corpus needs the wiki split in --splits")
-    base = hotpotqa.resolve_base_url(_BASE_URL.value)
-    if _LIST.value:
+    base = hotpotqa.resolve_base_url(FLAGS.base_url)
+    if FLAGS.list:
         for r in resources:
             print("\t".join((r.name, r.spec(base).url, r.desc)))
         return 0
-    data_dir = _DATA_DIR.value
+    data_dir = FLAGS.data_dir
     if not data_dir:
         raise app.UsageError("--data_dir is required (unless --list)")
-    opts = download.DownloadOptions(max_retries=_RETRIES.value, timeout=_TIMEOUT.value)
+    opts = _download_flags.download_options(FLAGS)
     try:
         paths = download.fetch_all([r.spec(base) for r in resources], data_dir,
-                                   manual_dir=_MANUAL_DIR.value, force=_FORCE.value,
-                                   verify=_VERIFY.value, opts=opts)
+                                   manual_dir=FLAGS.manual_dir, force=FLAGS.force,
+                                   verify=FLAGS.verify, opts=opts)
     except download.DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
