@@ -121,3 +121,17 @@ def test_finished_eval_dir_takes_relative_paths(tmp_path, monkeypatch):
     c.data.data_dir = "out/other"
     with pytest.raises(ValueError, match="data.data_dir"):
         bench.finished_eval_dir("out/run", c)
+
+
+def test_finished_eval_dir_reads_fields_added_since_at_their_defaults(tmp_path):
+    # A run saved before a config field existed was trained as if it had the default.
+    from dense_cf.configs.base import base_config, resolve_paths
+    from dense_cf.files import write_json
+    c = resolve_paths(base_config())
+    saved = json.loads(c.to_json_best_effort())
+    del saved["data"]["synthetic"]["world"], saved["reader"]
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    assert bench.finished_eval_dir(str(tmp_path), c) is None   # reusable, not trained yet
+    c.data.synthetic.world = "mixed"                             # not the default: refused
+    with pytest.raises(ValueError, match="data.synthetic.world"):
+        bench.finished_eval_dir(str(tmp_path), c)

@@ -38,7 +38,7 @@ from absl import flags, logging
 
 from dense_cf.cli import _app
 from dense_cf.configs.ablation import ROWS, ablation_config
-from dense_cf.configs.base import resolve_paths
+from dense_cf.configs.base import base_config, resolve_paths
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -94,6 +94,20 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
+def with_new_defaults(saved: Any, defaults: Any) -> Any:
+    """``saved`` (a run's config as JSON) plus every field of ``defaults`` it lacks.
+
+    Config fields are added with defaults that keep the behaviour from before them (e.g.
+    ``data.synthetic.world = "entity"``, the ``reader`` and ``multihop`` blocks), so a run saved
+    before a field existed was trained as if it had the default."""
+    if not (isinstance(saved, dict) and isinstance(defaults, dict)):
+        return saved
+    out = dict(saved)
+    for key, value in defaults.items():
+        out[key] = with_new_defaults(saved[key], value) if key in saved else value
+    return out
+
+
 def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
                       required: Sequence[str] = ("report.json", "aar.json")) -> str | None:
     """The eval directory of a run in ``workdir`` that finished ``config``'s steps and was
@@ -105,7 +119,9 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     with open(rd.config) as f:
         saved = json.load(f)
     # The run saved its config with absolute paths (resolve_paths): compare like with like, so
-    # a relative --out finds its own finished runs.
+    # a relative --out finds its own finished runs. Fields added since it was saved count at
+    # their defaults, so finished runs stay reusable when the config grows.
+    saved = with_new_defaults(saved, _as_json(base_config()))
     diff = _diff_keys(saved, _as_json(resolve_paths(config)))
     if diff:
         raise ValueError(f"{workdir} holds a run trained with another config (differs in "
