@@ -122,3 +122,23 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
     again = rep.run_replication(out, ids, **kw)
     assert caplog.text.count("finished, reusing") == 4
     assert set(again["setup"]["minutes_per_run"].values()) == {"reused"}
+
+
+def test_pseudo_evidence_run_scores_its_training_file_first(tmp_path):
+    # EADPR §3.1: the pseudo run's p* removes the sentence a QA-proxy scorer picks, annotated
+    # once for the training file before training (gold: the answer sentence).
+    out = str(tmp_path / "rep")
+    c = rep.run_config("eadpr_h0_pseudo", out, steps=2, seed=0)
+    gold = rep.run_config("eadpr_h0", out, steps=2, seed=0)
+    assert (c.data.counterfactual, gold.data.counterfactual) == ("evidence", "sentence")
+    assert c.data.evidence_file == os.path.join(out, "data", "evidence-minilm-train.jsonl")
+    assert c.data.data_dir == gold.data.data_dir and c.data.num_hard == 0
+    res = rep.run_replication(out, ["eadpr-pseudo-gold"], steps=2, model="tiny",
+                              num_passages=150, test_questions=40, n_resamples=300)
+    n_train = len(json.load(open(os.path.join(c.data.data_dir, c.data.train_file))))
+    with open(c.data.evidence_file) as f:
+        assert sum(1 for _ in f) == n_train
+    saved = json.load(open(os.path.join(out, "eadpr_h0_pseudo", "config.json")))
+    assert saved["data"]["evidence_file"] == os.path.abspath(c.data.evidence_file)
+    assert [k["metric"] for k in res["claims"][0]["per_seed"][0]["checks"]] == [
+        "AA score", "top-1", "top-5", "top-20"]

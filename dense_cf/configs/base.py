@@ -165,8 +165,8 @@ def merge_over_base(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
 
 # Config fields that name local paths. Relative values mean "relative to the directory the
 # command was started in" (README, "Paths"); resolve_paths fixes them at launch.
-PATH_FIELDS: tuple[str, ...] = ("data.data_dir", "data.cache_dir", "reader.train_file",
-                                "reader.dev_file")
+PATH_FIELDS: tuple[str, ...] = ("data.data_dir", "data.cache_dir", "data.evidence_file",
+                                "reader.train_file", "reader.dev_file")
 
 
 def resolve_paths(config: ml_collections.ConfigDict, cwd: str | None = None
