@@ -142,3 +142,28 @@ def test_pseudo_evidence_run_scores_its_training_file_first(tmp_path):
     assert saved["data"]["evidence_file"] == os.path.abspath(c.data.evidence_file)
     assert [k["metric"] for k in res["claims"][0]["per_seed"][0]["checks"]] == [
         "AA score", "top-1", "top-5", "top-20"]
+
+
+def test_attribution_claim_is_tested_inside_the_marginalisation_study(tmp_path):
+    # The encoder-attribution claim is P_i − Q_i > 0 within one study, per test domain.
+    assert rep.plan(["attribution-passage"]) == []
+    assert rep.plan_studies(["attribution-passage", "picl-aar"]) == ["attribution"]
+    assert "studies (1 × 1 seeds): attribution" in rep.list_text(["attribution-passage"], 100, [0])
+    out = str(tmp_path / "rep")
+    res = rep.run_replication(out, ["attribution-passage"], steps=2, model="tiny",
+                              n_resamples=200, study_params={"domains": 2, "passages": 60,
+                                                             "test_questions": 12,
+                                                             "worlds": ("entity", "mixed"),
+                                                             "qpp": (1, 3)})
+    e = res["claims"][0]["per_seed"][0]
+    summary = json.load(open(os.path.join(out, "attribution", "summary.json")))
+    domains = summary["domains"]
+    assert len(domains) == 2 and domains[1].endswith("_mixed_q3")
+    assert [k["metric"] for k in e["checks"]] == [f"top-{k}: {d}" for k in (1, 5)
+                                                  for d in domains]
+    for k in e["checks"]:
+        assert k["verdict"] == claims.check_verdict(k["diff"], k["p_value"], "up")
+        row = next(r for r in summary["contrast"] if r["metric"] == k["metric"])
+        assert k["diff"] == pytest.approx(row["diff"])     # the study's own P − Q
+    md = open(os.path.join(out, "replicate.md")).read()
+    assert "## Studies" in md and "| attribution |" in md

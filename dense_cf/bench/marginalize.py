@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any, Sequence
 
 import numpy as np
 from absl import flags
@@ -93,22 +94,29 @@ def domain_config(data_dir: str, *, model: str, steps: int, batch: int, lr: floa
     return c
 
 
-def main(argv) -> None:
-    del argv
+def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1000,
+              test_questions: int = 200, worlds: Sequence[str] = (), qpp: Sequence[int] = (),
+              model: str = "minilm", batch: int = 16, lr: float = 5e-5,
+              ks: Sequence[int] = (1, 5, 20), seed: int = 0, verbose: bool = True
+              ) -> dict[str, Any]:
+    """Steps 1-4 of the module docstring into ``out``; returns what ``summary.json`` holds.
 
-
-    out = os.path.abspath(_OUT.value)
-    ks = tuple(int(k) for k in _KS.value)
+    ``contrast_rows`` are the in-domain P − Q report rows (``stats.compare_outcomes``, names
+    ``Q marginal`` / ``P marginal``), one per test domain and k, metric ``top-k: <domain>``.
+    """
+    out = os.path.abspath(out)
+    say = print if verbose else (lambda *a, **k: None)
+    ks = tuple(int(k) for k in ks)
     t0 = time.perf_counter()
-    groups = synthetic.domain_types(_DOMAINS.value)
-    worlds = per_domain(_WORLDS.value, len(groups), "entity", "--worlds")
-    qpps = [int(q) for q in per_domain(_QPP.value, len(groups), "1", "--qpp")]
+    groups = synthetic.domain_types(domains)
+    worlds = per_domain(list(worlds), len(groups), "entity", "--worlds")
+    qpps = [int(q) for q in per_domain([str(q) for q in qpp], len(groups), "1", "--qpp")]
     names = [domain_label(g, w, q) for g, w, q in zip(groups, worlds, qpps)]
     data_root = os.path.join(out, "data")
     for g, name, w, q in zip(groups, names, worlds, qpps):
         # Refuses a directory generated with other settings (meta.json), reuses a matching one.
-        synthetic.generate_or_check(os.path.join(data_root, name), _PASSAGES.value, _SEED.value,
-                                    entity_types=g, test_questions=_TEST.value,
+        synthetic.generate_or_check(os.path.join(data_root, name), passages, seed,
+                                    entity_types=g, test_questions=test_questions,
                                     num_hard_negatives=1, world=w, questions_per_passage=q)
     t_data = time.perf_counter() - t0
 
@@ -116,13 +124,13 @@ def main(argv) -> None:
     for name in names:
         wd = os.path.join(out, "runs", name)
         t1 = time.perf_counter()
-        cfg = domain_config(os.path.join(data_root, name), model=_MODEL.value,
-                            steps=_STEPS.value, batch=_BATCH.value, lr=_LR.value, seed=_SEED.value)
+        cfg = domain_config(os.path.join(data_root, name), model=model, steps=steps, batch=batch,
+                            lr=lr, seed=seed)
         summary = train(cfg, wd)
         train_s[name] = round(time.perf_counter() - t1, 1)
-        print(f"trained {name}: step {summary['step']}, train loss "
-              f"{summary['train'].get('train/loss', float('nan')):.4f} ({train_s[name]} s)",
-              flush=True)
+        say(f"trained {name}: step {summary['step']}, train loss "
+            f"{summary['train'].get('train/loss', float('nan')):.4f} ({train_s[name]} s)",
+            flush=True)
         workdirs.append(wd)
 
     # Every run is loaded once; each domain's corpus is exported once per passage encoder.
@@ -133,10 +141,10 @@ def main(argv) -> None:
              for di, n in enumerate(names)]
     reps = mg.marginalize_many(workdirs, tests, ks=ks)
     marg_s = round(time.perf_counter() - t1, 1)
-    rows = []
+    rows, contrast_rows = [], []
     for di, (name, rep) in enumerate(zip(names, reps)):
-        print(f"\n=== test domain {name} ===")
-        print(mg.summary_text(rep), flush=True)
+        say(f"\n=== test domain {name} ===")
+        say(mg.summary_text(rep), flush=True)
         for k in ks:
             a = rep["attribution"][k]
             rows.append({"test_domain": name, "k": k, "tandem": float(a["tandem"][di]),
@@ -145,30 +153,39 @@ def main(argv) -> None:
                          "mean_off_diagonal": float(np.mean(
                              np.asarray(rep["matrix"][k])[~np.eye(len(names), dtype=bool)]))
                          if len(names) > 1 else float("nan")})
+        contrast_rows += mg.encoder_contrast_rows(names, rep["first_hit_rank"], ks, only=di)
     contrast = [{"test_domain": name, **c} for di, (name, rep) in enumerate(zip(names, reps))
                 for c in rep["encoder_contrast"] if c["metric"].endswith(f": {name}")]
     total = time.perf_counter() - t0
-    print("\nIn-domain P − Q per test domain (paired bootstrap over its test questions):")
+    say("\nIn-domain P − Q per test domain (paired bootstrap over its test questions):")
     for c in contrast:
-        print(f"  {c['metric']}: P − Q = {100 * c['diff']:+.2f} [{100 * c['lo']:.2f}, "
-              f"{100 * c['hi']:.2f}], p = {c['p_value']:.3g}")
-    print("\nIn-domain marginalised accuracy in % of the in-domain tandem model (Fig. 2 style):")
-    print(f"{'test domain':<28}{'k':>4}{'tandem':>9}{'Q (%)':>9}{'P (%)':>9}{'off-diag':>10}")
+        say(f"  {c['metric']}: P − Q = {100 * c['diff']:+.2f} [{100 * c['lo']:.2f}, "
+            f"{100 * c['hi']:.2f}], p = {c['p_value']:.3g}")
+    say("\nIn-domain marginalised accuracy in % of the in-domain tandem model (Fig. 2 style):")
+    say(f"{'test domain':<28}{'k':>4}{'tandem':>9}{'Q (%)':>9}{'P (%)':>9}{'off-diag':>10}")
     for r in rows:
-        print(f"{r['test_domain']:<28}{r['k']:>4}{r['tandem']:>9.1f}{r['Q_in_domain_%']:>9.1f}"
-              f"{r['P_in_domain_%']:>9.1f}{r['mean_off_diagonal']:>10.1f}")
-    print(f"\ntiming: data {t_data:.1f}s, training {train_s}, marginalisation {marg_s}s, "
-          f"total {total:.1f}s; "
-          f"model={_MODEL.value}, steps={_STEPS.value}, passages/domain={_PASSAGES.value}")
-    write_json(os.path.join(out, "summary.json"),
-               {"domains": names, "summary": rows, "contrast": contrast, "train_s": train_s,
-                "marginalize_s": marg_s, "total_s": total,
-                "params": {"model": _MODEL.value, "steps": _STEPS.value, "worlds": worlds,
-                           "qpp": qpps,
-                           "passages": _PASSAGES.value, "test_questions": _TEST.value,
-                           "batch": _BATCH.value, "lr": _LR.value, "seed": _SEED.value},
-                "reports": {n: os.path.join(out, "marginalize", n, "report.json") for n in names}})
-    print(json.dumps({"summary": os.path.join(out, "summary.json")}))
+        say(f"{r['test_domain']:<28}{r['k']:>4}{r['tandem']:>9.1f}{r['Q_in_domain_%']:>9.1f}"
+            f"{r['P_in_domain_%']:>9.1f}{r['mean_off_diagonal']:>10.1f}")
+    say(f"\ntiming: data {t_data:.1f}s, training {train_s}, marginalisation {marg_s}s, "
+        f"total {total:.1f}s; model={model}, steps={steps}, passages/domain={passages}")
+    result = {"domains": names, "summary": rows, "contrast": contrast,
+              "contrast_rows": contrast_rows, "train_s": train_s, "marginalize_s": marg_s,
+              "total_s": total,
+              "params": {"model": model, "steps": steps, "worlds": worlds, "qpp": qpps,
+                         "passages": passages, "test_questions": test_questions,
+                         "batch": batch, "lr": lr, "seed": seed},
+              "reports": {n: os.path.join(out, "marginalize", n, "report.json") for n in names}}
+    write_json(os.path.join(out, "summary.json"), result)
+    return result
+
+
+def main(argv) -> None:
+    del argv
+    run_study(_OUT.value, domains=_DOMAINS.value, steps=_STEPS.value,
+              passages=_PASSAGES.value, test_questions=_TEST.value, worlds=_WORLDS.value,
+              qpp=[int(q) for q in _QPP.value], model=_MODEL.value, batch=_BATCH.value,
+              lr=_LR.value, ks=[int(k) for k in _KS.value], seed=_SEED.value)
+    print(json.dumps({"summary": os.path.join(os.path.abspath(_OUT.value), "summary.json")}))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from absl import flags, logging
 
 from dense_cf.bench import ablation as ablation_lib
 from dense_cf.bench import dcsr as dcsr_lib
+from dense_cf.bench import marginalize as marginalize_lib
 from dense_cf.cli import _app
 from dense_cf.configs.presets import with_method
 from dense_cf.eval import compare as compare_lib
@@ -50,7 +51,8 @@ from dense_cf.mining.evidence.scorer import make_scorer
 from dense_cf.progress import format_duration
 from dense_cf.synthetic import generate as synthetic
 
-__all__ = ["CLAIMS", "RUNS", "Claim", "RunSpec", "plan", "run_replication"]
+__all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "Study", "plan", "plan_studies",
+           "run_replication"]
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
@@ -80,6 +82,28 @@ class Claim:
     b: str
     checks: tuple[Check, ...]
     note: str = ""
+    study: str = ""  # "": runs ``a`` vs ``b`` of RUNS; else a STUDIES entry (a, b: its row names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A study whose claim is tested inside one report rather than between two runs: the
+    encoder-marginalisation benchmark (``bench.marginalize.run_study`` keyword arguments),
+    trained at the report's steps, model, batch, lr and seed."""
+
+    params: tuple[tuple[str, Any], ...]
+    minutes: float
+    note: str = ""
+
+
+STUDIES: dict[str, Study] = {
+    # Domains that differ as NQ, SQuAD and TriviaQA do in passage structure and question
+    # density, not only vocabulary; 3,000 passages each so top-1/top-5 do not saturate.
+    "attribution": Study((("domains", 3), ("passages", 3000), ("test_questions", 300),
+                          ("worlds", ("entity", "mixed", "entity")), ("qpp", (1, 3, 1))),
+                         minutes=40, note="3 DPR runs (one per domain) and their 3 × 3 "
+                         "question × passage encoder pairs on every domain's test set"),
+}
 
 
 _H0 = (("data.num_hard", 0),)
@@ -172,6 +196,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("eadpr-pseudo-gold", "EADPR (issue 16)", "§3.1",
           "pseudo-evidence is not worse than gold evidence (AA score, top-k)", "eadpr_h0",
           "eadpr_h0_pseudo", (Check("AA score", "not_worse"), *_TOPK)),
+    Claim("attribution-passage", "Encoder attribution", "Fig. 2, §5",
+          "the passage encoder contributes more to retrieval accuracy than the question "
+          "encoder: the in-domain model's marginal P_i > Q_i on each domain's test questions",
+          "Q marginal", "P marginal",
+          (Check("top-1 by domain"), Check("top-5 by domain")), study="attribution"),
     Claim("dcsr-default", "DCSR", "Table 2",
           "DCSR beats DPR in top-k (one question per passage)", "dcsr_dpr", "dcsr_dcsr",
           (Check("top-1"), Check("top-5", "not_worse"))),
@@ -196,8 +225,49 @@ def plan(claim_ids: Sequence[str]) -> list[str]:
     bad = [c for c in claim_ids if c not in CLAIM_IDS]
     if bad:
         raise ValueError(f"unknown claims {bad}; claims: {', '.join(CLAIM_IDS)}")
-    need = {r for c in CLAIMS if c.id in claim_ids for r in (c.a, c.b)}
+    need = {r for c in CLAIMS if c.id in claim_ids and not c.study for r in (c.a, c.b)}
     return [r for r in RUNS if r in need]
+
+
+def plan_studies(claim_ids: Sequence[str]) -> list[str]:
+    """The studies the claims need, in :data:`STUDIES` order."""
+    need = {c.study for c in CLAIMS if c.id in claim_ids and c.study}
+    return [s for s in STUDIES if s in need]
+
+
+def run_study(name: str, out: str, seed: int, *, steps: int, model: str = "minilm",
+              batch: int = 16, lr: float = 5e-5, params: dict[str, Any] | None = None,
+              **_: Any) -> tuple[dict[str, Any], float]:
+    """Runs study ``name`` (resumable: finished runs and exports are reused); returns its
+    summary and the minutes spent here. ``params`` override the study's own (tests)."""
+    t0 = time.perf_counter()
+    res = marginalize_lib.run_study(os.path.join(out, name + (f"_seed{seed}" if seed else "")),
+                                    steps=steps, model=model, batch=batch, lr=lr, seed=seed,
+                                    verbose=False,
+                                    **{**dict(STUDIES[name].params), **(params or {})})
+    return res, (time.perf_counter() - t0) / 60
+
+
+def _expand(checks: Sequence[Check], metrics: Sequence[str]) -> list[Check]:
+    """``"top-k by domain"`` becomes one check per row ``top-k: <domain>``."""
+    out = []
+    for check in checks:
+        if check.metric.endswith(" by domain"):
+            prefix = check.metric[:-len(" by domain")] + ": "
+            out += [Check(m, check.expect) for m in metrics if m.startswith(prefix)] or [check]
+        else:
+            out.append(check)
+    return out
+
+
+def evaluate_study_claim(claim: Claim, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The verdicts of ``claim``'s checks on a study's report rows (names ``claim.a``/``b``)."""
+    entries = evaluate_checks(rows, _expand(claim.checks, [r["metric"] for r in rows]),
+                              (claim.a, claim.b))
+    verdict = claim_verdict([c["verdict"] for c in entries if c["verdict"] in VERDICTS])
+    return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
+            "paired_markdown": report_lib.markdown_table(
+                list(rows), ["metric", "n", claim.a, claim.b, "B − A", "test", "p"])}
 
 
 def _world_dir(out: str, spec: RunSpec) -> str:
@@ -311,7 +381,8 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
 
 def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: int = 100,
                     seeds: Sequence[int] = (0,), n_resamples: int = stats.DEFAULT_RESAMPLES,
-                    **budget: Any) -> dict[str, Any]:
+                    study_params: dict[str, Any] | None = None, **budget: Any
+                    ) -> dict[str, Any]:
     """Trains what the claims need, evaluates every claim per seed, writes
     ``out/replicate.{md,json}`` and returns what the JSON holds."""
     runs = plan(claim_ids)
@@ -329,17 +400,30 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
         done[name, seed] = (workdir, step)
         # A run trained by an earlier invocation costs nothing here: said as "reused".
         minutes[f"{name} (seed {seed})"] = round(spent, 2) if spent >= 0.05 else "reused"
+    studies: dict[tuple[str, int], dict[str, Any]] = {}
+    for seed in seeds:
+        for name in plan_studies(claim_ids):
+            logging.info("replicate: study %s (seed %d); elapsed %s", name, seed,
+                         format_duration(time.perf_counter() - t_start))
+            studies[name, seed], spent = run_study(name, out, seed, steps=steps,
+                                                   params=study_params, **budget)
+            minutes[f"{name} (seed {seed})"] = round(spent, 2)
     claims = []
     for claim in CLAIMS:
         if claim.id not in claim_ids:
             continue
-        per_seed = {seed: evaluate_claim(claim, done[claim.a, seed], done[claim.b, seed],
-                                         n_resamples=n_resamples) for seed in seeds}
+        if claim.study:
+            per_seed = {seed: evaluate_study_claim(claim, studies[claim.study, seed]["contrast_rows"])
+                        for seed in seeds}
+        else:
+            per_seed = {seed: evaluate_claim(claim, done[claim.a, seed], done[claim.b, seed],
+                                             n_resamples=n_resamples) for seed in seeds}
         verdicts = [v["verdict"] for v in per_seed.values()]
         claims.append({**dataclasses.asdict(claim), "per_seed": per_seed,
                        "verdict": verdicts[0] if len(set(verdicts)) == 1 else "mixed over seeds"})
     setup = {"steps": steps, "seeds": list(seeds), "n_resamples": n_resamples, **budget,
              "runs": {r: dataclasses.asdict(RUNS[r]) for r in runs},
+             "studies": {n: dataclasses.asdict(STUDIES[n]) for n in plan_studies(claim_ids)},
              "minutes_per_run": minutes,
              "minutes": round((time.perf_counter() - t_start) / 60, 2),
              "out": os.path.abspath(out)}
@@ -389,6 +473,13 @@ def markdown(result: dict[str, Any]) -> str:
               "note": v["note"]} for r, v in s["runs"].items()],
             ["run", "study", "row", "method preset", "overrides", "world", "minutes", "note"]),
     ]
+    if s.get("studies"):
+        parts.append("## Studies\n\n" + report_lib.markdown_table(
+            [{"study": n, "parameters": ", ".join(f"{k}={x}" for k, x in v["params"]),
+              "minutes": ", ".join(f"{m}" for k, m in s["minutes_per_run"].items()
+                                   if k.startswith(n + " ")),
+              "note": v["note"]} for n, v in s["studies"].items()],
+            ["study", "parameters", "minutes", "note"]))
     for c in result["claims"]:
         for seed, e in c["per_seed"].items():
             parts.append(f"## {c['id']} (seed {seed}): {c['claim']}\n\n"
@@ -403,9 +494,12 @@ def list_text(claim_ids: Sequence[str], steps: int, seeds: Sequence[int]) -> str
     """``--list``: the claims, their runs and the estimated budget."""
     lines = [f"{c.id:<22} {c.paper} {c.where}: {c.claim}  [{c.a} vs {c.b}]"
              for c in CLAIMS if c.id in claim_ids]
-    runs = plan(claim_ids)
-    total = sum(RUNS[r].minutes for r in runs) * steps / 100 * len(seeds)
+    runs, studies = plan(claim_ids), plan_studies(claim_ids)
+    total = (sum(RUNS[r].minutes for r in runs) + sum(STUDIES[s].minutes for s in studies)
+             ) * steps / 100 * len(seeds)
     lines.append(f"\nruns ({len(runs)} × {len(seeds)} seeds): {', '.join(runs)}")
+    if studies:
+        lines.append(f"studies ({len(studies)} × {len(seeds)} seeds): {', '.join(studies)}")
     lines.append(f"estimated budget on the 2-core CPU: ≈ {total:.0f} min at {steps} steps "
                  f"(finished runs are reused)")
     return "\n".join(lines)
