@@ -57,7 +57,7 @@ def test_every_problem_is_named_with_the_allowed_values():
         "config.data.max_p_len=1024 must be a number >= 1 and <= 512",
         "config.optim.learning_rate=-1.0 must be a number > 0",
         "config.train.grad_cache_chunks=3 must divide config.train.global_batch=16",
-        "config.eval.index='flatt' is not one of flat, hnsw, ivfpq, sq8, ivfsq (did you mean 'flat'?)",
+        "config.eval.index='flatt' is not one of flat, hnsw, ivfpq, sq8, ivfsq, jax (did you mean 'flat'?)",
     ]
     with pytest.raises(ConfigError, match=r"^bad config: config.model.name_or_path="):
         validate(c, check_files=False)

@@ -33,7 +33,7 @@ _K = flags.DEFINE_list("k", [str(k) for k in marginalize.DEFAULT_KS], "Top-k cut
                        flag_values=FLAGS)
 _IN_DOMAIN = flags.DEFINE_string("in_domain", None, "Run name or index whose tandem = 100%.",
                                  flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", "flat", "flat | hnsw | ivfpq | sq8 | ivfsq.",
+_INDEX = flags.DEFINE_string("index", "flat", "flat | hnsw | ivfpq | sq8 | ivfsq | jax.",
                              flag_values=FLAGS)
 _ANSWER_MODE = flags.DEFINE_enum("answer_mode", None, ["string", "regex"],
                                  "DPR has_answer mode (default: the first run's).",

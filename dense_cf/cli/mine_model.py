@@ -34,7 +34,7 @@ _K = flags.DEFINE_integer("k", 100, "Passages retrieved per question.", flag_val
 _SKIP_TOP = flags.DEFINE_integer(
     "skip_top", 0, "Ignore the top N retrieved ranks (false-negative guard).", flag_values=FLAGS)
 _INDEX = flags.DEFINE_string(
-    "index", None, "flat | hnsw | ivfpq | sq8 | ivfsq (default: eval.index).", flag_values=FLAGS)
+    "index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: eval.index).", flag_values=FLAGS)
 _STORE_DIR = flags.DEFINE_string(
     "store_dir", None, "Passage store (default RUN/mine/store) or a mine_bm25 --index_dir.",
     flag_values=FLAGS)

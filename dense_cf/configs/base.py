@@ -126,7 +126,14 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.eval = ml_collections.ConfigDict()
     c.eval.after_training = False               # run retrieval + AAR evaluation when training ends
-    c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq
+    c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq (faiss) | jax
+    # eval.index=jax: search in JAX on the device mesh (index/jax_search.py, docs/scale.md).
+    c.eval.jax = ml_collections.ConfigDict()
+    c.eval.jax.dtype = "float32"                # float32 | bfloat16: corpus dtype on the devices
+    c.eval.jax.approx = False                   # jax.lax.approx_max_k (approximate on TPU only)
+    c.eval.jax.recall_target = 0.95             # approx_max_k's recall target
+    c.eval.jax.query_batch_size = 256           # queries per jitted search call
+    c.eval.jax.block_rows = 65_536              # corpus rows scored at once per device
     c.eval.k = 100                              # passages retrieved per question
     c.eval.ks = (1, 5, 20, 100)
     c.eval.batch_size = 128                     # encoding batch (questions and passages)

@@ -43,7 +43,8 @@ from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.files import atomic_save_npy
-from dense_cf.index.faiss_index import DenseIndex, is_saved_index
+from dense_cf.index.faiss_index import is_saved_index
+from dense_cf.index.jax_search import load_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus, load_qa
 from dense_cf.retrieval.retriever import ensure_index, ensure_sentence_index, retrieve_by_sentences
@@ -293,7 +294,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
         row_of = None
         for j in range(K):
             src, sentences = st["index"][j]
-            index = DenseIndex.load(src) if isinstance(src, str) else src
+            index = load_index(src) if isinstance(src, str) else src
             for i in range(K):
                 if sentences is None:
                     _, rows = index.search(st["q_emb"][i], min(k_max, len(corpus)))

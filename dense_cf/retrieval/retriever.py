@@ -20,7 +20,9 @@ import numpy as np
 from absl import logging
 
 from dense_cf.files import write_json
-from dense_cf.index.faiss_index import DenseIndex, IndexSpec, build_index_from_dir, is_saved_index
+from dense_cf.index import jax_search
+from dense_cf.index.faiss_index import IndexSpec, build_index_from_dir, is_saved_index
+from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir, load_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import Corpus
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve, rank_passages
@@ -36,10 +38,26 @@ def _index_source(manifest: dict) -> dict:
             "settings": manifest["settings"]}
 
 
-def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict):
+def jax_search_spec(eval_config) -> JaxSearchSpec:
+    """``eval.jax`` (configs/base.py) as the spec of an ``eval.index=jax`` searcher."""
+    return JaxSearchSpec.from_dict(dict(eval_config.jax))
+
+
+def _build_index(export_dir: str, kind: str, jax_spec: JaxSearchSpec | None):
+    if kind == jax_search.KIND:  # JAX on the device mesh (docs/scale.md); else a faiss kind
+        return build_jax_index_from_dir(export_dir, jax_spec)
+    return build_index_from_dir(export_dir, IndexSpec(kind=kind))
+
+
+def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict, *,
+                        jax_spec: JaxSearchSpec | None = None):
     """The index of ``export_dir`` (its ``manifest``): loaded from ``index_dir`` when it was
-    built from that same export, else built and saved there. Returns ``(index, reused)``."""
+    built from that same export (and, for ``kind="jax"``, with the same ``jax_spec``), else
+    built and saved there. Returns ``(index, reused)``."""
     want = _index_source(manifest)
+    if kind == jax_search.KIND:
+        jax_spec = jax_spec or JaxSearchSpec()
+        want["jax"] = jax_spec.to_dict()
     source_path = os.path.join(index_dir, INDEX_SOURCE)
     reused = False
     if is_saved_index(index_dir):
@@ -52,11 +70,11 @@ def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: di
             logging.info("index %s was not built from the export in %s (or predates %s): "
                          "rebuilding", index_dir, export_dir, INDEX_SOURCE)
     if reused:
-        index = DenseIndex.load(index_dir)
+        index = load_index(index_dir)
     else:
         with contextlib.suppress(FileNotFoundError):  # a crash while saving must not leave
             os.remove(source_path)                     # the old record next to a new index
-        index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
+        index = _build_index(export_dir, kind, jax_spec)
         index.save(index_dir)
         write_json(source_path, want)  # last: marks the index as built from it
     if index.ntotal != manifest["count"]:
@@ -81,7 +99,8 @@ def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, 
         raise RuntimeError(f"export in {export_dir} has {manifest['corpus']['passages']} "
                            f"passages, corpus {len(corpus)}")
     t0 = time.perf_counter()
-    index, reused = load_or_build_index(export_dir, index_dir, kind, manifest)
+    index, reused = load_or_build_index(export_dir, index_dir, kind, manifest,
+                                        jax_spec=jax_search_spec(run.config.eval))
     timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
               "encoded_this_run": manifest["encoded_this_run"],
               "index_s": time.perf_counter() - t0, "index_reused": reused}

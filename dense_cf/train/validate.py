@@ -16,7 +16,8 @@ import ml_collections
 
 from dense_cf import methods
 from dense_cf.files import UserError
-from dense_cf.index.faiss_index import KINDS as INDEX_KINDS
+from dense_cf.index.jax_search import ALL_KINDS as INDEX_KINDS
+from dense_cf.index.jax_search import DTYPES as JAX_DTYPES
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
@@ -127,6 +128,10 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "train.eval_every", t.eval_every, 0)  # 0: no dev evaluation
 
     _enum(out, "eval.index", ev.index, INDEX_KINDS)
+    _enum(out, "eval.jax.dtype", ev.jax.dtype, JAX_DTYPES)
+    _range(out, "eval.jax.recall_target", ev.jax.recall_target, 0, 1, lo_open=True)
+    _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 1)
+    _range(out, "eval.jax.block_rows", ev.jax.block_rows, 1)
     _range(out, "eval.k", ev.k, 1)
     for k in ev.ks:
         _range(out, "eval.ks[]", k, 1)
