@@ -193,7 +193,7 @@ def _table(results: list[dict[str, Any]]) -> str:
 # Child: one kind
 # ------------------------------------------------------------------------------------------
 
-class _PeakRSS:
+class PeakRSS:
     """Max RSS of this process while active, sampled by a thread (psutil)."""
 
     def __init__(self, interval: float = 0.02):
@@ -209,7 +209,7 @@ class _PeakRSS:
         while not self._stop.wait(self._interval):
             self.peak = max(self.peak, self._proc.memory_info().rss)
 
-    def __enter__(self) -> "_PeakRSS":
+    def __enter__(self) -> "PeakRSS":
         self._thread.start()
         return self
 
@@ -231,7 +231,7 @@ def _run_single(kind: str) -> dict[str, Any]:
     spec = IndexSpec(kind=kind, omp_threads=_OMP.value or None, train_size=_TRAIN.value,
                      nprobe=_NPROBE.value, ef_search=_EF.value, use_gpu=False)
     k = min(_K.value, _N.value)
-    with _PeakRSS() as mem:
+    with PeakRSS() as mem:
         t0 = time.perf_counter()
         index = build_index_from_dir(os.path.join(workdir, "emb"), spec, progress=True)
         build_s = time.perf_counter() - t0

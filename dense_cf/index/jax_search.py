@@ -56,7 +56,7 @@ from dense_cf.parallel.mesh import make_mesh
 from dense_cf.progress import Progress
 
 __all__ = ["ALL_KINDS", "DTYPES", "KIND", "JaxIndex", "JaxSearchSpec", "build_jax_index",
-           "build_jax_index_from_dir", "load_index"]
+           "build_jax_index_from_dir", "load_index", "memory_per_device"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
@@ -119,6 +119,14 @@ def _layout(n: int, devices: int, block_rows: int) -> tuple[int, int]:
     block = -(-per // nblocks)
     block = -(-block // 8) * 8
     return block * nblocks, block
+
+
+def memory_per_device(n: int, dim: int, devices: int, spec: JaxSearchSpec) -> dict[str, int]:
+    """Bytes one device holds: its corpus rows (padding included) and one block of float32
+    scores for a query batch. The int64 ids (8 bytes per row) stay in host memory."""
+    rows, block = _layout(n, devices, spec.block_rows)
+    return {"rows": rows, "corpus_bytes": rows * dim * jnp.dtype(spec.dtype).itemsize,
+            "scores_bytes": spec.query_batch_size * block * 4}
 
 
 # --------------------------------------------------------------------------------------------
