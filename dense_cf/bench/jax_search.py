@@ -97,21 +97,29 @@ def _child(variant: str, dim: int, workdir: str) -> dict[str, Any]:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _run_dim(workdir: str, dim: int) -> list[dict[str, Any]]:
+def _run_dim(workdir: str, dim: int, failures: list[str]) -> list[dict[str, Any]]:
+    """Every run of one dimension; a failed run (e.g. killed for memory on a shared machine)
+    is logged and listed in ``failures``, and the others go on."""
     t0 = time.perf_counter()
     _prepare(workdir, dim)
     logging.info("bench: wrote %d x %d float32 vectors in %.1fs", _N.value, dim,
                  time.perf_counter() - t0)
-    results = []
-    for r in range(_ROUNDS.value):  # flat first in round 0: its ids are the reference
-        for variant in (("flat", "jax") if r % 2 == 0 else ("jax", "flat")):
-            logging.info("bench: dim %d round %d %s ...", dim, r, variant)
-            results.append(dict(_child(variant, dim, workdir), round=r))
+    plan = [(r, v) for r in range(_ROUNDS.value)  # flat first in round 0: the reference
+            for v in (("flat", "jax") if r % 2 == 0 else ("jax", "flat"))]
     for variant in [v.strip() for v in _EXTRA.value.split(",") if v.strip()]:
         if variant not in VARIANTS:
             raise ValueError(f"--extra: unknown variant {variant!r} (known: {VARIANTS})")
-        logging.info("bench: dim %d %s ...", dim, variant)
-        results.append(dict(_child(variant, dim, workdir), round=0))
+        plan.append((0, variant))
+    results = []
+    for r, variant in plan:
+        logging.info("bench: dim %d round %d %s ...", dim, r, variant)
+        try:
+            results.append(dict(_child(variant, dim, workdir), round=r))
+        except RuntimeError as e:
+            logging.error("bench: %s", e)
+            failures.append(str(e))
+            continue
+        logging.info("bench: %s", json.dumps(results[-1]))
     shutil.rmtree(os.path.join(workdir, f"emb-{dim}"), ignore_errors=True)
     return results
 
@@ -223,9 +231,10 @@ def main(argv: list[str]) -> None:
     workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="dense_cf_jax_search_bench_")
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
+    failures: list[str] = []
     try:
         for dim in dims:
-            results += _run_dim(workdir, dim)
+            results += _run_dim(workdir, dim, failures)
     finally:
         if not _KEEP.value:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -233,16 +242,19 @@ def main(argv: list[str]) -> None:
     rows = _median_rows(results)
     print("\n" + " ".join(["python -m dense_cf.bench.jax_search"] + sys.argv[1:]))
     print(f"n={_N.value} float32 queries={_QUERIES.value} batch={_BATCH.value} k={k} "
-          f"rounds={_ROUNDS.value} cpus={os.cpu_count()} jax devices={results[0]['devices']} "
-          f"faiss threads={results[0]['faiss_threads']} "
+          f"rounds={_ROUNDS.value} cpus={os.cpu_count()} "
+          f"jax devices={results[0]['devices'] if results else '?'} "
+          f"faiss threads={results[0]['faiss_threads'] if results else '?'} "
           f"total {time.perf_counter() - t0:.0f}s; medians over runs; R@k and ids=flat against "
           "the first flat run")
     print(_table(rows, k))
+    for failure in failures:
+        print(f"FAILED: {failure}")
     print()
     print(_projection(dims))
     if _JSON.value:
         with open(_JSON.value, "w") as f:
-            json.dump({"runs": results, "medians": rows}, f, indent=2)
+            json.dump({"runs": results, "medians": rows, "failures": failures}, f, indent=2)
 
 
 if __name__ == "__main__":

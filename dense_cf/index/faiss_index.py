@@ -82,8 +82,23 @@ _EMB_RE = re.compile(r"^embeddings-(\d+)\.npy$")
 # Spec
 # --------------------------------------------------------------------------------------------
 
+class DictSpec:
+    """``to_dict`` / ``from_dict`` (unknown fields refused, named) for a spec dataclass."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {unknown}")
+        return cls(**d)
+
+
 @dataclasses.dataclass(frozen=True)
-class IndexSpec:
+class IndexSpec(DictSpec):
     """What index to build and how to search it. The metric is always inner product.
 
     ``nlist`` / ``pq_m`` = None choose defaults at build time (``auto_nlist``,
@@ -124,17 +139,6 @@ class IndexSpec:
             v = getattr(self, name)
             if v is not None and int(v) < 1:
                 raise ValueError(f"IndexSpec.{name} must be >= 1 or None, got {v}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "IndexSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown IndexSpec fields {unknown}")
-        return cls(**d)
 
 
 def auto_nlist(n: int, n_train: int | None = None) -> int:
@@ -335,6 +339,16 @@ def merge_topk(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int
     return s, i
 
 
+def check_search_args(queries: np.ndarray, k: int, dim: int) -> tuple[np.ndarray, int]:
+    """(queries as an array, k as int) after checking a search's shape [Q, dim] and k >= 1."""
+    q = np.asarray(queries)
+    if q.ndim != 2 or q.shape[1] != dim:
+        raise ValueError(f"queries must have shape [Q, {dim}], got {q.shape}")
+    if int(k) < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return q, int(k)
+
+
 # --------------------------------------------------------------------------------------------
 # DenseIndex
 # --------------------------------------------------------------------------------------------
@@ -393,12 +407,7 @@ class DenseIndex:
 
         Queries go to faiss in batches of ``batch_size`` (default spec.query_batch_size).
         """
-        q = np.asarray(queries)
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise ValueError(f"queries must have shape [Q, {self.dim}], got {q.shape}")
-        k = int(k)
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        q, k = check_search_args(queries, k, self.dim)
         if self.on_gpu and k > _GPU_MAX_K:
             raise ValueError(f"k={k} exceeds the faiss GPU limit {_GPU_MAX_K}")
         if self.spec.omp_threads:

@@ -66,7 +66,7 @@ _FORMAT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxSearchSpec:
+class JaxSearchSpec(faiss_index.DictSpec):
     """How a :class:`JaxIndex` stores and searches vectors (configs/base.py ``eval.jax_*``).
 
     ``dtype``: corpus dtype on the devices. ``approx``: ``approx_max_k`` with
@@ -95,17 +95,6 @@ class JaxSearchSpec:
     def kind(self) -> str:
         return KIND
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "JaxSearchSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown JaxSearchSpec fields {unknown}")
-        return cls(**d)
-
 
 # --------------------------------------------------------------------------------------------
 # Layout (pure)
@@ -129,17 +118,25 @@ def memory_per_device(n: int, dim: int, devices: int, spec: JaxSearchSpec) -> di
             "scores_bytes": spec.query_batch_size * block * 4}
 
 
+def _storage_dtype(dtype: str) -> np.dtype:
+    """The corpus buffers' dtype: bfloat16 is kept as its uint16 bits. XLA's CPU backend
+    otherwise converts the WHOLE bfloat16 corpus to float32 before the block loop (measured:
+    +4 bytes per element, an out-of-memory at 1M x 768); a uint16 slice is bit-cast per block."""
+    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+
+
 # --------------------------------------------------------------------------------------------
 # The sharded search program
 # --------------------------------------------------------------------------------------------
 
 def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, block: int,
-                k: int, approx: bool, recall_target: float) -> tuple[jax.Array, jax.Array]:
+                k: int, dtype: str, approx: bool, recall_target: float
+                ) -> tuple[jax.Array, jax.Array]:
     """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D]."""
     rows_here, dim = p.shape
     base = jax.lax.axis_index(axes) * rows_here
     kb = min(k, block)
-    q = q.astype(p.dtype)
+    q = q.astype(jnp.dtype(dtype))
 
     def select(s: jax.Array) -> tuple[jax.Array, jax.Array]:
         if approx:
@@ -151,6 +148,8 @@ def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, bl
         best_s, best_r = carry
         blk, j = xs
         rows = base + j * block + jnp.arange(block, dtype=jnp.int32)
+        if blk.dtype != q.dtype:  # bfloat16 stored as its uint16 bits (see _storage_dtype)
+            blk = jax.lax.bitcast_convert_type(blk, q.dtype)
         s = jnp.dot(q, blk.T, preferred_element_type=jnp.float32)
         s = jnp.where(rows[None, :] < n, s, -jnp.inf)  # padding never wins
         ts, ti = select(s)
@@ -167,10 +166,10 @@ def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, bl
     return s, r
 
 
-def _search_program(mesh: Mesh, *, n: int, block: int, k: int, approx: bool,
+def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, approx: bool,
                     recall_target: float) -> Callable[[jax.Array, jax.Array], Any]:
     axes = tuple(mesh.axis_names)
-    local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, approx=approx,
+    local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, approx=approx,
                     recall_target=recall_target)
     per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes)),
                                out_specs=(P(None, axes), P(None, axes)),
@@ -236,19 +235,20 @@ def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[
     dtype = jnp.dtype(spec.dtype)
     shape = (rows_per * devices, rows.dim)
     sharding = NamedSharding(mesh, P(tuple(mesh.axis_names)))
-    host = np.zeros((block, rows.dim), dtype)
+    host = np.zeros((block, rows.dim), dtype)  # rows are converted to the search dtype here
+    bits = host.view(_storage_dtype(spec.dtype))
     meter = Progress("index: jax load", rows.n, unit="vectors", every_s=10.0, enabled=progress)
     bufs = []
     for device, index in sharding.addressable_devices_indices_map(shape).items():
         first = index[0].start or 0
-        buf = jnp.zeros((rows_per, rows.dim), dtype, device=device)
+        buf = jnp.zeros((rows_per, rows.dim), bits.dtype, device=device)
         for off in range(0, rows_per, block):
             lo, hi = first + off, min(first + off + block, rows.n)
             if hi <= lo:
                 break  # the rest of this device is padding: already zeros
             host[hi - lo:] = 0
             rows.read(lo, hi, host)
-            buf = _write_rows(buf, jax.device_put(host, device), jnp.int32(off))
+            buf = _write_rows(buf, jax.device_put(bits, device), jnp.int32(off))
             # device_put may alias ``host`` (CPU) and runs asynchronously: finish before reuse.
             buf.block_until_ready()
             meter.update(hi - lo)
@@ -301,19 +301,15 @@ class JaxIndex:
         key = (batch, k)
         if key not in self._programs:
             self._programs[key] = _search_program(
-                self.mesh, n=self._n, block=self._block, k=k, approx=self.spec.approx,
+                self.mesh, n=self._n, block=self._block, k=k, dtype=self.spec.dtype,
+                approx=self.spec.approx,
                 recall_target=float(self.spec.recall_target))
         return self._programs[key]
 
     def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by inner product in batches of ``batch_size`` (default spec.query_batch_size)."""
-        q = np.asarray(queries)
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise ValueError(f"queries must have shape [Q, {self.dim}], got {q.shape}")
-        k = int(k)
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        q, k = faiss_index.check_search_args(queries, k, self.dim)
         nq = q.shape[0]
         bs = max(1, min(int(batch_size or self.spec.query_batch_size), nq))
         program = self._program(bs, k)
