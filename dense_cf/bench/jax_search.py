@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Any
 
+import jax
 import numpy as np
 from absl import flags, logging
 
@@ -183,7 +184,6 @@ def _projection(dims: list[int]) -> str:
 
 def _run_single(variant: str) -> dict[str, Any]:
     import faiss
-    import jax
 
     workdir, dim, k = _WORKDIR.value, _DIM.value, min(_K.value, _N.value)
     emb_dir = os.path.join(workdir, f"emb-{dim}")
