@@ -226,3 +226,13 @@ else:
         run.config.eval.jax.dtype = "bfloat16"
         bf = evaluate_run(work, run=run, index_kind="jax", out_dir=str(tmp_path / "e_bf16"))
         assert not bf["timing"]["index_reused"]
+
+    def test_memory_per_device_is_the_layout():
+        from dense_cf.index.jax_search import memory_per_device
+        spec = JaxSearchSpec(dtype="bfloat16", query_batch_size=128, block_rows=65_536)
+        m = memory_per_device(21_015_324, 768, 8, spec)
+        assert 21_015_324 <= 8 * m["rows"] < 21_015_324 + 8 * 8 * 41  # 41 blocks, each rounded up by < 8 rows
+        assert m["corpus_bytes"] == m["rows"] * 768 * 2
+        index = build_jax_index(np.ones((1003, 16), np.float32), spec=JaxSearchSpec(block_rows=40))
+        layout = memory_per_device(1003, 16, DEVICES, JaxSearchSpec(block_rows=40))
+        assert index.device_bytes == DEVICES * layout["corpus_bytes"]
