@@ -160,3 +160,18 @@ def test_tiny_fid_learns_the_toy_task_and_eval_e2e_reads_it(tmp_path, tok_dir):
     assert set(saved["em"]) == {"1", "4"} and set(saved["f1"]) == {"1", "4"}
     assert saved["em"]["4"] == pytest.approx(100 * np.mean(em4))  # the same predictions, read again
     assert result["reader_method"] == "fid" and (tmp_path / "e2e" / "e2e.md").exists()
+
+
+def test_fid_configs_and_the_constant_schedule():
+    from configs import fid_demo, fid_nq
+    from dense_cf.train.state import make_schedule
+    c = fid_nq.get_config()
+    assert (c.method, c.fid.n_passages, c.fid.max_len, c.train.global_batch) == ("fid", 100, 250, 64)
+    assert fid_demo.get_config().fid.n_passages == 4
+    constant = make_schedule(1e-4, 0, 10_000, "constant")
+    assert float(constant(0)) == pytest.approx(1e-4) and float(constant(9_999)) == pytest.approx(1e-4)
+    warm = make_schedule(1e-4, 10, 100, "constant")
+    assert float(warm(5)) == pytest.approx(5e-5) and float(warm(90)) == pytest.approx(1e-4)
+    assert float(make_schedule(1e-4, 0, 100)(50)) == pytest.approx(5e-5)   # DPR's linear decay
+    with pytest.raises(ValueError, match="optim.decay"):
+        make_schedule(1e-4, 0, 100, "cosine")

@@ -111,6 +111,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 2e-5
     c.optim.warmup_steps = 1237                 # DPR's NQ setting
+    c.optim.decay = "linear"                    # after warm-up: linear to 0 (DPR), or "constant" (FiD)
     c.optim.grad_clip = 2.0
     c.optim.b1 = 0.9
     c.optim.b2 = 0.999
