@@ -183,23 +183,31 @@ def reader_demo_config() -> ml_collections.ConfigDict:
     # MiniLM's [CLS] output is the same vector for every row (it was trained for mean pooling):
     # the selection head reads the mean of the row instead (docs/readers.md).
     c.model.pooling = "mean"
-    c.reader.train_file = "runs/demo/dpr/reader_data/step_100/train/retrieval.json"
-    c.reader.dev_file = "runs/demo/dpr/reader_data/step_100/dev/retrieval.json"
     c.reader.passages = 4
     c.reader.max_len = 128
     c.reader.max_q_len = 32
     c.reader.num_layers = 3
     c.reader.max_retrieved = 20
-    c.train.global_batch = 4
     # The selection head learns late: at 150 steps it picks the answer passage among 4 for half
     # the dev questions (EM then falls with k), at 300 for three quarters (docs/readers.md).
+    # Few steps: a high rate (1e-4 barely moves the selection head).
+    return _demo_reader_training(c)
+
+
+def _demo_reader_training(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The demo readers' training (docs/readers.md): the demo DPR run's results, 300 steps of 4
+    questions at 3e-4 after 15 warm-up steps, linear decay."""
+    c.reader.train_file = "runs/demo/dpr/reader_data/step_100/train/retrieval.json"
+    c.reader.dev_file = "runs/demo/dpr/reader_data/step_100/dev/retrieval.json"
+    c.train.global_batch = 4
     c.train.num_steps = 300
     c.train.log_every = 10
     c.train.checkpoint_every = 100
     c.train.eval_every = 300
     c.train.eval_max_batches = 8
-    c.optim.learning_rate = 3e-4   # few steps: a high rate (1e-4 barely moves the selection head)
+    c.optim.learning_rate = 3e-4
     c.optim.warmup_steps = 15
+    c.optim.decay = "linear"
     return c
 
 
@@ -239,17 +247,6 @@ def fid_demo_config() -> ml_collections.ConfigDict:
     run's results (the extractive demo reader's files)."""
     c = fid_config("nq")
     c.model.name_or_path = "t5-small"
-    c.reader.train_file = "runs/demo/dpr/reader_data/step_100/train/retrieval.json"
-    c.reader.dev_file = "runs/demo/dpr/reader_data/step_100/dev/retrieval.json"
     c.fid.n_passages, c.fid.max_len = 4, 128
     c.fid.max_answer_len, c.fid.decode_len = 16, 16
-    c.train.global_batch = 4
-    c.train.num_steps = 300
-    c.train.log_every = 10
-    c.train.checkpoint_every = 100
-    c.train.eval_every = 300
-    c.train.eval_max_batches = 8
-    c.optim.learning_rate = 3e-4
-    c.optim.warmup_steps = 15
-    c.optim.decay = "linear"
-    return c
+    return _demo_reader_training(c)

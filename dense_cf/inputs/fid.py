@@ -148,13 +148,7 @@ def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, n
             stats["passages_read"] += len(ctx_rows[-1])
         progress.update(len(chunk))
 
-    chunk: list[RetrievalRecord] = []
-    for rec in records:
-        chunk.append(rec)
-        if len(chunk) >= chunk_size:
-            flush(chunk)
-            chunk = []
-    if chunk:
+    for chunk in reader_inputs.in_chunks(records, chunk_size):
         flush(chunk)
     progress.done()
     stats["passages"] = len(passages)

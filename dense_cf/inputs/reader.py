@@ -62,7 +62,7 @@ from dense_cf.progress import Progress
 from dense_cf.text.answers import find_answer_spans, has_answer
 
 __all__ = ["Batches", "ReaderBatchIterator", "ReaderData", "ReaderSpec", "cached_results",
-           "config_cache_dir", "file_problems", "load_config_split", "load_results_split", "make_batch",
+           "config_cache_dir", "file_problems", "in_chunks", "load_config_split", "load_results_split", "make_batch",
            "make_dataset", "preprocess", "reader_file", "spec_from_config", "token_spans"]
 
 CACHE_VERSION = 1
@@ -119,6 +119,19 @@ def _answer_token_spans(text: str, offsets: np.ndarray, answers: list[str], mode
     for a in answers:
         spans.update(token_spans(offsets, find_answer_spans(text, [a], mode=mode)))
     return sorted(spans)
+
+
+def in_chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` as consecutive lists of ``size`` (the last may be shorter): the readers
+    tokenise their records a chunk at a time."""
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, max_q_len: int,
@@ -200,13 +213,7 @@ def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, m
             stats["no_negatives"] += int(not negatives)
         progress.update(len(chunk))
 
-    chunk: list[RetrievalRecord] = []
-    for rec in records:
-        chunk.append(rec)
-        if len(chunk) >= chunk_size:
-            flush(chunk)
-            chunk = []
-    if chunk:
+    for chunk in in_chunks(records, chunk_size):
         flush(chunk)
     progress.done()
     stats["passages"] = len(passages)

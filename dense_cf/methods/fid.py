@@ -21,7 +21,7 @@ from dense_cf.inputs import fid as fid_inputs
 from dense_cf.inputs import reader as reader_inputs
 from dense_cf.inputs.tokens import encode_texts
 from dense_cf.losses import answer_nll_loss
-from dense_cf.methods.base import Inputs, Method, ModelSpec, Prediction
+from dense_cf.methods.base import Inputs, Method, ModelSpec, Prediction, predict_ks
 from dense_cf.methods.reader import READER_MODEL
 from dense_cf.models import hf_t5
 from dense_cf.models.fid import FiD, decode_answers, fid_token_outputs, greedy_decode_scored
@@ -142,13 +142,7 @@ def predict(run, questions: Sequence[str], contexts: Sequence[Sequence[Any]], ks
     titles and texts) to its answer, so an identical list (another k with fewer passages,
     another retriever) is not read again.
     """
-    if jax.process_count() > 1:
-        raise NotImplementedError("reader prediction runs on one host (jax.process_count() > 1)")
-    if len(questions) != len(contexts):
-        raise ValueError(f"{len(questions)} questions but {len(contexts)} passage lists")
-    ks = sorted({int(k) for k in ks})
-    if not ks or ks[0] < 1:
-        raise ValueError(f"ks must be positive integers, got {ks}")
+    ks = predict_ks(questions, contexts, ks)
     cache = {} if cache is None else cache
     tok = run.tokenizer
     max_len = int(run.config.fid.max_len)
