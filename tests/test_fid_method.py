@@ -121,10 +121,14 @@ def test_bad_records_are_named_and_counted(tmp_path, tok, tok_dir):
 
 def test_killed_then_resumed_fid_equals_an_uninterrupted_one(tmp_path, tok_dir):
     write_toy_fid_results(tmp_path / "train.json", 40, seed=0)
+    write_toy_fid_results(tmp_path / "dev.json", 8, seed=2)
     over = {"train.num_steps": 8, "train.checkpoint_every": 4, "train.global_batch": 4,
+            "train.eval_every": 4, "train.eval_max_batches": 2,
             "model.dropout": 0.1}  # dropout on: its keys must resume too
-    cfg = lambda **o: tiny_fid_config(tmp_path / "train.json", tok_dir, **over, **o)  # noqa: E731
-    _, whole = train(cfg(), str(tmp_path / "whole"))
+    cfg = lambda **o: tiny_fid_config(tmp_path / "train.json", tok_dir, tmp_path / "dev.json",  # noqa: E731
+                                      **over, **o)
+    summary, whole = train(cfg(), str(tmp_path / "whole"))
+    assert {"loss", "token_accuracy", "examples"} <= set(summary["dev"])  # dev batches: first answers
     train(cfg(**{"train.stop_at_step": 4}), str(tmp_path / "cut"))  # killed at a checkpoint
     _, resumed = train(cfg(), str(tmp_path / "cut"))
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7),
@@ -132,7 +136,8 @@ def test_killed_then_resumed_fid_equals_an_uninterrupted_one(tmp_path, tok_dir):
     loaded = load_run(str(tmp_path / "whole"))
     assert loaded.method.kind == "reader" and loaded.step == 8 and loaded.model.config.dropout_rate == 0.1
     with open(tmp_path / "whole" / "metrics.jsonl") as f:
-        assert {"train/loss", "train/token_accuracy", "train/sequence_accuracy"} <= set(json.loads(f.readline()))
+        logged = set().union(*(json.loads(line) for line in f))
+    assert {"train/loss", "train/token_accuracy", "train/sequence_accuracy", "dev/loss"} <= logged
 
 
 def test_tiny_fid_learns_the_toy_task_and_eval_e2e_reads_it(tmp_path, tok_dir):
