@@ -22,19 +22,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import flags
-from flax import linen as nn
 
 from dense_cf import methods
-from dense_cf.bench.common import time_train_step
+from dense_cf.bench.common import time_method_train_step
 from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.configs.presets import fid_demo_config
 from dense_cf.models.fid import FiD, greedy_decode_scored
 from dense_cf.models.t5 import T5Config
 from dense_cf.parallel import mesh as mesh_lib
-from dense_cf.train import run as run_lib
-from dense_cf.train.state import make_optimizer
-from dense_cf.train.step import make_train_step
 
 # HF's t5-small / t5-base (v1.0: ReLU, tied head).
 SIZES = {"small": dict(d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8),
@@ -61,21 +57,15 @@ def main(argv) -> None:
     method = methods.get("fid")
     mesh = mesh_lib.make_mesh(-1, 1)
     rules = method.model.axis_rules(model, 1)
-    tx, sched = make_optimizer(cfg.optim, total_steps=1000)
     r = np.random.default_rng(0)
     ids = r.integers(3, 32000, size=(b, n, length)).astype(np.int32)
     labels = r.integers(3, 32000, size=(b, t)).astype(np.int32)
     labels[:, -1] = 1
     batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        state = run_lib.init_state(cfg, model, None, tx, mesh, rules, jax.random.key(0))
-        state_sh = jax.tree.map(lambda x: x.sharding, state)
-        step = jax.jit(make_train_step(method, model, tx, loss_hparams={}, mesh=mesh, schedule=sched),
-                       in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
-                       out_shardings=(state_sh, None), donate_argnums=(0,))
+    state, m, compile_s, xla_flops, times = time_method_train_step(cfg, method, model, None, batch,
+                                                                   mesh, rules, _STEPS.value)
+    with jax.set_mesh(mesh):
         gbatch = mesh_lib.global_batch(batch, mesh)
-        state, m, compile_s, xla_flops, times = time_train_step(step, state, gbatch,
-                                                                jax.random.key(1), _STEPS.value)
         # eos_id -1: no row ever ends early, so each decode runs decode_len steps.
         decode = lambda: greedy_decode_scored(model, state.params, gbatch["input_ids"],  # noqa: E731
                                               gbatch["attention_mask"], max_length=_DECODE.value, eos_id=-1)
