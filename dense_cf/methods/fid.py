@@ -160,8 +160,10 @@ def predict(run, questions: Sequence[str], contexts: Sequence[Sequence[Any]], ks
         for p, e in zip(new, encode_texts(tok, [fid_inputs.passage_text(t, x) for t, x in new])):
             p_ids[p] = e.ids[:max_len]
         if todo:
+            # Lists shorter than k everywhere: no all-padding rows beyond the longest.
+            n = max(len(key[2]) for key in todo)
             read = _decode_batches(run, [q_ids[key[1]] for key in todo],
-                                   [[p_ids[p] for p in key[2]] for key in todo], k, batch_size)
+                                   [[p_ids[p] for p in key[2]] for key in todo], n, batch_size)
             cache.update(zip(todo, read))
         preds = []
         for key in keys:
