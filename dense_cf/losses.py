@@ -46,7 +46,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["contrastive_loss", "contrastive_terms", "dpr_nll", "reader_loss", "summarize_terms"]
+__all__ = ["answer_nll_loss", "contrastive_loss", "contrastive_terms", "dpr_nll", "reader_loss",
+           "summarize_terms"]
 
 _NEG_INF = -jnp.inf
 
@@ -306,3 +307,24 @@ def reader_loss(select: jax.Array, passage_valid: jax.Array, start: jax.Array, e
                "rank_acc": jnp.mean(jnp.argmax(select, axis=-1) == 0),
                "span_acc": jnp.mean(span_hit)}
     return loss, metrics
+
+
+def answer_nll_loss(ll: jax.Array, correct: jax.Array, valid: jax.Array
+                    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """A generative reader's teacher-forced loss (docs/readers.md, "Fusion-in-Decoder"): the mean
+    negative log-likelihood over the batch's answer tokens (HF's seq2seq loss; FiD's).
+
+    ``ll`` float [B, T] log p(label_t | ...), ``correct`` bool [B, T] (argmax = label), ``valid``
+    bool [B, T] (False: padding after ``</s>``). Metrics: ``loss``, ``token_accuracy``,
+    ``sequence_accuracy`` (every answer token right, over rows with an answer), ``tokens``.
+    """
+    valid = valid.astype(bool)
+    n_tok = jnp.sum(valid)
+    denom = jnp.maximum(n_tok, 1)
+    loss = -jnp.sum(jnp.where(valid, ll.astype(jnp.float32), 0.0)) / denom
+    correct = correct.astype(bool) & valid
+    has_answer = jnp.any(valid, axis=-1)
+    row_right = jnp.all(correct | ~valid, axis=-1) & has_answer
+    return loss, {"loss": loss, "token_accuracy": jnp.sum(correct) / denom,
+                  "sequence_accuracy": jnp.sum(row_right) / jnp.maximum(jnp.sum(has_answer), 1),
+                  "tokens": n_tok}

@@ -256,3 +256,41 @@ def tiny_reader_config(train_file, dev_file="", **overrides):
     c.optim.learning_rate, c.optim.warmup_steps = 2e-3, 10
     c.mesh.data = 2
     return apply_overrides(c, overrides)
+
+
+def write_tiny_t5_tokenizer(path, words, extra_chars=""):
+    """A T5-style ``tokenizer.json`` (Unigram + Metaspace + "$A </s>"): ``<pad>`` 0, ``</s>`` 1,
+    ``<unk>`` 2, single characters (plus ``extra_chars``) and ``words`` as whole pieces.
+    Returns the vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    vocab += [(c, -4.0) for c in "abcdefghijklmnopqrstuvwxyz0123456789.,?!'\\" + extra_chars]
+    vocab += [("\u2581" + w, -1.0) for w in dict.fromkeys(words)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=2))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tok.save(str(path))
+    return len(vocab)
+
+
+FID_WORDS = ("question title context what is the code of item its and it old kept room today"
+             .split() + list(TOY_CODES))
+
+
+def tiny_fid_config(train_file, tok_dir, dev_file="", **overrides):
+    """A tiny random-T5 FiD reader (method "fid") on a retrieval results file; ``tok_dir`` holds
+    a tokenizer from :func:`write_tiny_t5_tokenizer`."""
+    c = base_config()
+    c.method = "fid"
+    c.model.name_or_path = "tiny"
+    c.model.tokenizer = str(tok_dir)
+    c.model.tiny_hidden, c.model.tiny_layers, c.model.tiny_heads = 32, 1, 2
+    c.model.dropout = 0.0
+    c.reader.train_file, c.reader.dev_file = str(train_file), str(dev_file)
+    c.fid.n_passages, c.fid.max_len, c.fid.max_answer_len, c.fid.decode_len = 4, 48, 4, 4
+    c.train.global_batch, c.train.log_every, c.train.eval_every = 8, 10, 0
+    c.train.num_steps, c.train.checkpoint_every = 100, 50
+    c.optim.learning_rate, c.optim.warmup_steps, c.optim.grad_clip = 3e-3, 10, 0.5
+    c.mesh.data = 2
+    return apply_overrides(c, overrides)

@@ -7,6 +7,7 @@ import os
 import jax
 import numpy as np
 import pytest
+from helpers import write_tiny_t5_tokenizer
 
 from dense_cf.cli import evidence as evidence_cli
 from dense_cf.datasets import evidence_file
@@ -77,18 +78,9 @@ def test_select_lowest_confidence():
 # ------------------------------------------------------------------ scorers
 
 def _tiny_t5_tokenizer(path):
-    """A T5-style tokenizer.json (Unigram + Metaspace + "$A </s>") whose ids fit the tiny model."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    words = "who what the of is in by a was town river founded bridge".split()
-    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    vocab += [(c, -4.0) for c in "abcdefghijklmnopqrstuvwxyz0123456789.,?!'\\"]
-    vocab += [("\u2581" + w, -1.0) for w in words]
-    assert len(vocab) <= 96
-    tok = Tokenizer(models.Unigram(vocab, unk_id=2))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    tok.save(str(path))
+    """A T5-style tokenizer whose ids fit the tiny model (vocabulary <= 96)."""
+    n = write_tiny_t5_tokenizer(path, "who what the of is in by a was town river founded bridge".split())
+    assert n <= 96
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from configs import (
     demo,
     dpr_nq,
     eadpr_nq,
+    fid_demo,
+    fid_nq,
     picl_ablation,
     picl_nq,
     picl_nq_accel,
@@ -28,7 +30,7 @@ from dense_cf.train.validate import ConfigError, problems, validate
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIGS = ([(m.__name__, m.get_config()) for m in (dcsr_nq, dcsr_squad, dcsr_trivia, dpr_nq, eadpr_nq, picl_nq,
-                                                   picl_nq_accel, picl_nq_dprneg)]
+                                                   picl_nq_accel, picl_nq_dprneg, fid_nq, fid_demo)]
            + [(f"demo:{a}", demo.get_config(a)) for a in ("picl", "dpr", "eadpr", "dcsr")]
            + [(f"picl_ablation:{r},demo", picl_ablation.get_config(f"{r},demo")) for r in ROWS]
            + [(f"data_efficiency:{a}", data_efficiency.get_config(a)) for a in ("0.1", "0.4,demo")])

@@ -9,6 +9,12 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
+
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train import run as run_lib
+from dense_cf.train.state import make_optimizer
+from dense_cf.train.step import make_train_step
 
 
 def batch_shapes(b: int, h: int, lq: int, lp: int, cf: bool) -> dict[str, jax.ShapeDtypeStruct]:
@@ -53,3 +59,18 @@ def time_train_step(step: Callable, state: Any, batch: Any, rng: jax.Array, step
         jax.block_until_ready(m)
         times.append(time.perf_counter() - t0)
     return state, m, compile_s, xla_flops, times
+
+
+def time_method_train_step(config, method: Any, model: Any, params: Any, batch: dict[str, np.ndarray],
+                           mesh: Any, rules: Any, steps: int) -> tuple[Any, Any, float, float, list[float]]:
+    """A method's train step as the loop jits it (state sharded by ``rules`` on ``mesh``, batch
+    split over ``data``, state donated), initialised from ``params`` (None: random), timed by
+    :func:`time_train_step` on the host batch ``batch``. Returns what that returns."""
+    tx, sched = make_optimizer(config.optim, total_steps=1000)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        state = run_lib.init_state(config, model, params, tx, mesh, rules, jax.random.key(0))
+        state_sh = jax.tree.map(lambda x: x.sharding, state)
+        step = jax.jit(make_train_step(method, model, tx, loss_hparams={}, mesh=mesh, schedule=sched),
+                       in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
+                       out_shardings=(state_sh, None), donate_argnums=(0,))
+        return time_train_step(step, state, mesh_lib.global_batch(batch, mesh), jax.random.key(1), steps)

@@ -19,17 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import flags
-from flax import linen as nn
 
 from dense_cf import methods
-from dense_cf.bench.common import time_train_step
+from dense_cf.bench.common import time_method_train_step
 from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.configs.presets import reader_demo_config
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as run_lib
-from dense_cf.train.state import make_optimizer
-from dense_cf.train.step import make_train_step
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
 _MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.", flag_values=FLAGS)
@@ -74,17 +71,9 @@ def main(argv) -> None:
     mesh = mesh_lib.make_mesh(-1, _MESH_MODEL.value)
     model, params, _ = run_lib.build_model(cfg)
     rules = method.model.axis_rules(model, mesh.shape["model"])
-    tx, sched = make_optimizer(cfg.optim, total_steps=1000)
     batch = random_reader_batch(b, p, length, model.config.vocab_size)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        state = run_lib.init_state(cfg, model, params, tx, mesh, rules, jax.random.key(0))
-        state_sh = jax.tree.map(lambda x: x.sharding, state)
-        step = jax.jit(make_train_step(method, model, tx, loss_hparams={}, mesh=mesh, schedule=sched),
-                       in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
-                       out_shardings=(state_sh, None), donate_argnums=(0,))
-        gbatch = mesh_lib.global_batch(batch, mesh)
-        state, m, compile_s, xla_flops, times = time_train_step(step, state, gbatch,
-                                                                jax.random.key(1), _STEPS.value)
+    state, m, compile_s, xla_flops, times = time_method_train_step(cfg, method, model, params, batch,
+                                                                   mesh, rules, _STEPS.value)
     c = model.config
     enc = c.num_layers * (4 * c.hidden_size ** 2 + 2 * c.hidden_size * c.intermediate_size)
     rows, tokens = b * p, b * p * length

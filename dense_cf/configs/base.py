@@ -100,10 +100,18 @@ def base_config() -> ml_collections.ConfigDict:
     c.reader.max_negatives = 50                 # negatives kept per question (rank order)
     c.reader.max_retrieved = 0                  # passages read per training question; 0 = all
     c.reader.num_layers = 0                     # keep the first N encoder layers; 0 = all
+    # The Fusion-in-Decoder reader (method "fid"; docs/readers.md): it reads reader.train_file /
+    # dev_file too. Defaults: FiD's NQ set-up (Izacard & Grave 2021).
+    c.fid = ml_collections.ConfigDict()
+    c.fid.n_passages = 100                      # retrieved passages read jointly per question
+    c.fid.max_len = 250                         # T5 pieces per "question: q title: t context: c" row
+    c.fid.max_answer_len = 32                   # training target pieces, </s> included
+    c.fid.decode_len = 50                       # greedy decoding steps at prediction (FiD's 50)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 2e-5
     c.optim.warmup_steps = 1237                 # DPR's NQ setting
+    c.optim.decay = "linear"                    # after warm-up: linear to 0 (DPR), or "constant" (FiD)
     c.optim.grad_clip = 2.0
     c.optim.b1 = 0.9
     c.optim.b2 = 0.999

@@ -183,25 +183,70 @@ def reader_demo_config() -> ml_collections.ConfigDict:
     # MiniLM's [CLS] output is the same vector for every row (it was trained for mean pooling):
     # the selection head reads the mean of the row instead (docs/readers.md).
     c.model.pooling = "mean"
-    c.reader.train_file = "runs/demo/dpr/reader_data/step_100/train/retrieval.json"
-    c.reader.dev_file = "runs/demo/dpr/reader_data/step_100/dev/retrieval.json"
     c.reader.passages = 4
     c.reader.max_len = 128
     c.reader.max_q_len = 32
     c.reader.num_layers = 3
     c.reader.max_retrieved = 20
-    c.train.global_batch = 4
     # The selection head learns late: at 150 steps it picks the answer passage among 4 for half
     # the dev questions (EM then falls with k), at 300 for three quarters (docs/readers.md).
+    # Few steps: a high rate (1e-4 barely moves the selection head).
+    return _demo_reader_training(c)
+
+
+def _demo_reader_training(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The demo readers' training (docs/readers.md): the demo DPR run's results, 300 steps of 4
+    questions at 3e-4 after 15 warm-up steps, linear decay."""
+    c.reader.train_file = "runs/demo/dpr/reader_data/step_100/train/retrieval.json"
+    c.reader.dev_file = "runs/demo/dpr/reader_data/step_100/dev/retrieval.json"
+    c.train.global_batch = 4
     c.train.num_steps = 300
     c.train.log_every = 10
     c.train.checkpoint_every = 100
     c.train.eval_every = 300
     c.train.eval_max_batches = 8
-    c.optim.learning_rate = 3e-4   # few steps: a high rate (1e-4 barely moves the selection head)
+    c.optim.learning_rate = 3e-4
     c.optim.warmup_steps = 15
+    c.optim.decay = "linear"
     return c
 
 
 # What the demo's reader stage reads and writes (dense_cf.demo; docs/readers.md, "Demo").
 DEMO_READER = {"train_questions": 400, "dev_questions": 64, "k": 20, "eval_ks": (1, 5, 20)}
+
+
+def fid_config(dataset: str = "nq") -> ml_collections.ConfigDict:
+    """Fusion-in-Decoder base (Izacard & Grave 2021, §4; docs/readers.md) on ``dataset``: T5-base
+    (``model.name_or_path``: a local HF T5 directory, given on the command line), 100 passages
+    per question of 250 pieces, dropout 0.1, Adam at a constant 1e-4, batch 64, 10k steps,
+    validation every 500. ``reader.train_file`` / ``dev_file`` are a retriever's results on the
+    train/dev questions (``python -m dense_cf.cli.reader_data``), as the extractive reader's."""
+    c = dpr_files(base_config(), dataset)
+    c.method = "fid"
+    c.model.name_or_path = "t5-base"
+    c.model.dropout = 0.1
+    c.reader.train_file = c.reader.dev_file = ""  # set on the command line (configs/fid_nq.py)
+    c.data.answer_mode = "regex" if dataset == "curatedtrec" else "string"
+    c.fid.n_passages, c.fid.max_len = 100, 250
+    c.fid.max_answer_len, c.fid.decode_len = 32, 50
+    c.train.global_batch = 64
+    c.train.num_steps = 10_000
+    c.train.checkpoint_every = 500
+    c.train.eval_every = 500
+    c.train.eval_max_batches = 50
+    c.optim.learning_rate = 1e-4
+    c.optim.warmup_steps = 0
+    c.optim.decay = "constant"
+    c.optim.grad_clip = 1.0   # FiD's code clips at 1.0 (the paper does not say)
+    return c
+
+
+def fid_demo_config() -> ml_collections.ConfigDict:
+    """A CPU-sized FiD (docs/readers.md, "Fusion-in-Decoder"): T5-small (a local HF directory on
+    the command line), 4 passages of 128 pieces per question, batch 4, 300 steps, on the demo DPR
+    run's results (the extractive demo reader's files)."""
+    c = fid_config("nq")
+    c.model.name_or_path = "t5-small"
+    c.fid.n_passages, c.fid.max_len = 4, 128
+    c.fid.max_answer_len, c.fid.decode_len = 16, 16
+    return _demo_reader_training(c)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 from absl import logging
@@ -61,9 +61,9 @@ from dense_cf.inputs.tokens import (
 from dense_cf.progress import Progress
 from dense_cf.text.answers import find_answer_spans, has_answer
 
-__all__ = ["ReaderBatchIterator", "ReaderData", "ReaderSpec", "file_problems", "load_config_split",
-           "load_results_split", "make_batch", "make_dataset", "preprocess", "spec_from_config",
-           "token_spans"]
+__all__ = ["Batches", "ReaderBatchIterator", "ReaderData", "ReaderSpec", "cached_results",
+           "config_cache_dir", "file_problems", "in_chunks", "load_config_split", "load_results_split", "make_batch",
+           "make_dataset", "preprocess", "reader_file", "spec_from_config", "token_spans"]
 
 CACHE_VERSION = 1
 _ARRAYS = ("q", "passages", "pos", "span_start", "span_end", "neg")
@@ -119,6 +119,19 @@ def _answer_token_spans(text: str, offsets: np.ndarray, answers: list[str], mode
     for a in answers:
         spans.update(token_spans(offsets, find_answer_spans(text, [a], mode=mode)))
     return sorted(spans)
+
+
+def in_chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` as consecutive lists of ``size`` (the last may be shorter): the readers
+    tokenise their records a chunk at a time."""
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, max_q_len: int,
@@ -200,13 +213,7 @@ def preprocess(records: Iterable[RetrievalRecord], tokenizer, *, max_len: int, m
             stats["no_negatives"] += int(not negatives)
         progress.update(len(chunk))
 
-    chunk: list[RetrievalRecord] = []
-    for rec in records:
-        chunk.append(rec)
-        if len(chunk) >= chunk_size:
-            flush(chunk)
-            chunk = []
-    if chunk:
+    for chunk in in_chunks(records, chunk_size):
         flush(chunk)
     progress.done()
     stats["passages"] = len(passages)
@@ -261,43 +268,62 @@ def load_config_split(config, tokenizer, key: str, max_examples: int = 0) -> Rea
     path = reader_file(config, key, required=key == "train_file")
     if path is None:
         return None
-    cache = config.data.cache_dir or os.path.join(os.path.dirname(os.path.abspath(path)), ".cache")
-    return load_results_split(path, tokenizer, cache_dir=cache, max_examples=max_examples,
-                              **_settings(config))
+    return load_results_split(path, tokenizer, cache_dir=config_cache_dir(config, path),
+                              max_examples=max_examples, **_settings(config))
 
 
 def load_results_split(path: str, tokenizer, *, cache_dir: str | None, max_examples: int = 0,
                        **settings: Any) -> ReaderData:
     """Reads + tokenises a retrieval results file, reusing a cache keyed by the file, the
     tokenizer and ``settings`` (:func:`preprocess`'s keyword arguments)."""
+    return cached_results(path, tokenizer, cache_dir=cache_dir, max_examples=max_examples, tag="reader",
+                          preprocess_fn=preprocess, data_cls=ReaderData, settings=settings,
+                          empty=f"no question has a positive passage with an answer span inside "
+                                f"reader.max_len={settings.get('max_len')}")
+
+
+def cached_results(path: str, tokenizer, *, cache_dir: str | None, max_examples: int, tag: str,
+                   preprocess_fn: Callable[..., Any], data_cls: Any, settings: dict[str, Any],
+                   empty: str) -> Any:
+    """A reader's tokenise-once step over a retrieval results file (the extractive reader's and
+    FiD's): ``preprocess_fn(records, tokenizer, **settings)`` over the file's valid records (bad
+    ones skipped, counted in ``stats["skipped_records"]`` and named in ``skip_summary``), cached
+    as ``<file>.<tag>.<key>.npz`` in ``cache_dir``, the key hashing the file (path, size, mtime),
+    the tokenizer and ``settings``; ``data_cls`` has ``load``/``save``/``num_examples``/``stats``.
+    No example kept is an error (``empty`` says why, with the counts)."""
     abspath, size, mtime = files.file_key(path)
     key = files.content_sha256([json.dumps({"path": abspath, "size": size, "mtime": mtime,
                                             "version": CACHE_VERSION, "max_examples": max_examples,
                                             **settings}, sort_keys=True).encode(),
                                 tokenizer.to_str().encode()])[:16]
-    cache = os.path.join(cache_dir, f"{os.path.basename(path)}.reader.{key}.npz") if cache_dir else None
+    cache = os.path.join(cache_dir, f"{os.path.basename(path)}.{tag}.{key}.npz") if cache_dir else None
     if cache and os.path.exists(cache):
-        logging.info("loading tokenised reader cache %s", cache)
-        return ReaderData.load(cache)
+        logging.info("loading tokenised %s cache %s", tag, cache)
+        return data_cls.load(cache)
     report = SkipReport()
     records = (rec for _, rec in iter_retrieval_results(path, skip_bad=True, report=report)
                if rec is not None)
     if max_examples:
         records = (rec for _, rec in zip(range(max_examples), records))
-    data = preprocess(records, tokenizer, **settings)
+    data = preprocess_fn(records, tokenizer, **settings)
     data.stats["skipped_records"] = report.total
     data.stats["skip_summary"] = report.summary()
     if report.total:
         report.log()
     if not data.num_examples:
-        raise ValueError(f"{path}: no question has a positive passage with an answer span inside "
-                         f"reader.max_len={settings.get('max_len')}: "
+        raise ValueError(f"{path}: {empty}: "
                          + json.dumps({k: v for k, v in data.stats.items() if k != 'skip_summary'}))
     logging.info("%s: %s", path, {k: v for k, v in data.stats.items() if k != "skip_summary"})
     if cache:
         os.makedirs(cache_dir, exist_ok=True)
         data.save(cache)
     return data
+
+
+def config_cache_dir(config, path: str) -> str:
+    """Where a reader's tokenised cache of ``path`` goes: ``data.cache_dir``, else ``.cache``
+    beside the file."""
+    return config.data.cache_dir or os.path.join(os.path.dirname(os.path.abspath(path)), ".cache")
 
 
 # --------------------------------------------------------------------------- batches
@@ -373,12 +399,15 @@ def make_batch(data: ReaderData, spec: ReaderSpec, epoch: int, indices: np.ndarr
             "passage_valid": valid, "starts": starts, "ends": ends, "span_valid": span_valid}
 
 
-class _Batches:
+class Batches:
     """Host-local batches from global step ``start_step`` (one epoch unless ``repeat``); has
-    ``as_numpy_iterator()`` like the tf.data datasets the loop's dev evaluation takes."""
+    ``as_numpy_iterator()`` like the tf.data datasets the loop's dev evaluation takes. The epoch
+    order and host columns are the module docstring's; ``batch_fn`` builds a batch from example
+    indices (the extractive reader's :func:`make_batch`, FiD's own). ``spec`` has
+    ``global_batch``, ``seed`` and ``shuffle``."""
 
-    def __init__(self, data: ReaderData, spec: ReaderSpec, start_step: int, process_index: int,
-                 process_count: int, repeat: bool) -> None:
+    def __init__(self, data: Any, spec: Any, start_step: int, process_index: int,
+                 process_count: int, repeat: bool, batch_fn: Callable[..., dict] | None = None) -> None:
         if spec.global_batch % process_count:
             raise ValueError(f"global_batch {spec.global_batch} not divisible by {process_count} hosts")
         self.spe = dpr_inputs.steps_per_epoch(data.num_examples, spec.global_batch)
@@ -389,6 +418,7 @@ class _Batches:
         self.local = spec.global_batch // process_count
         self.first = process_index * self.local
         self.repeat = repeat
+        self.batch_fn = batch_fn or make_batch   # (data, spec, epoch, indices) -> host batch
 
     def _order(self, epoch: int) -> np.ndarray:
         n = self.data.num_examples
@@ -407,14 +437,14 @@ class _Batches:
             if e != epoch:
                 epoch, order = e, self._order(e)
             lo = offset * b + self.first
-            yield make_batch(self.data, self.spec, epoch, order[lo:lo + self.local])
+            yield self.batch_fn(self.data, self.spec, epoch, order[lo:lo + self.local])
             step += 1
 
 
 def make_dataset(data: ReaderData, spec: ReaderSpec, *, start_step: int = 0, process_index: int = 0,
-                 process_count: int = 1, repeat: bool = True) -> _Batches:
+                 process_count: int = 1, repeat: bool = True) -> Batches:
     """Host-local batches of the global batch sequence from global step ``start_step``."""
-    return _Batches(data, spec, start_step, process_index, process_count, repeat)
+    return Batches(data, spec, start_step, process_index, process_count, repeat)
 
 
 class ReaderBatchIterator(dpr_inputs.BatchIterator):

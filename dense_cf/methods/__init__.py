@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from dense_cf.methods import contrastive, dcsr, multihop, reader
+from dense_cf.methods import contrastive, dcsr, fid, multihop, reader
 from dense_cf.methods.base import (
     DUAL_ENCODER,
     Embeddings,
@@ -59,5 +59,6 @@ def get(name: str) -> Method:
 
 
 for _m in (contrastive.make("dpr"), contrastive.make("picl"), contrastive.make("eadpr"),
-           dcsr.METHOD, multihop.make("mdr"), multihop.make("mdr-eadpr"), reader.METHOD):
+           dcsr.METHOD, multihop.make("mdr"), multihop.make("mdr-eadpr"), reader.METHOD,
+           fid.METHOD):
     register(_m)

@@ -27,7 +27,7 @@ The train step, export, retrieval and evaluation read these fields; no module ou
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import flax.struct
 import jax
@@ -40,7 +40,7 @@ from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import load_tokenizer
 
 __all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec", "Prediction",
-           "PredictFn", "embed_passages"]
+           "PredictFn", "embed_passages", "predict_ks"]
 
 KINDS = ("retriever", "reader")
 
@@ -89,6 +89,19 @@ class Prediction:
 # the prediction at k reads the first k of them. ``cache`` (a dict the caller keeps across calls,
 # or None) lets a reader reuse per-passage work when several retrievers' lists are read.
 PredictFn = Callable[..., dict[int, list[Prediction]]]
+
+
+def predict_ks(questions: Sequence[str], contexts: Sequence[Sequence[Any]], ks: Sequence[int]) -> list[int]:
+    """The sorted distinct ``ks`` of a :data:`PredictFn` call, after the checks every reader's
+    ``predict`` makes: one host, one passage list per question, positive ks."""
+    if jax.process_count() > 1:
+        raise NotImplementedError("reader prediction runs on one host (jax.process_count() > 1)")
+    if len(questions) != len(contexts):
+        raise ValueError(f"{len(questions)} questions but {len(contexts)} passage lists")
+    out = sorted({int(k) for k in ks})
+    if not out or out[0] < 1:
+        raise ValueError(f"ks must be positive integers, got {out}")
+    return out
 
 
 def embed_passages(model, params, batch: dict[str, jax.Array], *, deterministic: bool,

@@ -21,7 +21,7 @@ from flax import linen as nn
 from dense_cf.inputs import reader as reader_inputs
 from dense_cf.inputs.tokens import encode_texts, pad_reader_rows, question_row, reader_passage, reader_row, special_ids
 from dense_cf.losses import reader_loss
-from dense_cf.methods.base import Inputs, Method, ModelSpec, Prediction
+from dense_cf.methods.base import Inputs, Method, ModelSpec, Prediction, predict_ks
 from dense_cf.models import checkpoints
 from dense_cf.models.bert import BertConfig, axis_rules_for
 from dense_cf.models.dual_encoder import runtime_overrides
@@ -188,13 +188,7 @@ def predict(run, questions: Sequence[str], contexts: Sequence[Sequence[Any]], ks
     Every (question, passage) pair is read once, whatever the number of ks; ``cache`` (kept by
     the caller) carries the readings to later calls (another retriever's lists).
     """
-    if jax.process_count() > 1:
-        raise NotImplementedError("reader prediction runs on one host (jax.process_count() > 1)")
-    if len(questions) != len(contexts):
-        raise ValueError(f"{len(questions)} questions but {len(contexts)} passage lists")
-    ks = sorted({int(k) for k in ks})
-    if not ks or ks[0] < 1:
-        raise ValueError(f"ks must be positive integers, got {ks}")
+    ks = predict_ks(questions, contexts, ks)
     cache = {} if cache is None else cache
     todo: dict[tuple[str, str, str], tuple[str, Any]] = {}
     for q, ctxs in zip(questions, contexts):

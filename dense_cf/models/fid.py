@@ -21,10 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dense_cf.losses import answer_nll_loss
 from dense_cf.models.t5 import T5ForConditionalGeneration, shift_right, token_log_likelihoods
 
-__all__ = ["FiD", "fused_mask", "fid_loss", "greedy_decode", "format_fid_inputs", "fid_batch",
-           "decode_answers"]
+__all__ = ["FiD", "fused_mask", "fid_loss", "fid_token_outputs", "greedy_decode", "greedy_decode_scored",
+           "format_fid_inputs", "fid_batch", "decode_answers"]
 
 
 class FiD(T5ForConditionalGeneration):
@@ -35,14 +36,16 @@ class FiD(T5ForConditionalGeneration):
     ``decode_step`` are T5's, with the encoder mask given as ``fused_mask(attention_mask)``.
     """
 
-    def encode(self, input_ids, attention_mask):
+    def encode(self, input_ids, attention_mask, deterministic: bool = True):
         b, n, length = input_ids.shape
-        enc = super().encode(input_ids.reshape(b * n, length), attention_mask.reshape(b * n, length))
+        enc = super().encode(input_ids.reshape(b * n, length), attention_mask.reshape(b * n, length),
+                             deterministic)
         return enc.reshape(b, n * length, enc.shape[-1])
 
-    def __call__(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask=None):
-        return self.decode(self.encode(input_ids, attention_mask), fused_mask(attention_mask),
-                           decoder_input_ids, decoder_attention_mask)
+    def __call__(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask=None,
+                 deterministic: bool = True):
+        return self.decode(self.encode(input_ids, attention_mask, deterministic), fused_mask(attention_mask),
+                           decoder_input_ids, decoder_attention_mask, deterministic)
 
 
 def fused_mask(attention_mask: jax.Array) -> jax.Array:
@@ -51,20 +54,18 @@ def fused_mask(attention_mask: jax.Array) -> jax.Array:
     return attention_mask.reshape(attention_mask.shape[0], -1)
 
 
-def fid_loss(model: T5ForConditionalGeneration, params: Any, batch: dict[str, Any], *,
-             deterministic: bool = True, rngs: dict[str, jax.Array] | None = None,
-             ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Teacher-forced answer NLL: (mean over the batch's answer tokens, metrics).
+def fid_token_outputs(model: T5ForConditionalGeneration, params: Any, batch: dict[str, Any], *,
+                      deterministic: bool = True, rngs: dict[str, jax.Array] | None = None,
+                      ) -> dict[str, jax.Array]:
+    """Teacher forcing on ``shift_right(labels)``: per answer position ``ll`` float32 [B, T]
+    (log p(label)), ``correct`` bool [B, T] (argmax = label) and ``valid`` bool [B, T] (what
+    :func:`dense_cf.losses.answer_nll_loss` reduces). Small outputs, not [B, T, V] logits.
 
     ``batch``: ``input_ids``, ``attention_mask`` [B, n, L] (or [B, L] with a plain T5 model),
     ``labels`` int [B, T] ending in ``</s>``, padded with -100, or padded with anything and
-    ``labels_mask`` [B, T] (0 = padding). Decoder inputs are ``shift_right(labels)``.
-    Metrics: ``loss``, ``token_accuracy`` (argmax = label over answer tokens),
-    ``sequence_accuracy`` (every answer token right, over rows with an answer), ``tokens``.
-    Our T5 has no dropout: ``deterministic`` and ``rngs`` are taken for the training seam and
-    change nothing.
+    ``labels_mask`` [B, T] (0 = padding). Dropout runs when ``deterministic`` is False (``rngs``
+    holds the ``dropout`` key).
     """
-    del deterministic
     cfg = model.config
     labels = jnp.asarray(batch["labels"])
     if "labels_mask" in batch:
@@ -73,18 +74,20 @@ def fid_loss(model: T5ForConditionalGeneration, params: Any, batch: dict[str, An
     # Padded label positions sit after the answer, so the causal mask already keeps them from
     # the real positions; they are only dropped from the sums.
     logits = model.apply({"params": params}, batch["input_ids"], batch["attention_mask"], dec_in,
-                         rngs=rngs)
-    valid = labels >= 0
-    n_tok = jnp.sum(valid)
-    denom = jnp.maximum(n_tok, 1)
-    loss = -jnp.sum(token_log_likelihoods(logits, labels)) / denom
-    correct = (jnp.argmax(logits, axis=-1) == labels) & valid
-    has_answer = jnp.any(valid, axis=-1)
-    row_right = jnp.all(correct | ~valid, axis=-1) & has_answer
-    metrics = {"loss": loss, "token_accuracy": jnp.sum(correct) / denom,
-               "sequence_accuracy": jnp.sum(row_right) / jnp.maximum(jnp.sum(has_answer), 1),
-               "tokens": n_tok}
-    return loss, metrics
+                         deterministic=deterministic, rngs=rngs)
+    return {"ll": token_log_likelihoods(logits, labels),
+            "correct": jnp.argmax(logits, axis=-1) == labels, "valid": labels >= 0}
+
+
+def fid_loss(model: T5ForConditionalGeneration, params: Any, batch: dict[str, Any], *,
+             deterministic: bool = True, rngs: dict[str, jax.Array] | None = None,
+             ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Teacher-forced answer NLL: (mean over the batch's answer tokens, metrics), i.e.
+    :func:`dense_cf.losses.answer_nll_loss` of :func:`fid_token_outputs` (its ``batch``).
+    Metrics: ``loss``, ``token_accuracy``, ``sequence_accuracy``, ``tokens``.
+    """
+    return answer_nll_loss(**fid_token_outputs(model, params, batch, deterministic=deterministic,
+                                                rngs=rngs))
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_length", "start_id", "eos_id", "pad_id"))
@@ -96,19 +99,24 @@ def _greedy(model, params, input_ids, attention_mask, max_length, start_id, eos_
     cache = model.apply(v, enc, mask, max_length, method=model.init_cache)
 
     def cond(state):
-        i, _, _, done, _ = state
+        i, _, _, done, _, _ = state
         return (i < max_length) & ~jnp.all(done)
 
     def body(state):
-        i, token, out, done, cache = state
+        i, token, out, done, score, cache = state
         logits, cache = model.apply(v, cache, token, i, method=model.decode_step)
-        nxt = jnp.where(done, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))
+        best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1),
+                                   best[:, None], axis=-1)[:, 0]
+        score = score + jnp.where(done, 0.0, logp)
+        nxt = jnp.where(done, pad_id, best)
         out = jax.lax.dynamic_update_slice_in_dim(out, nxt[:, None], i, axis=1)
-        return i + 1, nxt, out, done | (nxt == eos_id), cache
+        return i + 1, nxt, out, done | (nxt == eos_id), score, cache
 
     state = (jnp.int32(0), jnp.full((b,), start_id, jnp.int32), jnp.full((b, max_length), pad_id, jnp.int32),
-             jnp.zeros((b,), bool), cache)
-    return jax.lax.while_loop(cond, body, state)[2]
+             jnp.zeros((b,), bool), jnp.zeros((b,), jnp.float32), cache)
+    out = jax.lax.while_loop(cond, body, state)
+    return out[2], out[4]
 
 
 def greedy_decode(model: T5ForConditionalGeneration, params: Any, input_ids: Any, attention_mask: Any, *,
@@ -123,6 +131,17 @@ def greedy_decode(model: T5ForConditionalGeneration, params: Any, input_ids: Any
     row has ended. Ids default to the model config's. ``input_ids`` [B, n, L] for :class:`FiD`,
     [B, L] for plain T5.
     """
+    return greedy_decode_scored(model, params, input_ids, attention_mask, max_length=max_length,
+                                start_id=start_id, eos_id=eos_id, pad_id=pad_id)[0]
+
+
+def greedy_decode_scored(model: T5ForConditionalGeneration, params: Any, input_ids: Any,
+                         attention_mask: Any, *, max_length: int, start_id: int | None = None,
+                         eos_id: int | None = None, pad_id: int | None = None
+                         ) -> tuple[jax.Array, jax.Array]:
+    """:func:`greedy_decode`'s ids and each row's sequence log-probability float32 [B]: the sum
+    of log p of its generated tokens, ``</s>`` included (a row cut at ``max_length`` without
+    ``</s>`` sums what it generated)."""
     cfg = model.config
     return _greedy(model, params, jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32),
                    max_length=int(max_length),

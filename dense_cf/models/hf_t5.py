@@ -134,7 +134,7 @@ def hf_config_dict(config: T5Config) -> dict[str, Any]:
         "layer_norm_epsilon": config.layer_norm_epsilon, "feed_forward_proj": config.feed_forward_proj,
         "tie_word_embeddings": config.scale_decoder_outputs, "pad_token_id": config.pad_token_id,
         "eos_token_id": config.eos_token_id, "decoder_start_token_id": config.decoder_start_token_id,
-        "dropout_rate": 0.0, "is_encoder_decoder": True, "torch_dtype": "float32",
+        "dropout_rate": config.dropout_rate, "is_encoder_decoder": True, "torch_dtype": "float32",
     }
 
 

@@ -72,6 +72,7 @@ class T5Config:
     eos_token_id: int = 1
     decoder_start_token_id: int = 0
     dtype: str = "float32"
+    dropout_rate: float = 0.0            # HF's dropout places; active only when not deterministic
 
     def __post_init__(self) -> None:
         if self.feed_forward_proj not in FEED_FORWARD:
@@ -121,6 +122,7 @@ class T5Config:
             pad_token_id=_first(hf.get("pad_token_id"), 0),
             eos_token_id=_first(hf.get("eos_token_id"), 1),
             decoder_start_token_id=_first(hf.get("decoder_start_token_id"), 0),
+            dropout_rate=float(hf.get("dropout_rate") or 0.0),
         )
         kw.update(overrides)
         return cls(**kw)
@@ -227,6 +229,7 @@ class T5Attention(nn.Module):
         if self.has_relative_bias:
             self.relative_attention_bias = nn.Embed(cfg.relative_attention_num_buckets, cfg.num_heads,
                                                     embedding_init=_init, dtype=jnp.float32)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def project_kv(self, kv):
         """(keys, values) [B, Lk, H, d_kv] of ``kv`` (what a decoding cache holds)."""
@@ -235,15 +238,17 @@ class T5Attention(nn.Module):
         return (self.k(kv).reshape(b, lk, cfg.num_heads, cfg.d_kv),
                 self.v(kv).reshape(b, lk, cfg.num_heads, cfg.d_kv))
 
-    def __call__(self, x, kv, bias, kv_proj=None):
+    def __call__(self, x, kv, bias, kv_proj=None, deterministic: bool = True):
         """``bias``: float32 additive [B or 1, H or 1, Lq, Lk] (mask + position bias);
-        ``kv_proj``: precomputed ``project_kv`` output, used instead of ``kv``."""
+        ``kv_proj``: precomputed ``project_kv`` output, used instead of ``kv``; dropout on the
+        attention weights when not ``deterministic`` (HF's place)."""
         cfg = self.config
         b, lq = x.shape[:2]
         q = self.q(x).reshape(b, lq, cfg.num_heads, cfg.d_kv)
         k, v = self.project_kv(kv) if kv_proj is None else kv_proj
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias  # no 1/sqrt(d)
-        probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
+        probs = self.dropout(jax.nn.softmax(scores, axis=-1), deterministic=deterministic)
+        probs = probs.astype(cfg.compute_dtype)
         ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, lq, cfg.num_heads * cfg.d_kv)
         return self.o(ctx)
 
@@ -252,7 +257,7 @@ class T5FeedForward(nn.Module):
     config: T5Config
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, deterministic: bool = True):
         cfg = self.config
         dt = cfg.compute_dtype
         act = jax.nn.relu if cfg.feed_forward_proj.endswith("relu") else (
@@ -261,6 +266,7 @@ class T5FeedForward(nn.Module):
             h = act(_Linear(cfg.d_ff, dt, name="wi_0")(x)) * _Linear(cfg.d_ff, dt, name="wi_1")(x)
         else:
             h = act(_Linear(cfg.d_ff, dt, name="wi")(x))
+        h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
         return _Linear(cfg.d_model, dt, name="wo")(h)
 
 
@@ -279,6 +285,7 @@ class T5Block(nn.Module):
             self.EncDecAttention = T5Attention(cfg)
         self.ff_norm = norm()
         self.DenseReluDense = T5FeedForward(cfg)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def position_bias(self, q_len: int, k_len: int, q_offset: jax.Array | int = 0) -> jax.Array:
         return self.SelfAttention.position_bias(q_len, k_len, q_offset)
@@ -286,12 +293,15 @@ class T5Block(nn.Module):
     def cross_kv(self, enc):
         return self.EncDecAttention.project_kv(enc)
 
-    def __call__(self, x, self_bias, enc=None, cross_bias=None):
+    def __call__(self, x, self_bias, enc=None, cross_bias=None, deterministic: bool = True):
+        det = deterministic
+        drop = lambda y: self.dropout(y, deterministic=det)  # noqa: E731  (each sub-layer's output)
         h = self.self_attention_norm(x)
-        x = x + self.SelfAttention(h, h, self_bias)
+        x = x + drop(self.SelfAttention(h, h, self_bias, deterministic=det))
         if self.is_decoder:
-            x = x + self.EncDecAttention(self.cross_attention_norm(x), enc, cross_bias)
-        return x + self.DenseReluDense(self.ff_norm(x))
+            x = x + drop(self.EncDecAttention(self.cross_attention_norm(x), enc, cross_bias,
+                                              deterministic=det))
+        return x + drop(self.DenseReluDense(self.ff_norm(x), deterministic=det))
 
     def step(self, x, index, self_bias, self_kv, cross_kv, cross_bias):
         """Decoder block on the token at ``index``: its keys/values are written into the
@@ -321,14 +331,16 @@ class T5Stack(nn.Module):
         for i in range(n):
             setattr(self, f"block_{i}", T5Block(cfg, self.is_decoder, i == 0))
         self.final_layer_norm = RMSNorm(cfg.layer_norm_epsilon, cfg.compute_dtype)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
 
     @property
     def blocks(self) -> list[T5Block]:
         n = self.config.num_decoder_layers if self.is_decoder else self.config.num_layers
         return [getattr(self, f"block_{i}") for i in range(n)]
 
-    def __call__(self, x, mask, enc=None, enc_mask=None):
+    def __call__(self, x, mask, enc=None, enc_mask=None, deterministic: bool = True):
         blocks = self.blocks
+        x = self.dropout(x, deterministic=deterministic)  # on the embeddings, as HF
         length = x.shape[1]
         # The first block owns the relative position table; every block reuses its bias.
         bias = blocks[0].position_bias(length, length) + _mask_bias(mask)
@@ -338,8 +350,8 @@ class T5Stack(nn.Module):
             bias = bias + jnp.where(causal, 0.0, MASK_NEG)[None, None]
             cross = _mask_bias(enc_mask)
         for block in blocks:
-            x = block(x, bias, enc, cross)
-        return self.final_layer_norm(x)
+            x = block(x, bias, enc, cross, deterministic)
+        return self.dropout(self.final_layer_norm(x), deterministic=deterministic)
 
     def cross_kv(self, enc) -> tuple:
         """Per decoder layer, the cross-attention (keys, values) of the encoder output."""
@@ -363,7 +375,9 @@ class T5Stack(nn.Module):
 class T5ForConditionalGeneration(nn.Module):
     """``encode`` / ``decode`` / ``__call__(input_ids, attention_mask, decoder_input_ids,
     decoder_attention_mask) -> logits`` float32 [B, T, V]; ``init_cache`` / ``decode_step`` for
-    generation. Dropout is not implemented."""
+    generation. Dropout (``config.dropout_rate``, HF's places: embeddings, attention weights,
+    feed-forward activations, each sub-layer's output, the final norm's output) runs when
+    ``deterministic=False`` and a ``dropout`` rng is given; decoding steps never drop."""
 
     config: T5Config
 
@@ -376,16 +390,18 @@ class T5ForConditionalGeneration(nn.Module):
         if not cfg.tie_word_embeddings:
             self.lm_head = _Linear(cfg.vocab_size, jnp.float32)
 
-    def encode(self, input_ids, attention_mask):
+    def encode(self, input_ids, attention_mask, deterministic: bool = True):
         x = self.shared(input_ids).astype(self.config.compute_dtype)
-        return self.encoder(x, attention_mask)
+        return self.encoder(x, attention_mask, deterministic=deterministic)
 
-    def decode(self, encoded, attention_mask, decoder_input_ids, decoder_attention_mask=None):
+    def decode(self, encoded, attention_mask, decoder_input_ids, decoder_attention_mask=None,
+               deterministic: bool = True):
         cfg = self.config
         if decoder_attention_mask is None:
             decoder_attention_mask = jnp.ones_like(decoder_input_ids)
         y = self.shared(decoder_input_ids).astype(cfg.compute_dtype)
-        return self._head(self.decoder(y, decoder_attention_mask, encoded, attention_mask))
+        return self._head(self.decoder(y, decoder_attention_mask, encoded, attention_mask,
+                                       deterministic=deterministic))
 
     def _head(self, y):
         cfg = self.config
@@ -412,9 +428,10 @@ class T5ForConditionalGeneration(nn.Module):
         y, self_kv = self.decoder.step(y, index, cache["self"], cache["cross"], cache["enc_mask"])
         return self._head(y)[:, 0], {**cache, "self": self_kv}
 
-    def __call__(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask=None):
-        return self.decode(self.encode(input_ids, attention_mask), attention_mask, decoder_input_ids,
-                           decoder_attention_mask)
+    def __call__(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask=None,
+                 deterministic: bool = True):
+        return self.decode(self.encode(input_ids, attention_mask, deterministic), attention_mask,
+                           decoder_input_ids, decoder_attention_mask, deterministic)
 
 
 def init_params(config: T5Config, rng: jax.Array) -> dict[str, Any]:

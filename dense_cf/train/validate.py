@@ -114,6 +114,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "optim.grad_clip", o.grad_clip, 0)
     _range(out, "optim.b1", o.b1, 0, 1, hi_open=True)
     _range(out, "optim.b2", o.b2, 0, 1, hi_open=True)
+    _enum(out, "optim.decay", o.get("decay", "linear"), ("linear", "constant"))
     _range(out, "train.global_batch", t.global_batch, 1)
     _range(out, "train.num_steps", t.num_steps, 0)
     if not t.num_steps:
@@ -147,6 +148,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     if d.synthetic.generate:
         _enum(out, "data.synthetic.world", d.synthetic.get("world", "entity"), WORLDS)
     out += reader_problems(config.reader)
+    out += fid_problems(config.fid)
     if check_files and not d.synthetic.generate:
         # The files this method's Inputs.load reads (an unknown method: DPR's, the default).
         out += (method.inputs.file_problems if method else dpr_inputs.file_problems)(config)
@@ -166,6 +168,16 @@ def reader_problems(r: ml_collections.ConfigDict) -> list[str]:
         _range(out, f"reader.{f}", r[f], 1)
     for f in ("max_negatives", "max_retrieved", "num_layers"):
         _range(out, f"reader.{f}", r[f], 0)
+    return out
+
+
+def fid_problems(f: ml_collections.ConfigDict) -> list[str]:
+    """Ranges of ``config.fid`` (docs/readers.md, "Fusion-in-Decoder")."""
+    out: list[str] = []
+    _range(out, "fid.n_passages", f.n_passages, 1)
+    _range(out, "fid.max_len", f.max_len, 2)            # the question's first piece + </s>
+    _range(out, "fid.max_answer_len", f.max_answer_len, 2)
+    _range(out, "fid.decode_len", f.decode_len, 1)
     return out
 
 
