@@ -11,7 +11,7 @@ import os
 import jax
 import numpy as np
 import pytest
-from helpers import random_batch, sharded_params, tiny_synthetic_config, write_tower_data
+from helpers import random_batch, tiny_run, tiny_tower_config, write_tower_data
 
 from dense_cf.inputs import buckets
 from dense_cf.retrieval import export
@@ -80,13 +80,7 @@ def test_trim_batch_cuts_each_group_to_its_bucket_and_counts_tokens():
 
 # ------------------------------------------------------------------------------ encoding
 
-def _run(method="picl"):
-    from dense_cf.train.run import Run, build_model, run_tokenizer
-    cfg = tiny_synthetic_config("/nonexistent", method=method, **{"data.max_p_len": 48})
-    model, _, tok_dir = build_model(cfg, load_pretrained=False)
-    mesh, rules, params, _ = sharded_params(model, cfg.data.max_p_len, 2, 1)
-    return Run(config=cfg, model=model, params=params, tokenizer=run_tokenizer(cfg, tok_dir),
-               step=0, mesh=mesh, rules=rules)
+_run = tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -178,27 +172,11 @@ def data_dir(tmp_path_factory):
 
 
 def _train_config(data_dir, **over):
-    from helpers import apply_overrides
-
-    from dense_cf.configs.base import base_config
-    from dense_cf.configs.presets import PICL_LOSS
-    c = base_config()
-    c.model.name_or_path = "tiny"
-    c.model.tiny_hidden, c.model.tiny_layers, c.model.tiny_heads = 32, 1, 2
-    c.data.data_dir = str(data_dir)
-    c.data.train_file, c.data.dev_file = "train.json", "dev.json"
-    c.data.max_q_len, c.data.max_p_len = 16, 48
-    c.data.length_buckets = (8, 16, 32)
-    c.loss.update(PICL_LOSS)
-    c.train.global_batch = 8
-    c.train.num_steps = 4
-    c.train.log_every = 1
-    c.train.checkpoint_every = 2
-    c.train.eval_every = 0
-    c.optim.warmup_steps = 1
-    c.optim.learning_rate = 1e-3
-    c.mesh.data, c.mesh.model = 2, 1
-    return apply_overrides(c, over)
+    """Passages up to ~25 word pieces at max_p_len 48, questions ~9 at 16: buckets 32 and 16."""
+    return tiny_tower_config(data_dir, **{
+        "data.max_q_len": 16, "data.max_p_len": 48, "data.length_buckets": (8, 16, 32),
+        "train.num_steps": 4, "train.log_every": 1, "train.checkpoint_every": 2,
+        "train.eval_every": 0, "mesh.data": 2, "mesh.model": 1, **over})
 
 
 def test_bucketed_training_is_deterministic_and_resumes_exactly(tmp_path, data_dir):
