@@ -21,6 +21,37 @@ def write_tower_data(d, dev: bool = True) -> None:
         write_biencoder(os.path.join(d, "dev.json"), exs[:8])
 
 
+def tiny_tower_config(data_dir, **overrides):
+    """A tiny random-BERT PiCL config over ``write_tower_data(data_dir)``: 6 steps of 8 on a 4x2
+    mesh, checkpoints and dev evaluation every 3 (the loop and resume tests)."""
+    c = base_config()
+    c.model.name_or_path = "tiny"
+    c.model.tiny_hidden, c.model.tiny_layers, c.model.tiny_heads = 32, 1, 2
+    c.data.data_dir = str(data_dir)
+    c.data.train_file, c.data.dev_file = "train.json", "dev.json"
+    c.data.max_q_len, c.data.max_p_len = 12, 24
+    c.loss.update(PICL_LOSS)
+    c.train.global_batch = 8
+    c.train.num_steps = 6
+    c.train.log_every = 2
+    c.train.checkpoint_every = 3
+    c.train.eval_every = 3
+    c.optim.warmup_steps = 2
+    c.optim.learning_rate = 1e-3
+    c.mesh.data, c.mesh.model = 4, 2
+    return apply_overrides(c, overrides)
+
+
+def tiny_run(method="picl", max_p_len=48):
+    """An untrained tiny ``Run`` of ``method`` (random weights) on a 2x1 mesh, for export tests."""
+    from dense_cf.train.run import Run, build_model, run_tokenizer
+    cfg = tiny_synthetic_config("/nonexistent", method=method, **{"data.max_p_len": max_p_len})
+    model, _, tok_dir = build_model(cfg, load_pretrained=False)
+    mesh, rules, params, _ = sharded_params(model, cfg.data.max_p_len, 2, 1)
+    return Run(config=cfg, model=model, params=params, tokenizer=run_tokenizer(cfg, tok_dir),
+               step=0, mesh=mesh, rules=rules)
+
+
 def tiny_synthetic_config(data_dir, **overrides):
     """A tiny random-BERT PiCL config over a synthetic benchmark written to ``data_dir``.
 

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import sharded_params, tiny_synthetic_config
+from helpers import tiny_run
 
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import Corpus
@@ -18,13 +18,7 @@ from dense_cf.retrieval.retriever import INDEX_SOURCE, ensure_index, ensure_sent
 N, SHARD = 30, 8  # 4 shards, the last one short
 
 
-def _run(method):
-    from dense_cf.train.run import Run, build_model, run_tokenizer
-    cfg = tiny_synthetic_config("/nonexistent", method=method, **{"data.max_p_len": 48})
-    model, _, tok_dir = build_model(cfg, load_pretrained=False)
-    mesh, rules, params, _ = sharded_params(model, cfg.data.max_p_len, 2, 1)
-    return Run(config=cfg, model=model, params=params, tokenizer=run_tokenizer(cfg, tok_dir),
-               step=0, mesh=mesh, rules=rules)
+_run = tiny_run
 
 
 @pytest.fixture(scope="module")

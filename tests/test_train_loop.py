@@ -9,31 +9,13 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import apply_overrides, write_tower_data
+from helpers import tiny_tower_config, write_tower_data
 
-from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import PICL_LOSS
 from dense_cf.parallel import mesh as mesh_lib
 
 # ---------------------------------------------------------------- end-to-end loop and resume
 
-def _tiny_config(data_dir, **over):
-    c = base_config()
-    c.model.name_or_path = "tiny"
-    c.model.tiny_hidden, c.model.tiny_layers, c.model.tiny_heads = 32, 1, 2
-    c.data.data_dir = str(data_dir)
-    c.data.train_file, c.data.dev_file = "train.json", "dev.json"
-    c.data.max_q_len, c.data.max_p_len = 12, 24
-    c.loss.update(PICL_LOSS)
-    c.train.global_batch = 8
-    c.train.num_steps = 6
-    c.train.log_every = 2
-    c.train.checkpoint_every = 3
-    c.train.eval_every = 3
-    c.optim.warmup_steps = 2
-    c.optim.learning_rate = 1e-3
-    c.mesh.data, c.mesh.model = 4, 2
-    return apply_overrides(c, over)
+_tiny_config = tiny_tower_config
 
 
 @pytest.fixture(scope="module")

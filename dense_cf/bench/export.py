@@ -1,23 +1,34 @@
 """Export throughput: ``python -m dense_cf.bench.export [--model minilm] [--passages 4096]``.
 
-Encodes synthetic-benchmark passages with an untrained run built from ``--model`` through the
-same ``export.export_passages`` path the evaluation uses, and prints passages/s (encoding
-only, after a warm-up batch has compiled), tokenisation share and peak RSS.
+Encodes passages with an untrained run built from ``--model`` through the same
+``export.export_passages`` path the evaluation uses, and prints passages/s (encoding only, after
+every padded length has compiled), tokenisation share, padding removed and peak RSS. Passages
+come from ``--corpus`` (a DPR corpus TSV, e.g. ``python -m dense_cf.cli.wiki_corpus``'s real
+lengths) or, by default, a synthetic benchmark.
+
+``--compare`` times full padding (``eval.length_buckets=()``, every row at ``--max_p_len``)
+against length buckets (``--length_buckets``) in one command, alternating A/B ``--repeats``
+times, and prints both medians, their ratio, the largest difference between the two exports'
+vectors, and the share of passage tokens training batches of this corpus would not compute
+with ``data.length_buckets`` set to the same buckets (docs/scale.md, "Length-aware encoding").
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import statistics
 import tempfile
 import time
 
 import jax
+import numpy as np
 from absl import flags
 from flax import linen as nn
 
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
+from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.tokenizer import load_tokenizer
 from dense_cf.parallel import mesh as mesh_lib
@@ -33,6 +44,87 @@ _N = flags.DEFINE_integer("passages", 4096, "Passages to encode.", flag_values=F
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Encoding batch size.", flag_values=FLAGS)
 _LP = flags.DEFINE_integer("max_p_len", 96, "Passage length (the demo's).", flag_values=FLAGS)
 _DTYPE = flags.DEFINE_string("dtype", "float32", "Compute dtype.", flag_values=FLAGS)
+_CORPUS = flags.DEFINE_string("corpus", "", "A DPR corpus TSV (id, text, title); its first "
+                              "--passages rows. Default: a synthetic benchmark.", flag_values=FLAGS)
+_BUCKETS = flags.DEFINE_string("length_buckets", "default", "Encoder length buckets: 'default' "
+                               "(eval.length_buckets), 'off', or a comma list.", flag_values=FLAGS)
+_COMPARE = flags.DEFINE_bool("compare", False, "Time full padding against --length_buckets, "
+                             "alternating A/B.", flag_values=FLAGS)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "A/B rounds of --compare.", flag_values=FLAGS)
+_TRAIN_BATCH = flags.DEFINE_integer("train_rows", 48, "--compare: passage rows of a training "
+                                    "batch (global_batch x (1 + hard + cf)) for the training "
+                                    "padding share.", flag_values=FLAGS)
+
+
+def _buckets(value: str, default) -> tuple[int, ...]:
+    if value == "default":
+        return tuple(default)
+    if value == "off":
+        return ()
+    return tuple(int(x) for x in value.split(",") if x.strip())
+
+
+def _warm_up(encoder: export.Encoder, max_len: int) -> None:
+    """Compiles every padded length the encoder can use (one row at each bucket length)."""
+    for length in bucket_lib.bucket_lengths(encoder.length_buckets, max_len):
+        mask = np.zeros((1, max_len), np.int32)
+        mask[0, :length] = 1
+        encoder.passages(mask, mask)
+
+
+def train_padding_share(lengths: np.ndarray, rows: int, boundaries, max_len: int, *,
+                        batches: int = 1000, seed: int = 0) -> dict:
+    """Share of passage tokens not computed when training batches of ``rows`` passages drawn
+    uniformly from rows of these token ``lengths`` are cut to ``boundaries``
+    (``inputs.buckets.trim_batch``), and how often each bucket is used."""
+    r = np.random.default_rng(seed)
+    tokens = at_max = 0.0
+    used: dict[int, int] = {}
+    buckets = bucket_lib.bucket_lengths(boundaries, max_len)
+    for _ in range(batches):
+        cut = bucket_lib.fit_bucket(int(np.max(r.choice(lengths, rows))), buckets)
+        used[cut] = used.get(cut, 0) + 1
+        tokens, at_max = tokens + rows * cut, at_max + rows * max_len
+    return {"padding_removed": round(bucket_lib.padding_removed(tokens, at_max), 3),
+            "bucket_use": {k: used[k] for k in sorted(used)}}
+
+
+def _compare(run, rows, tmp: str, buckets: tuple[int, ...]) -> dict:
+    """Alternating A (full padding) / B (buckets) exports of ``rows``; medians and their ratio."""
+    arms = {"fixed": export.Encoder(run, _BATCH.value, length_buckets=()),
+            "bucketed": export.Encoder(run, _BATCH.value, length_buckets=buckets)}
+    for enc in arms.values():
+        _warm_up(enc, _LP.value)
+    rates: dict[str, list[float]] = {a: [] for a in arms}
+    removed, vectors = {}, {}
+    for i in range(_REPEATS.value):
+        for arm, enc in arms.items():
+            out = os.path.join(tmp, f"{arm}-{i}")
+            t0 = time.perf_counter()
+            m = export.export_passages(run, rows, out, shard_size=1024, encoder=enc,
+                                       dtype="float32")
+            rates[arm].append(m["count"] / (time.perf_counter() - t0))
+            removed[arm] = m["padding_removed"]
+            vectors[arm] = export.load_embeddings(out)
+            print(f"round {i} {arm:>8}: {rates[arm][-1]:.1f} passages/s", flush=True)
+    med = {a: statistics.median(v) for a, v in rates.items()}
+    ids, mask = export.tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
+                                         _LP.value)
+    return {
+        "fixed_passages_per_s": [round(x, 1) for x in rates["fixed"]],
+        "bucketed_passages_per_s": [round(x, 1) for x in rates["bucketed"]],
+        "fixed_median": round(med["fixed"], 1), "bucketed_median": round(med["bucketed"], 1),
+        "speedup_median": round(med["bucketed"] / med["fixed"], 2),
+        "speedup_per_round": [round(b / a, 2) for a, b in zip(rates["fixed"], rates["bucketed"])],
+        "buckets": bucket_lib.bucket_lengths(buckets, _LP.value),
+        "padding_removed": round(removed["bucketed"], 3),
+        "fixed_padding_removed": round(removed["fixed"], 3),
+        "mean_tokens": round(float(mask.sum(1).mean()), 1),
+        "max_abs_diff": float(np.abs(vectors["fixed"] - vectors["bucketed"]).max()),
+        "max_rel_diff": float((np.linalg.norm(vectors["fixed"] - vectors["bucketed"], axis=1)
+                               / np.linalg.norm(vectors["fixed"], axis=1)).max()),
+        "train_padding": train_padding_share(bucket_lib.row_lengths(mask), _TRAIN_BATCH.value,
+                                             buckets, _LP.value)}
 
 
 def main(argv) -> None:
@@ -51,14 +143,23 @@ def main(argv) -> None:
         state = loop.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
     run = loop.Run(config=cfg, model=model, params=state.params, tokenizer=load_tokenizer(tok_dir),
                    step=0, mesh=mesh, rules=rules)
+    buckets = _buckets(_BUCKETS.value, cfg.eval.length_buckets)
     with tempfile.TemporaryDirectory() as tmp:
-        synthetic.generate(os.path.join(tmp, "syn"), num_passages=max(_N.value, 300), seed=0)
-        corpus = load_corpus(os.path.join(tmp, "syn", "psgs_synth.tsv"))
+        if _CORPUS.value:
+            corpus = load_corpus(_CORPUS.value)
+        else:
+            synthetic.generate(os.path.join(tmp, "syn"), num_passages=max(_N.value, 300), seed=0)
+            corpus = load_corpus(os.path.join(tmp, "syn", "psgs_synth.tsv"))
         rows = list(corpus.rows())[:_N.value]
-        encoder = export.Encoder(run, _BATCH.value)
-        # Warm-up: compile on one batch outside the timed region.
-        export.export_passages(run, rows[:_BATCH.value], os.path.join(tmp, "warm"),
-                               shard_size=_BATCH.value, encoder=encoder)
+        head = {"model": _MODEL.value, "devices": jax.device_count(), "passages": len(rows),
+                "corpus": _CORPUS.value or "synthetic", "max_p_len": _LP.value,
+                "batch_size": _BATCH.value, "dtype": _DTYPE.value}
+        if _COMPARE.value:
+            for k, v in {**head, **_compare(run, rows, tmp, buckets)}.items():
+                print(f"{k:>24}: {v}")
+            return
+        encoder = export.Encoder(run, _BATCH.value, length_buckets=buckets)
+        _warm_up(encoder, _LP.value)  # compiles outside the timed region
         t0 = time.perf_counter()
         ids, mask = export.tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
                                              _LP.value)
@@ -67,9 +168,10 @@ def main(argv) -> None:
         m = export.export_passages(run, rows, os.path.join(tmp, "out"), shard_size=1024,
                                    encoder=encoder)
         total_s = time.perf_counter() - t0
-    out = {"model": _MODEL.value, "devices": jax.device_count(), "passages": m["count"],
-           "max_p_len": _LP.value, "batch_size": encoder.batch_size, "dtype": _DTYPE.value,
-           "export_s": round(total_s, 2), "passages_per_s": round(m["count"] / total_s, 1),
+    out = {**head, "batch_size": encoder.batch_size,
+           "length_buckets": bucket_lib.bucket_lengths(buckets, _LP.value),
+           "padding_removed": round(m["padding_removed"], 3), "export_s": round(total_s, 2),
+           "passages_per_s": round(m["count"] / total_s, 1),
            "tokenize_share": round(tok_s / total_s, 3),
            "mean_tokens": round(float(mask.sum(1).mean()), 1),
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}

@@ -44,6 +44,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.cache_dir = ""                       # default: <data_dir>/.cache
     c.data.max_q_len = 64
     c.data.max_p_len = 256
+    c.data.length_buckets = ()                  # training: pad each batch to the smallest of these
+                                                # that fits (e.g. (64, 96, ..., 256)); () = off,
+                                                # every batch at max_q_len / max_p_len (docs/scale.md)
     c.data.num_hard = 1                         # hard negatives per question in a batch
     c.data.max_hard_stored = 5                  # sampled from (DPR shuffles hard negatives)
     c.data.counterfactual = "sentence"          # sentence | window | answer | evidence
@@ -147,6 +150,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.batch_size = 128                     # encoding batch (questions and passages)
     c.eval.embedding_dtype = "float16"          # export dtype on disk
     c.eval.shard_size = 100_000                 # passages per export shard
+    # Export / question encoding: each batch of rows sorted by length is padded to the smallest
+    # of these that fits (one compile each); lengths >= max_len are dropped, max_len is added.
+    # () = every row at max_len. Vectors equal within float tolerance (docs/scale.md).
+    c.eval.length_buckets = (32, 64, 96, 128, 160, 192, 224, 256)
     c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
     c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
 

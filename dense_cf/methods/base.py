@@ -39,8 +39,8 @@ from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import load_tokenizer
 
-__all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec", "Prediction",
-           "PredictFn", "embed_passages", "predict_ks"]
+__all__ = ["DPR_LENGTH_GROUPS", "DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec",
+           "Prediction", "PredictFn", "embed_passages", "predict_ks"]
 
 KINDS = ("retriever", "reader")
 
@@ -146,7 +146,10 @@ class Inputs:
     ``get_state``/``set_state`` for exact resume) are the tf.data dataset and the resumable
     iterator over it. Loaded data has ``num_examples`` and a ``stats`` dict. ``file_problems(config)``
     lists what is wrong with the files ``load`` will read (missing, a directory...), for the
-    config check at start-up.
+    config check at start-up. ``length_groups``: prefixes of the batch's ``<prefix>_ids`` /
+    ``_mask`` arrays that share one padded length and may be cut to a length bucket
+    (``data.length_buckets``, ``inputs.buckets.trim_batch``): every index into them must stay
+    within a row's tokens; () = the batches are never cut.
     """
 
     prepare: Callable[..., Any]
@@ -155,10 +158,14 @@ class Inputs:
     batch_iterator: type
     load: Callable[..., Any] = dpr_inputs.load_config_split
     file_problems: Callable[[Any], list[str]] = dpr_inputs.file_problems
+    length_groups: tuple[tuple[str, ...], ...] = ()
 
 
+# Questions alone; passages together (embed_passages stacks pos, hard and cf in one call).
+DPR_LENGTH_GROUPS = (("q",), ("pos", "hard", "cf"))
 DPR_INPUTS = Inputs(prepare=lambda config, tokenizer, data: data, spec=dpr_inputs.spec_from_config,
-                    make_dataset=dpr_inputs.make_dataset, batch_iterator=dpr_inputs.BatchIterator)
+                    make_dataset=dpr_inputs.make_dataset, batch_iterator=dpr_inputs.BatchIterator,
+                    length_groups=DPR_LENGTH_GROUPS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from dense_cf.inputs import dcsr as dcsr_inputs
-from dense_cf.methods.base import Embeddings, Inputs, Method
+from dense_cf.methods.base import DPR_LENGTH_GROUPS, Embeddings, Inputs, Method
 from dense_cf.methods.contrastive import contrastive_embeddings_loss
 from dense_cf.models.dual_encoder import gather_positions
 from dense_cf.models.tokenizer import SENT_TOKEN
@@ -47,7 +47,9 @@ METHOD = Method(
     embed=embed_sentences,
     inputs=Inputs(prepare=dcsr_inputs.prepare, spec=dcsr_inputs.spec_from_config,
                   make_dataset=dcsr_inputs.make_dataset,
-                  batch_iterator=dcsr_inputs.BatchIterator),
+                  batch_iterator=dcsr_inputs.BatchIterator,
+                  # marker positions index tokens of their row, which a cut keeps
+                  length_groups=DPR_LENGTH_GROUPS),
     unit="sentence",
     added_tokens=(SENT_TOKEN,),
     added_token_init=lambda config: str(config.dcsr.sent_init),

@@ -121,7 +121,9 @@ def multihop_loss(emb: HopEmbeddings, **hparams) -> tuple[jax.Array, dict[str, j
 INPUTS = Inputs(prepare=lambda config, tokenizer, data: data,
                 spec=multihop_inputs.spec_from_config, make_dataset=multihop_inputs.make_dataset,
                 batch_iterator=multihop_inputs.BatchIterator,
-                load=multihop_inputs.load_config_split)
+                load=multihop_inputs.load_config_split,
+                # the two queries apart; every passage of an example in one encoder call
+                length_groups=(("q",), ("q2",), ("p1", "p2", "cf1", "cf2", "hard")))
 
 
 def make(name: str) -> Method:

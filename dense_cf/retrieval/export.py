@@ -16,7 +16,9 @@ manifest has ``unit="sentence"``, ``count`` = sentences and ``passages``.
 Shards are written atomically (tmp + rename), so an interrupted export resumes by skipping
 finished shards. Encoding runs on the run's mesh: each batch is split over the ``data`` axis;
 on several hosts every host feeds its slice of the batch and host 0 writes the shards (a shared
-file system is assumed, as for checkpoints).
+file system is assumed, as for checkpoints). Rows are encoded in length buckets
+(``eval.length_buckets``, :class:`Encoder`): the vectors match full padding within float
+tolerance, so bucketing is no setting of a shard and does not change its key.
 
 Reuse is keyed by content, not by row counts. Every shard has a record ``shard-00000.json``
 (written before its embeddings) holding the sha256 of its rows and the encoding settings (unit,
@@ -44,6 +46,7 @@ The model is identified by the checkpoint step only: an export directory belongs
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -58,6 +61,7 @@ from flax import linen as nn
 from jax.experimental import multihost_utils
 
 from dense_cf import files
+from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.progress import Progress
@@ -68,13 +72,20 @@ INPUT_FORMAT = 2
 
 
 class Encoder:
-    """Jitted, sharded question/passage encoding of a loaded run (fixed batch → one compile).
+    """Jitted, sharded question/passage encoding of a loaded run.
+
+    Fixed batch shapes: one compile per padded length. ``length_buckets`` (default the run's
+    ``eval.length_buckets``; ``()`` = off) pads each batch to the smallest bucket that holds
+    its longest row instead of the full length (``inputs.buckets``, docs/scale.md
+    "Length-aware encoding"); rows are sorted by length for that and the vectors returned in
+    the input order. ``tokens`` / ``tokens_at_max`` count the token positions encoded and
+    those full padding would have encoded (empty rows of a short last batch included).
 
     On a DCSR run :meth:`passages` raises (a passage has no single vector there);
     :meth:`sentences` gives the vectors at given marker positions.
     """
 
-    def __init__(self, run, batch_size: int):
+    def __init__(self, run, batch_size: int, *, length_buckets: Sequence[int] | None = None):
         if run.method.kind != "retriever":
             raise ValueError(f"{run.method.name} is a {run.method.kind}, not a retriever: it has "
                              "no question or passage vectors to export")
@@ -82,6 +93,10 @@ class Encoder:
         self.run = run
         self.batch_size = max(data, (batch_size + data - 1) // data * data)
         self.local = self.batch_size // jax.process_count()
+        if length_buckets is None:
+            length_buckets = run.config.eval.get("length_buckets", ())
+        self.length_buckets = tuple(int(b) for b in length_buckets)
+        self.tokens = self.tokens_at_max = 0
         model = run.model
         out = mesh_lib.replicated(run.mesh)
         bsh = mesh_lib.batch_sharding(run.mesh)
@@ -100,42 +115,69 @@ class Encoder:
 
         self._s = jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out)
 
-    def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray) -> np.ndarray:
-        """Encodes the GLOBAL rows ``ids`` (every host passes the same rows)."""
-        n = len(ids)
-        out = []
+    def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray,
+                progress: Progress | None = None) -> np.ndarray:
+        """Encodes the GLOBAL rows ``ids`` (every host passes the same rows), in input order.
+
+        ``extra`` arrays (marker positions) are per row but not along the token axis. A batch
+        is dispatched before the previous one is copied to the host, so the copy and the next
+        batch's host work overlap device compute (jax dispatch is asynchronous).
+        """
+        n, full = ids.shape[0], ids.shape[1]
+        buckets = bucket_lib.bucket_lengths(self.length_buckets, full)
+        plan = bucket_lib.plan_batches(bucket_lib.row_lengths(mask), buckets, self.batch_size)
+        result: np.ndarray | None = None
+        pending: list[tuple[np.ndarray, jax.Array]] = []
         lo_host = jax.process_index() * self.local
-        arrays = (ids, mask) + extra
+
+        def collect(rows: np.ndarray, emb) -> None:
+            nonlocal result
+            emb = np.asarray(multihost_utils.process_allgather(emb, tiled=True)
+                             if jax.process_count() > 1 else emb)
+            if result is None:
+                result = np.empty((n,) + emb.shape[1:], emb.dtype)
+            result[rows] = emb[:len(rows)]
+            if progress is not None:
+                progress.update(len(rows))
+
         with jax.set_mesh(self.run.mesh), nn.logical_axis_rules(self.run.rules):
-            for start in range(0, n, self.batch_size):
-                parts = [a[start:start + self.batch_size] for a in arrays]
-                pad = self.batch_size - len(parts[0])
-                if pad:  # fixed shapes: pad the tail with empty rows, dropped below
+            for rows, length in plan:
+                parts = [ids[rows, :length], mask[rows, :length]] + [a[rows] for a in extra]
+                pad = self.batch_size - len(rows)
+                if pad:  # fixed shapes: pad the tail with empty rows, dropped in collect
                     parts = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
                              for a in parts]
+                self.tokens += self.batch_size * length
+                self.tokens_at_max += self.batch_size * full
                 local = {str(j): a[lo_host:lo_host + self.local] for j, a in enumerate(parts)}
                 g = mesh_lib.global_batch(local, self.run.mesh)
-                emb = fn(self.run.params, *(g[str(j)] for j in range(len(parts))))
-                emb = np.asarray(multihost_utils.process_allgather(emb, tiled=True)
-                                 if jax.process_count() > 1 else emb)
-                out.append(emb[:len(emb) - pad])
-        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+                pending.append((rows, fn(self.run.params, *(g[str(j)] for j in range(len(parts))))))
+                if len(pending) > 1:
+                    collect(*pending.pop(0))
+            for item in pending:
+                collect(*item)
+        return result if result is not None else np.zeros((0, 0), np.float32)
 
-    def questions(self, ids, mask) -> np.ndarray:
-        return self._encode(self._q, ids, mask)
+    def padding_removed(self) -> float:
+        """Share of the token positions of full padding not encoded so far."""
+        return bucket_lib.padding_removed(self.tokens, self.tokens_at_max)
 
-    def passages(self, ids, mask) -> np.ndarray:
+    def questions(self, ids, mask, *, progress: Progress | None = None) -> np.ndarray:
+        return self._encode(self._q, ids, mask, progress=progress)
+
+    def passages(self, ids, mask, *, progress: Progress | None = None) -> np.ndarray:
         if self.run.method.unit != "passage":
             raise NotImplementedError(
                 f"this is a {self.run.method.unit}-level run ({self.run.method.name}): a passage "
                 "has no single vector (docs/method.md §4). Retrieval works (it ranks passages "
                 "by HasAns over their sentences); passage-level AAR / robustness are not "
                 "supported for such runs (see docs/dcsr.md).")
-        return self._encode(self._p, ids, mask)
+        return self._encode(self._p, ids, mask, progress=progress)
 
-    def sentences(self, ids, mask, positions) -> np.ndarray:
+    def sentences(self, ids, mask, positions, *, progress: Progress | None = None) -> np.ndarray:
         """float32 [n, S, D]: passage-encoder outputs at ``positions`` [n, S] (docs/method.md §4)."""
-        return self._encode(self._s, ids, mask, np.asarray(positions, np.int32))
+        return self._encode(self._s, ids, mask, np.asarray(positions, np.int32),
+                            progress=progress)
 
 
 def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
@@ -154,9 +196,11 @@ def encode_in_slices(fn, *arrays: np.ndarray, encoder=None, progress: Progress |
                      ) -> np.ndarray:
     """``fn(*arrays)`` (an encoder method) called on slices of rows, counting rows in ``progress``.
 
-    Slices are a multiple of the encoder's batch size, so every batch holds the same rows as one
-    call over all rows would: the vectors are identical, only progress is reported in between.
-    Works with any encoder whose methods take row arrays (``batch_size`` defaults to 128).
+    Slices are a multiple of the encoder's batch size, so without length buckets every batch
+    holds the same rows as one call over all rows would: the vectors are identical, only
+    progress is reported in between (with buckets, each slice is sorted by length on its own:
+    equal within float tolerance). Works with any encoder whose methods take row arrays
+    (``batch_size`` defaults to 128).
     """
     n = len(arrays[0])
     rows = int(getattr(encoder, "batch_size", 128)) * 8
@@ -171,6 +215,21 @@ def encode_in_slices(fn, *arrays: np.ndarray, encoder=None, progress: Progress |
         if progress is not None:
             progress.update(len(parts[-1]))
     return np.concatenate(parts)
+
+
+def encode_rows(fn, *arrays: np.ndarray, encoder=None, progress: Progress | None = None
+                ) -> np.ndarray:
+    """``fn(*arrays)`` over all rows: an :class:`Encoder` method takes them at once (its length
+    buckets sort all of them) and counts batches in ``progress``; any other encoder's through
+    :func:`encode_in_slices`."""
+    if isinstance(encoder, Encoder):
+        return fn(*arrays, progress=progress)
+    return encode_in_slices(fn, *arrays, encoder=encoder, progress=progress)
+
+
+def _token_counts(encoder) -> tuple[int, int]:
+    """(tokens encoded, tokens at full padding) so far; (0, 0) for encoders that do not count."""
+    return int(getattr(encoder, "tokens", 0)), int(getattr(encoder, "tokens_at_max", 0))
 
 
 def _shard_name(kind: str, k: int, ext: str) -> str:
@@ -233,6 +292,29 @@ def _read_json(path: str) -> dict | None:
     """:func:`files.read_json`, but only a JSON object counts (anything else is foreign)."""
     out = files.read_json(path)
     return out if isinstance(out, dict) else None
+
+
+def _shards_ahead(exp: "_ShardedExport", rows: Iterable[tuple[str, str, str]], tokenize,
+                  *kinds: tuple[str, str, str]) -> Iterator[tuple]:
+    """``(k, chunk, names, stored, record, tokens)`` per shard, in order (``exp.check``'s
+    ``stored``/``record``; ``tokens`` a future of ``tokenize(chunk)``, None for a reused shard).
+
+    Rows are hashed and checked in order on the calling thread; tokenising runs on a background
+    thread one shard ahead, so it overlaps the encoding of the shard before it (the tokenizer
+    and the encoder both release the GIL).
+    """
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="export-tokenize") as pool:
+        ahead = None
+        for k, chunk in exp.shards(rows):
+            names = exp.names(k, *kinds)
+            stored, record = exp.check(k, chunk, names)
+            job = (k, chunk, names, stored, record,
+                   pool.submit(tokenize, chunk) if stored is None else None)
+            if ahead is not None:
+                yield ahead
+            ahead = job
+        if ahead is not None:
+            yield ahead
 
 
 class _ShardedExport:
@@ -392,11 +474,20 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     exp = _ShardedExport(out_dir, settings, shard_size, source)
     encoder = encoder or Encoder(run, batch_size)
     shards, total, done_rows, t0, encoded = [], 0, 0, time.perf_counter(), 0
+    counts0 = _token_counts(encoder)
+
+    def padding_removed() -> float:
+        (tokens, at_max), (tokens0, at_max0) = _token_counts(encoder), counts0
+        return bucket_lib.padding_removed(tokens - tokens0, at_max - at_max0)
+
     progress = Progress("export passages", num_rows if num_rows is not None else _len_or_none(rows),
                         unit="passages", enabled=exp.writer)
-    for k, chunk in exp.shards(rows):
-        names = exp.names(k)
-        stored, record = exp.check(k, chunk, names)
+
+    def tokenize(chunk):
+        return tokenize_passages(run.tokenizer, [r[2] for r in chunk], [r[1] for r in chunk],
+                                 max_p_len)
+
+    for k, chunk, names, stored, record, tokens in _shards_ahead(exp, rows, tokenize):
         shards.append(dict(names, count=len(chunk), rows_sha256=record["rows_sha256"]))
         if stored is not None:
             logging.info("export: shard %d already done, skipped", k)
@@ -404,23 +495,25 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
             done_rows += len(chunk)
             progress.skip(len(chunk))
             continue
-        ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in chunk], [r[1] for r in chunk],
-                                      max_p_len)
-        emb = encode_in_slices(encoder.passages, ids, mask, encoder=encoder,
-                               progress=progress).astype(dtype)
+        ids, mask = tokens.result()
+        # The whole shard at once: sorting it by length fills the buckets best.
+        emb = encode_rows(encoder.passages, ids, mask, encoder=encoder,
+                          progress=progress).astype(dtype)
         exp.write(names, record, emb,
                   arrays={"ids": np.arange(total, total + len(chunk), dtype=np.int64)},
                   texts={"pids": "".join(r[0] + "\n" for r in chunk)})
         total += len(chunk)
         encoded += len(chunk)
         dt = time.perf_counter() - t0
-        logging.info("export: shard %d written, %d passages (%d this run) at %.1f passages/s",
-                     k, total, encoded, encoded / max(dt, 1e-9))
+        logging.info("export: shard %d written, %d passages (%d this run) at %.1f passages/s, "
+                     "%.1f%% of padded token positions not computed", k, total, encoded,
+                     encoded / max(dt, 1e-9), 100 * padding_removed())
     progress.done()
     return exp.finish(shards, {
         "count": total, "dim": settings["dim"], "dtype": dtype, "max_p_len": max_p_len,
         "step": int(run.step), "encoded_this_run": encoded, "skipped_done": done_rows,
-        "passages_per_s": encoded / max(time.perf_counter() - t0, 1e-9)})
+        "passages_per_s": encoded / max(time.perf_counter() - t0, 1e-9),
+        "padding_removed": padding_removed()})
 
 
 def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
@@ -452,9 +545,15 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     t0 = time.perf_counter()
     progress = Progress("export sentences", num_rows if num_rows is not None else _len_or_none(rows),
                         unit="passages", enabled=exp.writer)
-    for k, chunk in exp.shards(rows):
-        names = exp.names(k, ("sentence_pids", "spids", "npy"))
-        stored, record = exp.check(k, chunk, names)
+
+    def tokenize(chunk):
+        return tokenize_marked_passages(run.tokenizer, [r[2] for r in chunk],
+                                        [r[1] for r in chunk], max_len=max_p_len,
+                                        max_sents=max_sents, title=cfg.dcsr.title,
+                                        sent_token=run.method.added_tokens[0])
+
+    for k, chunk, names, stored, record, tokens in _shards_ahead(
+            exp, rows, tokenize, ("sentence_pids", "spids", "npy")):
         if stored is not None:
             logging.info("export: sentence shard %d already done, skipped", k)
             shards.append(dict(names, count=int(stored["rows"]), passages=len(chunk),
@@ -464,22 +563,23 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
             done += len(chunk)
             progress.skip(len(chunk))
             continue
-        tok = tokenize_marked_passages(run.tokenizer, [r[2] for r in chunk],
-                                       [r[1] for r in chunk], max_len=max_p_len,
-                                       max_sents=max_sents, title=cfg.dcsr.title,
-                                       sent_token=run.method.added_tokens[0])
+        tok = tokens.result()
         valid = tok["valid"].copy()
         empty = ~valid.any(axis=1)
         valid[empty, 0] = True  # positions are 0 there: the [CLS] vector
         no_sent += int(empty.sum())
         dropped += tok["dropped"]
         # Encode in slices and keep only valid rows at once: [n, max_sents, D] for a whole
-        # shard would be ~10 GB at 100k passages x 32 x 768 float32.
-        parts, step = [], encoder.batch_size * 8
+        # shard would be ~10 GB at 100k passages x 32 x 768 float32. Slices of rows sorted by
+        # length (one argsort per shard) keep the length buckets full.
+        order = (np.argsort(-bucket_lib.row_lengths(tok["mask"]), kind="stable")
+                 if getattr(encoder, "length_buckets", ()) else np.arange(len(chunk)))
+        parts, step = [None] * len(chunk), encoder.batch_size * 8
         for lo in range(0, len(chunk), step):
-            sl = slice(lo, lo + step)
+            sl = order[lo:lo + step]
             vecs = encoder.sentences(tok["ids"][sl], tok["mask"][sl], tok["positions"][sl])
-            parts.append(vecs[valid[sl]].astype(dtype))                   # row-major: by passage
+            for i, v, ok in zip(sl, vecs, valid[sl]):
+                parts[i] = v[ok].astype(dtype)                     # row-major: by passage
             progress.update(len(vecs))
         emb = np.concatenate(parts)
         exp.write(names, record, emb,

@@ -19,11 +19,13 @@ import ml_collections
 import numpy as np
 from absl import logging
 from flax import linen as nn
+from jax.experimental import multihost_utils
 
 from dense_cf import methods
 from dense_cf.configs.base import resolve_paths
 from dense_cf.console import quiet_library_logs
 from dense_cf.files import atomic_open, workdir_lock, write_json
+from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.hosts import host0_first, is_host0
@@ -37,7 +39,7 @@ from dense_cf.train.validate import validate
 
 # Shown when a method's loss reports them (retrievers: l_dpr...; the reader: l_select, l_span).
 CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "l_select", "l_span", "rank_acc", "span_acc",
-                "examples_per_s", "step_time_s")
+                "examples_per_s", "step_time_s", "padding_removed")
 
 
 def batch_spec(config, tokenizer, *, shuffle: bool = True):
@@ -45,6 +47,36 @@ def batch_spec(config, tokenizer, *, shuffle: bool = True):
     method = methods.get(config.method)
     return method.inputs.spec(config, tokenizer, shuffle=shuffle,
                               counterfactual=method.needs_counterfactual(config.loss))
+
+
+def length_bucketer(method, config):
+    """``batch -> (batch, padding share removed)`` cutting host-local batches to
+    ``config.data.length_buckets`` (``inputs.buckets.trim_batch``), or None when off.
+
+    On several hosts the longest row of each group is the maximum over all hosts, so every host
+    cuts to the same shape. A pure function of the (global) batch: resume stays exact.
+    """
+    boundaries = tuple(int(b) for b in config.data.length_buckets)
+    groups = method.inputs.length_groups
+    if not boundaries:
+        return None
+    if not groups:
+        logging.warning("data.length_buckets=%s ignored: %s batches declare no length groups "
+                        "(Inputs.length_groups); every batch is padded to full length",
+                        boundaries, method.name)
+        return None
+
+    def cut(batch):
+        need = None
+        if jax.process_count() > 1:
+            local = bucket_lib.group_needs(batch, groups)
+            longest = multihost_utils.process_allgather(
+                np.asarray([v[1] for v in local.values()], np.int32)).reshape(-1, len(local))
+            need = dict(zip(local, longest.max(axis=0).tolist()))
+        batch, counts = bucket_lib.trim_batch(batch, groups, boundaries, need)
+        return batch, bucket_lib.padding_removed(counts["tokens"], counts["tokens_at_max"])
+
+    return cut
 
 
 def _mean_metrics(history: list[dict[str, Any]]) -> dict[str, float]:
@@ -156,20 +188,31 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
         # Rate, elapsed and ETA for the console; a time-based line between step-based ones.
         progress = Progress("train", stop_at, unit="steps", start=step, enabled=is_host0())
         compiled = False
+        bucketer = length_bucketer(method, config)
+        shapes: set[tuple] = set()  # batch shapes compiled (one per length bucket combination)
         while step < stop_at:
-            batch = mesh_lib.global_batch(next(it), mesh)
-            if compiled:
+            local_batch = next(it)
+            removed = None
+            if bucketer is not None:  # each bucket shape compiles once (jit's cache)
+                local_batch, removed = bucketer(local_batch)
+            batch = mesh_lib.global_batch(local_batch, mesh)
+            shape = tuple((k, v.shape) for k, v in sorted(local_batch.items()))
+            if compiled and shape in shapes:
                 state, metrics = step_fn(state, batch, dropout_rng)
             else:
                 # The first call compiles (tens of seconds on a real model): say so, and time it
                 # apart from the steady-state rate. Blocking once makes the time the compile's
-                # plus one step's rather than the dispatch's.
-                with timed("train: compiling the train step", "train: compiled and ran the first step",
-                           enabled=is_host0()):
+                # plus one step's rather than the dispatch's. A new length bucket compiles too.
+                what = f" for a new batch shape ({len(shapes) + 1} so far)" if compiled else ""
+                with timed(f"train: compiling the train step{what}",
+                           "train: compiled and ran the first step" + what, enabled=is_host0()):
                     state, metrics = step_fn(state, batch, dropout_rng)
                     jax.block_until_ready(metrics)
+                shapes.add(shape)
             step += 1
             steps_since += 1
+            if removed is not None:  # share of token positions at full padding not computed
+                metrics = dict(metrics, padding_removed=removed)
             history.append(metrics)
             is_log_step = step % config.train.log_every == 0 or step == stop_at
             if not compiled:

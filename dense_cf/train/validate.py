@@ -93,6 +93,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "data.num_hard", d.num_hard, 0)
     _range(out, "data.window", d.window, 0)
     _range(out, "data.train_fraction", d.train_fraction, 0, 1, lo_open=True)
+    for b in d.length_buckets:
+        _range(out, "data.length_buckets[]", b, 1)
     _enum(out, "dcsr.negatives", config.dcsr.negatives, DCSR_NEGATIVES)
     _enum(out, "dcsr.sent_init", config.dcsr.sent_init, NEW_TOKEN_INITS)
 
@@ -141,6 +143,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
         _enum(out, "eval.aar_strategies[]", s, TEXT_STRATEGIES)
     for c in ev.robustness_counts:
         _range(out, "eval.robustness_counts[]", c, 0)
+    for b in ev.length_buckets:
+        _range(out, "eval.length_buckets[]", b, 1)
     if config.mesh.data != -1:
         _range(out, "mesh.data", config.mesh.data, 1)
     _range(out, "mesh.model", config.mesh.model, 1)
