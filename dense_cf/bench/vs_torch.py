@@ -30,6 +30,7 @@ transformers are imported inside functions only; tests never need them.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import math
@@ -322,6 +323,8 @@ def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
           f"max rel diff {numerics['max_rel_diff']:.2e} (tol {_TOL.value:g})")
     if not numerics["max_rel_diff"] <= _TOL.value:
         raise SystemExit("the two steps compute different functions; not timing them")
+    del check, state, m0, m1  # free the check's executable and state before the timed pair
+    gc.collect()
 
     step, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=True)
     peer.train(True)
