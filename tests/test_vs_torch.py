@@ -4,6 +4,7 @@ error when torch is missing. The torch loss is checked against ours only where t
 installed (the [peer] extra; tests never need it)."""
 
 import importlib
+import inspect
 import sys
 
 import jax
@@ -16,6 +17,7 @@ from dense_cf.bench import vs_torch
 from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
 from dense_cf.files import UserError
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.retrieval import export
 from dense_cf.train import run as loop
 
 
@@ -122,3 +124,10 @@ def test_torch_loss_matches_ours():
         t = [torch.from_numpy(x) for x in (q, pos, hard, hard_valid, cf, cf_valid)]
         theirs = vs_torch._torch_loss(torch, *t, **kw)
         assert float(theirs) == pytest.approx(float(ours), rel=1e-5)
+
+
+def test_length_buckets_need_an_encoder_that_has_them():
+    if "length_buckets" in inspect.signature(export.Encoder).parameters:
+        pytest.skip("this checkout's Encoder takes length buckets")
+    with pytest.raises(UserError, match="no length buckets"):
+        vs_torch.our_encoder(None, 128, [32, 64])

@@ -19,7 +19,8 @@ jitted train step the loop runs (``train.step.make_train_step``), at identical s
 3. Export: batches of ``--export_batch`` passages of the real-length corpus (``--corpus``, default
    the first passages of the installed Wikipedia summaries, ``cli.wiki_corpus``), tokenised once
    with our input format (tokenisation is outside every timing); ours through
-   ``retrieval.export.Encoder`` (fixed padding to ``--max_p_len``, the current export path), the
+   ``retrieval.export.Encoder`` (fixed padding to ``--max_p_len``, the current export path, or
+   ``--length_buckets`` where the encoder has them), the
    peer with fixed padding and with longest-in-batch padding; round r encodes corpus slice r
    with every contender. Embeddings of the first slice are compared (max abs difference).
 
@@ -31,6 +32,7 @@ transformers are imported inside functions only; tests never need them.
 from __future__ import annotations
 
 import gc
+import inspect
 import itertools
 import json
 import math
@@ -59,7 +61,7 @@ from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.train import run as loop
 
-__all__ = ["PEER_INSTALL", "alternate", "import_peer", "paired_summary", "step_config",
+__all__ = ["PEER_INSTALL", "alternate", "import_peer", "our_encoder", "paired_summary", "step_config",
            "trim_to_longest"]
 
 PEER_INSTALL = ('pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && '
@@ -94,11 +96,10 @@ _EXPORT_ROUNDS = flags.DEFINE_integer("export_rounds", 6, "Export rounds (one co
                                       flag_values=FLAGS)
 _EXPORT_BATCHES = flags.DEFINE_integer("export_batches", 2, "Batches per export round.",
                                        flag_values=FLAGS)
-_EXPORT_PATH = flags.DEFINE_string(
-    "export_path", "fixed",
-    "Our export path: 'fixed' (retrieval.export.Encoder, padding to max_p_len) or the name of a "
-    "length-bucketed encoder class in retrieval.export once it exists (e.g. 'BucketedEncoder').",
-    flag_values=FLAGS)
+_BUCKETS = flags.DEFINE_list(
+    "length_buckets", [],
+    "Our export's length buckets (e.g. 32,64,96); empty = fixed padding to max_p_len, the "
+    "current path. Needs a retrieval.export.Encoder that takes length_buckets.", flag_values=FLAGS)
 _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.",
                             flag_values=FLAGS)
 
@@ -369,14 +370,17 @@ def _export_rows(n: int) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _our_encoder(run, batch: int):
-    if _EXPORT_PATH.value == "fixed":
-        return export.Encoder(run, batch)
-    cls = getattr(export, _EXPORT_PATH.value, None)
-    if cls is None:  # the hook for length-bucketed export (docs/scale.md)
-        raise UserError(f"--export_path={_EXPORT_PATH.value}: retrieval.export has no such encoder "
-                        "in this checkout; 'fixed' is the current path")
-    return cls(run, batch)
+def our_encoder(run, batch: int, length_buckets: Sequence[int]):
+    """Our export encoder: fixed padding without ``length_buckets``, else length-bucketed where
+    this checkout's ``retrieval.export.Encoder`` supports it (the hook for docs/scale.md
+    "Length-aware encoding"); fixed padding is asked for explicitly, so a run default of
+    buckets does not change what "fixed" measures."""
+    if "length_buckets" in inspect.signature(export.Encoder).parameters:
+        return export.Encoder(run, batch, length_buckets=tuple(length_buckets))
+    if length_buckets:
+        raise UserError(f"--length_buckets={','.join(map(str, length_buckets))}: this checkout's "
+                        "retrieval.export.Encoder has no length buckets; leave the flag empty")
+    return export.Encoder(run, batch)
 
 
 def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
@@ -387,7 +391,8 @@ def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
     ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
                                   cfg.data.max_p_len)
     lengths = mask.sum(1)
-    encoder = _our_encoder(run, bs)
+    buckets = [int(b) for b in _BUCKETS.value]
+    encoder = our_encoder(run, bs, buckets)
     peer.train(False)
 
     def sl(r: int) -> slice:
@@ -414,7 +419,7 @@ def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
                                ("peer_fixed", peer_fn(False)), ("peer_longest", peer_fn(True))],
                               _EXPORT_ROUNDS.value)
     work = bs * per
-    return {"passages": n, "batch": bs, "our_path": _EXPORT_PATH.value,
+    return {"passages": n, "batch": bs, "length_buckets": buckets,
             "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
             "full_rows": float((lengths == cfg.data.max_p_len).mean()),
             "max_abs_diff": diff,
