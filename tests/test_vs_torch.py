@@ -27,7 +27,10 @@ def test_alternate_rotates_the_order_each_round_and_times_every_call():
     def fn(name):
         return lambda r: calls.append((name, r))
 
-    times, cpu, orders = vs_torch.alternate([("a", fn("a")), ("b", fn("b"))], 4)
+    seen = []
+    times, cpu, orders = vs_torch.alternate([("a", fn("a")), ("b", fn("b"))], 4,
+                                            on_round=lambda r, wall: seen.append((r, sorted(wall))))
+    assert seen == [(r, ["a", "b"]) for r in range(4)]
     assert orders == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
     assert calls == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
     assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4}

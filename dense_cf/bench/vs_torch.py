@@ -106,7 +106,8 @@ _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON
 
 # ------------------------------------------------------------------ pure pieces (tested)
 
-def alternate(contenders: Sequence[tuple[str, Callable[[int], Any]]], rounds: int
+def alternate(contenders: Sequence[tuple[str, Callable[[int], Any]]], rounds: int, *,
+              on_round: Callable[[int, dict[str, float]], Any] | None = None
               ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[list[str]]]:
     """Runs every contender once per round, in an order rotated by the round (AB, BA, ... for
     two; ABC, BCA, CAB for three) so drift in the machine's load hits each side alike.
@@ -114,7 +115,7 @@ def alternate(contenders: Sequence[tuple[str, Callable[[int], Any]]], rounds: in
     ``fn(r)`` does round r's work and returns when it is finished (results blocked on). Returns
     ``({name: [wall seconds per round]}, {name: [process CPU seconds per round]}, [the order of
     each round])``; CPU seconds (all threads) show how much of the wall time a shared machine
-    took away.
+    took away. ``on_round(r, {name: wall seconds})`` is called after each round (progress).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -133,6 +134,8 @@ def alternate(contenders: Sequence[tuple[str, Callable[[int], Any]]], rounds: in
             fn(r)
             times[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
+        if on_round is not None:
+            on_round(r, {n: times[n][-1] for n in names})
     return times, cpu, orders
 
 
@@ -288,6 +291,10 @@ class TorchPeer:
 
 # ------------------------------------------------------------------ the command
 
+def _print_round(r: int, wall: dict[str, float]) -> None:
+    print(f"round {r}: " + ", ".join(f"{k} {v:.3f} s" for k, v in wall.items()), flush=True)
+
+
 def _rounded(times: dict[str, list[float]]) -> dict[str, list[float]]:
     return {k: [round(x, 4) for x in v] for k, v in times.items()}
 
@@ -344,7 +351,7 @@ def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
             ours_step(0)
             peer.step(tb)
         times, cpu, _ = alternate([("ours", ours_step), ("peer", lambda _r: peer.step(tb))],
-                                  _ROUNDS.value)
+                                  _ROUNDS.value, on_round=_print_round)
     passages = b * (1 + h + int(cf))
     out = paired_summary(times["ours"], times["peer"], work=passages)
     out.update(numerics=numerics, compile_s=compile_s, passages_per_step=passages,
@@ -417,7 +424,7 @@ def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
           f"longest {diff['longest']:.2e}")
     times, cpu, _ = alternate([("ours", lambda r: encoder.passages(ids[sl(r)], mask[sl(r)])),
                                ("peer_fixed", peer_fn(False)), ("peer_longest", peer_fn(True))],
-                              _EXPORT_ROUNDS.value)
+                              _EXPORT_ROUNDS.value, on_round=_print_round)
     work = bs * per
     return {"passages": n, "batch": bs, "length_buckets": buckets,
             "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
