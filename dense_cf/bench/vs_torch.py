@@ -47,6 +47,7 @@ import numpy as np
 from absl import flags
 from flax import linen as nn
 
+from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
@@ -60,6 +61,7 @@ from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.train import run as loop
+from dense_cf.train.step import make_eval_step
 
 __all__ = ["PEER_INSTALL", "alternate", "import_peer", "our_encoder", "paired_summary", "step_config",
            "trim_to_longest"]
@@ -72,6 +74,9 @@ _MODEL = flags.DEFINE_string("model", "minilm", "Checkpoint both sides load (HF 
                              flag_values=FLAGS)
 _PARTS = flags.DEFINE_list("parts", ["train", "export"], "What to measure: train, export.",
                            flag_values=FLAGS)
+_FORWARD = flags.DEFINE_bool("forward", False, "Also time each side's forward pass of the training "
+                             "batch alone (no dropout, no gradient) in the same rounds: where the "
+                             "step's time goes.", flag_values=FLAGS)
 _BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per step.", flag_values=FLAGS)
 _LQ = flags.DEFINE_integer("max_q_len", 32, "Question length.", flag_values=FLAGS)
 _LP = flags.DEFINE_integer("max_p_len", 96, "Passage length.", flag_values=FLAGS)
@@ -261,21 +266,34 @@ class TorchPeer:
         self.q_enc.train(mode)
         self.p_enc.train(mode)
 
-    def step(self, t: dict[str, Any]) -> tuple[float, float]:
-        """One optimizer step; (loss, gradient norm before clipping)."""
+    def _loss(self, t: dict[str, Any]):
         torch = self.torch
         b, h, lp = t["hard_ids"].shape
         has_cf = "cf_ids" in t
         parts = [t["pos_ids"][:, None], t["hard_ids"]] + ([t["cf_ids"][:, None]] if has_cf else [])
         masks = [t["pos_mask"][:, None], t["hard_mask"]] + ([t["cf_mask"][:, None]] if has_cf else [])
         n = len(parts) - 1 + h  # passages per question
-        self.opt.zero_grad(set_to_none=True)
         q = self.q_enc(input_ids=t["q_ids"], attention_mask=t["q_mask"]).last_hidden_state[:, 0]
         p = self.p_enc(input_ids=torch.cat(parts, 1).reshape(b * n, lp),
                        attention_mask=torch.cat(masks, 1).reshape(b * n, lp)
                        ).last_hidden_state[:, 0].reshape(b, n, -1)
-        loss = _torch_loss(torch, q, p[:, 0], p[:, 1:1 + h], t["hard_valid"],
+        return _torch_loss(torch, q, p[:, 0], p[:, 1:1 + h], t["hard_valid"],
                            p[:, 1 + h] if has_cf else None, t.get("cf_valid"), **self.loss_kw)
+
+    def forward(self, t: dict[str, Any]) -> float:
+        """The loss of a batch without dropout or gradient (our eval step's work)."""
+        training = self.q_enc.training
+        self.train(False)
+        with self.torch.no_grad():
+            loss = float(self._loss(t))
+        self.train(training)
+        return loss
+
+    def step(self, t: dict[str, Any]) -> tuple[float, float]:
+        """One optimizer step; (loss, gradient norm before clipping)."""
+        torch = self.torch
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(t)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip)
         self.opt.step()
@@ -347,13 +365,22 @@ def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
             box["state"], m = step(box["state"], gbatch, rng)
             jax.block_until_ready(m)
 
+        contenders = [("ours", ours_step), ("peer", lambda _r: peer.step(tb))]
+        if _FORWARD.value:
+            method = methods.get(cfg.method)
+            fwd = jax.jit(make_eval_step(method, model, loss_hparams=method.loss_hparams(cfg.loss),
+                                         mesh=mesh))
+            contenders += [("ours_forward", lambda _r: jax.block_until_ready(fwd(box["state"].params,
+                                                                                gbatch))),
+                           ("peer_forward", lambda _r: peer.forward(tb))]
         for _ in range(_WARMUP.value):
-            ours_step(0)
-            peer.step(tb)
-        times, cpu, _ = alternate([("ours", ours_step), ("peer", lambda _r: peer.step(tb))],
-                                  _ROUNDS.value, on_round=_print_round)
+            for _, fn in contenders:
+                fn(0)
+        times, cpu, _ = alternate(contenders, _ROUNDS.value, on_round=_print_round)
     passages = b * (1 + h + int(cf))
     out = paired_summary(times["ours"], times["peer"], work=passages)
+    if _FORWARD.value:
+        out["forward"] = paired_summary(times["ours_forward"], times["peer_forward"], work=passages)
     out.update(numerics=numerics, compile_s=compile_s, passages_per_step=passages,
                shapes={"global_batch": b, "num_hard": h, "max_q_len": lq, "max_p_len": lp,
                        "counterfactual": cf},
@@ -441,6 +468,9 @@ def _print_table(out: dict[str, Any]) -> None:
     if "train" in out:
         t = out["train"]
         rows.append(("train step", "peer", t, t["cpu_median_s"]["ours"], t["cpu_median_s"]["peer"]))
+        if "forward" in t:
+            rows.append(("forward", "peer", t["forward"], t["cpu_median_s"]["ours_forward"],
+                         t["cpu_median_s"]["peer_forward"]))
     if "export" in out:
         e = out["export"]
         for name in ("fixed", "longest"):
