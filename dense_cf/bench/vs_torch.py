@@ -1,0 +1,511 @@
+"""Our train step and passage export against the PyTorch ones a DPR/Tevatron user runs, measured
+in one command: ``python -m dense_cf.bench.vs_torch`` (prints numbers; no asserts; docs/scale.md
+"The PyTorch peer").
+
+The peer is what such a user writes: Hugging Face ``BertModel`` × 2 (question and passage
+towers) loaded from the same checkpoint as ours (``--model``, MiniLM by default), pooler-free
+[CLS] vectors, the contrastive loss of docs/method.md §3 (in-batch + hard negatives and, with
+``--counterfactual``, PiCL's counterfactual terms with ``config.loss``'s weights), AdamW and
+global-norm clipping (``config.optim``), ``torch.set_num_threads`` = the core count. Ours is the
+jitted train step the loop runs (``train.step.make_train_step``), at identical shapes.
+
+1. Numerics first: both steps run twice without dropout from the same weights on the same
+   batch; the losses of step 0 and step 1 (after one AdamW update) and step 0's gradient norm
+   must agree within ``--tol`` (relative), else the command stops: timing two different
+   functions means nothing.
+2. Train step: ``--rounds`` rounds, each one step of every contender in an order that rotates
+   per round (A/B, B/A, ...), dropout on as in training; medians, the ratio of medians and an
+   exact sign test over the paired rounds.
+3. Export: batches of ``--export_batch`` passages of the real-length corpus (``--corpus``, default
+   the first passages of the installed Wikipedia summaries, ``cli.wiki_corpus``), tokenised once
+   with our input format (tokenisation is outside every timing); ours through
+   ``retrieval.export.Encoder`` (fixed padding to ``--max_p_len``, the current export path, or
+   ``--length_buckets`` where the encoder has them), the
+   peer with fixed padding and with longest-in-batch padding; round r encodes corpus slice r
+   with every contender. Embeddings of the first slice are compared (max abs difference).
+
+The peer needs the optional extra: ``pip install -e ".[peer]"`` (the CPU torch wheel first:
+``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu``). torch and
+transformers are imported inside functions only; tests never need them.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from absl import flags
+from flax import linen as nn
+
+from dense_cf import methods
+from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
+from dense_cf.cli import _app
+from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import DPR_LOSS, PICL_LOSS
+from dense_cf.datasets import wiki_offline
+from dense_cf.eval.stats import mcnemar_exact
+from dense_cf.files import UserError
+from dense_cf.inputs.tokens import tokenize_passages
+from dense_cf.models.hf import resolve_model_dir
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.retrieval import export
+from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.train import run as loop
+from dense_cf.train.step import make_eval_step
+
+__all__ = ["PEER_INSTALL", "alternate", "import_peer", "our_encoder", "paired_summary", "step_config",
+           "trim_to_longest"]
+
+PEER_INSTALL = ('pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && '
+                'pip install -e ".[peer]"')
+
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_MODEL = flags.DEFINE_string("model", "minilm", "Checkpoint both sides load (HF BERT dir or 'minilm').",
+                             flag_values=FLAGS)
+_PARTS = flags.DEFINE_list("parts", ["train", "export"], "What to measure: train, export.",
+                           flag_values=FLAGS)
+_FORWARD = flags.DEFINE_bool("forward", False, "Also time each side's forward pass of the training "
+                             "batch alone (no dropout, no gradient) in the same rounds: where the "
+                             "step's time goes.", flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per step.", flag_values=FLAGS)
+_LQ = flags.DEFINE_integer("max_q_len", 32, "Question length.", flag_values=FLAGS)
+_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length.", flag_values=FLAGS)
+_HARD = flags.DEFINE_integer("num_hard", 1, "Hard negatives per question.", flag_values=FLAGS)
+_CF = flags.DEFINE_bool("counterfactual", True, "PiCL step: one counterfactual per question.",
+                        flag_values=FLAGS)
+_ROUNDS = flags.DEFINE_integer("rounds", 12, "Timed train-step rounds (one step per side each).",
+                               flag_values=FLAGS)
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compilation.",
+                               flag_values=FLAGS)
+_ATTN = flags.DEFINE_enum("attention_impl", "einsum", ["einsum", "dot_product", "xla"],
+                          "Our attention kernel (model.attention_impl).", flag_values=FLAGS)
+_TORCH_ATTN = flags.DEFINE_string("torch_attention", "sdpa",
+                                  "transformers attn_implementation of the peer (sdpa | eager).",
+                                  flag_values=FLAGS)
+_THREADS = flags.DEFINE_integer("threads", 0, "torch threads (0 = os.cpu_count()).", flag_values=FLAGS)
+_TOL = flags.DEFINE_float("tol", 1e-3, "Relative tolerance of the numerics check.", flag_values=FLAGS)
+_CORPUS = flags.DEFINE_string("corpus", "", "Corpus TSV for export ('' = the wiki summaries).",
+                              flag_values=FLAGS)
+_EXPORT_BATCH = flags.DEFINE_integer("export_batch", 128, "Export batch size.", flag_values=FLAGS)
+_EXPORT_ROUNDS = flags.DEFINE_integer("export_rounds", 6, "Export rounds (one corpus slice each).",
+                                      flag_values=FLAGS)
+_EXPORT_BATCHES = flags.DEFINE_integer("export_batches", 2, "Batches per export round.",
+                                       flag_values=FLAGS)
+_BUCKETS = flags.DEFINE_list(
+    "length_buckets", [],
+    "Our export's length buckets (e.g. 32,64,96); empty = fixed padding to max_p_len, the "
+    "current path. Needs a retrieval.export.Encoder that takes length_buckets.", flag_values=FLAGS)
+_JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.",
+                            flag_values=FLAGS)
+
+
+# ------------------------------------------------------------------ pure pieces (tested)
+
+def alternate(contenders: Sequence[tuple[str, Callable[[int], Any]]], rounds: int, *,
+              on_round: Callable[[int, dict[str, float]], Any] | None = None
+              ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[list[str]]]:
+    """Runs every contender once per round, in an order rotated by the round (AB, BA, ... for
+    two; ABC, BCA, CAB for three) so drift in the machine's load hits each side alike.
+
+    ``fn(r)`` does round r's work and returns when it is finished (results blocked on). Returns
+    ``({name: [wall seconds per round]}, {name: [process CPU seconds per round]}, [the order of
+    each round])``; CPU seconds (all threads) show how much of the wall time a shared machine
+    took away. ``on_round(r, {name: wall seconds})`` is called after each round (progress).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    names = [n for n, _ in contenders]
+    if len(set(names)) != len(names):
+        raise ValueError(f"contender names must be distinct, got {names}")
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    orders = []
+    k = len(contenders)
+    for r in range(rounds):
+        order = [contenders[(r + j) % k] for j in range(k)]
+        orders.append([n for n, _ in order])
+        for name, fn in order:
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn(r)
+            times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+        if on_round is not None:
+            on_round(r, {n: times[n][-1] for n in names})
+    return times, cpu, orders
+
+
+def paired_summary(ours: Sequence[float], peer: Sequence[float], work: float = 1.0
+                   ) -> dict[str, Any]:
+    """Paired timings of one comparison (seconds per round, the same work per round).
+
+    ``speedup`` = median(peer) / median(ours) (> 1: ours is faster); ``round_ratio_median`` the
+    median of the per-round ratios; ``sign_test``: rounds ours was faster, rounds the peer was,
+    and the exact two-sided binomial p-value (``eval.stats.mcnemar_exact`` over the pairs; a tie
+    counts for neither). ``*_per_s`` = ``work`` / median seconds.
+    """
+    a = np.asarray(ours, float)
+    b = np.asarray(peer, float)
+    if a.ndim != 1 or a.shape != b.shape or a.size == 0:
+        raise ValueError(f"need two equal-length non-empty timing lists, got {a.shape} and {b.shape}")
+    if (a <= 0).any() or (b <= 0).any():
+        raise ValueError("timings must be positive seconds")
+    med_a, med_b = float(np.median(a)), float(np.median(b))
+    test = mcnemar_exact(a < b, b < a)
+    return {"rounds": int(a.size), "ours_median_s": med_a, "peer_median_s": med_b,
+            "ours_per_s": work / med_a, "peer_per_s": work / med_b,
+            "speedup": med_b / med_a, "round_ratio_median": float(np.median(b / a)),
+            "sign_test": {"ours_faster": test["b10"], "peer_faster": test["b01"],
+                          "p_value": test["p_value"]}}
+
+
+def trim_to_longest(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A right-padded batch cut to its longest row (longest-in-batch padding, HF's
+    ``padding="longest"``); at least one column."""
+    n = max(1, int(mask.sum(axis=1).max())) if len(mask) else 1
+    return ids[:, :n], mask[:, :n]
+
+
+def step_config(model: str, *, global_batch: int, max_q_len: int, max_p_len: int, num_hard: int,
+                counterfactual: bool, attention_impl: str = "einsum"):
+    """The base config at the benchmark's shapes: PiCL's loss weights with ``counterfactual``,
+    DPR's without; learning rate from step 0 (no warm-up), so the first update is a real one on
+    both sides."""
+    cfg = base_config()
+    cfg.method = "picl" if counterfactual else "dpr"
+    cfg.model.name_or_path = model
+    cfg.model.attention_impl = attention_impl
+    cfg.data.max_q_len, cfg.data.max_p_len = max_q_len, max_p_len
+    cfg.data.num_hard = num_hard
+    cfg.train.global_batch = global_batch
+    cfg.loss.update(PICL_LOSS if counterfactual else DPR_LOSS)
+    cfg.optim.warmup_steps = 0
+    return cfg
+
+
+def import_peer() -> tuple[Any, Any]:
+    """(torch, transformers), or a UserError saying how to install the ``[peer]`` extra."""
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise UserError(f"the PyTorch peer needs the optional extra [peer] ({e}); install it with "
+                        f"`{PEER_INSTALL}`") from None
+    return torch, transformers
+
+
+# ------------------------------------------------------------------ the peer (torch)
+
+def _torch_loss(torch, q, pos, hard, hard_valid, cf, cf_valid, *, lam: float, tau1: float,
+                tau2: float):
+    """``losses.contrastive_terms``' total (use_dpr=True) in torch, mean over questions."""
+    b, h, d = hard.shape
+    hv = hard_valid.reshape(b * h)
+    hard = torch.where(hv[:, None], hard.reshape(b * h, d), 0.0)
+    cols = [pos, hard] + ([torch.where(cf_valid[:, None], cf, 0.0)] if cf is not None else [])
+    s = q @ torch.cat(cols).T
+    s_pp, s_hard = s[:, :b], s[:, b:b + b * h]
+    eye = torch.eye(b, dtype=torch.bool)
+    s_pos = s_pp.diagonal()
+    neg = torch.cat([s_pp.masked_fill(eye, -math.inf), s_hard.masked_fill(~hv[None], -math.inf)], 1)
+    logits = [s_pos[:, None], neg]
+    if cf is not None:
+        s_cc = s[:, b + b * h:]
+        s_cf = s_cc.diagonal()
+        if lam > 0:
+            logits.append((s_cf + math.log(lam)).masked_fill(~cf_valid, -math.inf)[:, None])
+    total = torch.logsumexp(torch.cat(logits, 1), 1) - s_pos
+    if cf is not None:
+        if tau1:
+            total = total + tau1 * torch.where(cf_valid, torch.nn.functional.softplus(s_cf - s_pos), 0.0)
+        if tau2:
+            other = s_cc.masked_fill(eye | ~cf_valid[None], -math.inf)
+            cpp = torch.logsumexp(torch.cat([s_cf[:, None], neg, other], 1), 1) - s_cf
+            total = total + tau2 * torch.where(cf_valid, cpp, 0.0)
+    return total.mean()
+
+
+class TorchPeer:
+    """HF ``BertModel`` question and passage towers with AdamW: the step a DPR/Tevatron user runs."""
+
+    def __init__(self, cfg, model_dir: str, *, threads: int, attn: str):
+        torch, transformers = import_peer()
+        self.torch = torch
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        drop = cfg.model.dropout
+        adrop = cfg.model.attention_dropout if cfg.model.attention_dropout is not None else drop
+
+        def tower():
+            return transformers.BertModel.from_pretrained(
+                model_dir, add_pooling_layer=False, attn_implementation=attn,
+                hidden_dropout_prob=drop, attention_probs_dropout_prob=adrop)
+
+        self.q_enc, self.p_enc = tower(), tower()
+        self.params = list(self.q_enc.parameters()) + list(self.p_enc.parameters())
+        o = cfg.optim
+        self.opt = torch.optim.AdamW(self.params, lr=o.learning_rate, betas=(o.b1, o.b2), eps=o.eps,
+                                     weight_decay=o.weight_decay)
+        self.clip = o.grad_clip
+        self.loss_kw = {k: float(cfg.loss[k]) for k in ("lam", "tau1", "tau2")}
+
+    def tensors(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        return {k: self.torch.from_numpy(np.ascontiguousarray(v)) if v.dtype != bool
+                else self.torch.from_numpy(v) for k, v in batch.items()}
+
+    def train(self, mode: bool) -> None:
+        self.q_enc.train(mode)
+        self.p_enc.train(mode)
+
+    def _loss(self, t: dict[str, Any]):
+        torch = self.torch
+        b, h, lp = t["hard_ids"].shape
+        has_cf = "cf_ids" in t
+        parts = [t["pos_ids"][:, None], t["hard_ids"]] + ([t["cf_ids"][:, None]] if has_cf else [])
+        masks = [t["pos_mask"][:, None], t["hard_mask"]] + ([t["cf_mask"][:, None]] if has_cf else [])
+        n = len(parts) - 1 + h  # passages per question
+        q = self.q_enc(input_ids=t["q_ids"], attention_mask=t["q_mask"]).last_hidden_state[:, 0]
+        p = self.p_enc(input_ids=torch.cat(parts, 1).reshape(b * n, lp),
+                       attention_mask=torch.cat(masks, 1).reshape(b * n, lp)
+                       ).last_hidden_state[:, 0].reshape(b, n, -1)
+        return _torch_loss(torch, q, p[:, 0], p[:, 1:1 + h], t["hard_valid"],
+                           p[:, 1 + h] if has_cf else None, t.get("cf_valid"), **self.loss_kw)
+
+    def forward(self, t: dict[str, Any]) -> float:
+        """The loss of a batch without dropout or gradient (our eval step's work)."""
+        training = self.q_enc.training
+        self.train(False)
+        with self.torch.no_grad():
+            loss = float(self._loss(t))
+        self.train(training)
+        return loss
+
+    def step(self, t: dict[str, Any]) -> tuple[float, float]:
+        """One optimizer step; (loss, gradient norm before clipping)."""
+        torch = self.torch
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(t)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.opt.step()
+        return float(loss.detach()), float(norm)
+
+    def encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """[CLS] vectors of passages (inference mode)."""
+        with self.torch.inference_mode():
+            out = self.p_enc(input_ids=self.torch.from_numpy(ids),
+                             attention_mask=self.torch.from_numpy(mask)).last_hidden_state[:, 0]
+        return out.numpy()
+
+
+# ------------------------------------------------------------------ the command
+
+def _print_round(r: int, wall: dict[str, float]) -> None:
+    print(f"round {r}: " + ", ".join(f"{k} {v:.3f} s" for k, v in wall.items()), flush=True)
+
+
+def _rounded(times: dict[str, list[float]]) -> dict[str, list[float]]:
+    return {k: [round(x, 4) for x in v] for k, v in times.items()}
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-12)
+
+
+def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
+    b, h = cfg.train.global_batch, cfg.data.num_hard
+    lq, lp = cfg.data.max_q_len, cfg.data.max_p_len
+    cf = _CF.value
+    model, hf_params, _ = loop.build_model(cfg)
+    batch = random_batch(batch_shapes(b, h, lq, lp, cf), model.config.vocab_size)
+    tb = peer.tensors(batch)
+    mesh = mesh_lib.make_mesh(-1, 1)
+    check, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=False)
+    rng = jax.random.key(1)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        gbatch = mesh_lib.global_batch(batch, mesh)
+        state, m0 = check(state, gbatch, rng)
+        ours = [float(m0["loss"]), float(m0["grad_norm"])]
+        state, m1 = check(state, gbatch, rng)
+        ours.append(float(m1["loss"]))
+    peer.train(False)
+    l0, g0 = peer.step(tb)
+    l1, _ = peer.step(tb)
+    theirs = [l0, g0, l1]
+    numerics = {"ours": {"loss_step0": ours[0], "grad_norm_step0": ours[1], "loss_step1": ours[2]},
+                "peer": {"loss_step0": l0, "grad_norm_step0": g0, "loss_step1": l1},
+                "max_rel_diff": max(_rel(x, y) for x, y in zip(ours, theirs))}
+    print(f"numerics (no dropout): loss step 0 ours {ours[0]:.6f} peer {l0:.6f}; grad norm "
+          f"ours {ours[1]:.6f} peer {g0:.6f}; loss step 1 ours {ours[2]:.6f} peer {l1:.6f}; "
+          f"max rel diff {numerics['max_rel_diff']:.2e} (tol {_TOL.value:g})")
+    if not numerics["max_rel_diff"] <= _TOL.value:
+        raise SystemExit("the two steps compute different functions; not timing them")
+    del check, state, m0, m1  # free the check's executable and state before the timed pair
+    gc.collect()
+
+    step, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=True)
+    peer.train(True)
+    box = {"state": state}
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        gbatch = mesh_lib.global_batch(batch, mesh)
+        t0 = time.perf_counter()
+        step = step.lower(state, gbatch, rng).compile()
+        compile_s = time.perf_counter() - t0
+
+        def ours_step(_r):
+            box["state"], m = step(box["state"], gbatch, rng)
+            jax.block_until_ready(m)
+
+        contenders = [("ours", ours_step), ("peer", lambda _r: peer.step(tb))]
+        if _FORWARD.value:
+            method = methods.get(cfg.method)
+            fwd = jax.jit(make_eval_step(method, model, loss_hparams=method.loss_hparams(cfg.loss),
+                                         mesh=mesh))
+            contenders += [("ours_forward", lambda _r: jax.block_until_ready(fwd(box["state"].params,
+                                                                                gbatch))),
+                           ("peer_forward", lambda _r: peer.forward(tb))]
+        for _ in range(_WARMUP.value):
+            for _, fn in contenders:
+                fn(0)
+        times, cpu, _ = alternate(contenders, _ROUNDS.value, on_round=_print_round)
+    passages = b * (1 + h + int(cf))
+    out = paired_summary(times["ours"], times["peer"], work=passages)
+    if _FORWARD.value:
+        out["forward"] = paired_summary(times["ours_forward"], times["peer_forward"], work=passages)
+    out.update(numerics=numerics, compile_s=compile_s, passages_per_step=passages,
+               shapes={"global_batch": b, "num_hard": h, "max_q_len": lq, "max_p_len": lp,
+                       "counterfactual": cf},
+               times=_rounded(times), cpu_times=_rounded(cpu),
+               cpu_median_s={k: statistics.median(v) for k, v in cpu.items()})
+    return out
+
+
+def _export_rows(n: int) -> list[tuple[str, str, str]]:
+    if _CORPUS.value:
+        c = load_corpus(_CORPUS.value)
+        rows = list(itertools.islice(c.rows(), n))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "psgs.tsv.gz")
+            wiki_offline.write_corpus(path, max_passages=n)
+            rows = list(load_corpus(path).rows())
+    if len(rows) < n:
+        raise UserError(f"{_CORPUS.value or 'the wiki summaries'}: {len(rows)} passages, the "
+                        f"export rounds need {n}")
+    return rows
+
+
+def our_encoder(run, batch: int, length_buckets: Sequence[int]):
+    """Our export encoder at ``length_buckets`` (docs/scale.md "Length-aware encoding"); empty
+    asks for fixed padding explicitly, so a run default of buckets does not change what
+    "fixed" measures."""
+    return export.Encoder(run, batch, length_buckets=tuple(length_buckets))
+
+
+def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
+    bs, per = _EXPORT_BATCH.value, _EXPORT_BATCHES.value
+    n = bs * per * _EXPORT_ROUNDS.value
+    run = loop.pretrained_run(cfg)
+    rows = _export_rows(n)
+    ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
+                                  cfg.data.max_p_len)
+    lengths = mask.sum(1)
+    buckets = [int(b) for b in _BUCKETS.value]
+    encoder = our_encoder(run, bs, buckets)
+    peer.train(False)
+
+    def sl(r: int) -> slice:
+        return slice(r * bs * per, (r + 1) * bs * per)
+
+    def peer_fn(longest: bool):
+        def f(r):
+            for k in range(per):
+                lo = r * bs * per + k * bs
+                i, m = ids[lo:lo + bs], mask[lo:lo + bs]
+                peer.encode(*(trim_to_longest(i, m) if longest else (i, m)))
+        return f
+
+    ours0 = encoder.passages(ids[sl(0)], mask[sl(0)])  # compiles; also the numerics check
+    fixed0 = np.concatenate([peer.encode(ids[lo:lo + bs], mask[lo:lo + bs])
+                             for lo in range(0, bs * per, bs)])
+    longest0 = np.concatenate([peer.encode(*trim_to_longest(ids[lo:lo + bs], mask[lo:lo + bs]))
+                               for lo in range(0, bs * per, bs)])
+    diff = {"fixed": float(np.abs(ours0 - fixed0).max()),
+            "longest": float(np.abs(ours0 - longest0).max())}
+    print(f"export numerics: max |ours - peer| over {bs * per} passages: fixed {diff['fixed']:.2e}, "
+          f"longest {diff['longest']:.2e}")
+    times, cpu, _ = alternate([("ours", lambda r: encoder.passages(ids[sl(r)], mask[sl(r)])),
+                               ("peer_fixed", peer_fn(False)), ("peer_longest", peer_fn(True))],
+                              _EXPORT_ROUNDS.value, on_round=_print_round)
+    work = bs * per
+    return {"passages": n, "batch": bs, "length_buckets": buckets,
+            "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
+            "full_rows": float((lengths == cfg.data.max_p_len).mean()),
+            "max_abs_diff": diff,
+            "vs_fixed": paired_summary(times["ours"], times["peer_fixed"], work=work),
+            "vs_longest": paired_summary(times["ours"], times["peer_longest"], work=work),
+            "times": _rounded(times), "cpu_times": _rounded(cpu),
+            "cpu_median_s": {k: statistics.median(v) for k, v in cpu.items()}}
+
+
+def _print_table(out: dict[str, Any]) -> None:
+    rows = []
+    if "train" in out:
+        t = out["train"]
+        rows.append(("train step", "peer", t, t["cpu_median_s"]["ours"], t["cpu_median_s"]["peer"]))
+        if "forward" in t:
+            rows.append(("forward", "peer", t["forward"], t["cpu_median_s"]["ours_forward"],
+                         t["cpu_median_s"]["peer_forward"]))
+    if "export" in out:
+        e = out["export"]
+        for name in ("fixed", "longest"):
+            rows.append(("export", f"peer {name}", e[f"vs_{name}"], e["cpu_median_s"]["ours"],
+                         e["cpu_median_s"][f"peer_{name}"]))
+    print(f"{'part':<11} {'peer':<13} {'ours s':>8} {'peer s':>8} {'ours cpu':>8} {'peer cpu':>8} "
+          f"{'ours p/s':>9} {'peer p/s':>9} {'speedup':>8}  sign test (rounds ours/peer faster)")
+    for part, peer, s, cpu_ours, cpu_peer in rows:
+        t = s["sign_test"]
+        print(f"{part:<11} {peer:<13} {s['ours_median_s']:>8.3f} {s['peer_median_s']:>8.3f} "
+              f"{cpu_ours:>8.3f} {cpu_peer:>8.3f} {s['ours_per_s']:>9.1f} {s['peer_per_s']:>9.1f} "
+              f"{s['speedup']:>7.2f}x  {t['ours_faster']}/{t['peer_faster']}, p={t['p_value']:.3g}")
+
+
+def main(argv) -> dict[str, Any]:
+    del argv
+    torch, transformers = import_peer()
+    parts = set(_PARTS.value)
+    if not parts or parts - {"train", "export"}:
+        raise UserError(f"--parts takes train and/or export, got {_PARTS.value}")
+    cfg = step_config(_MODEL.value, global_batch=_BATCH.value, max_q_len=_LQ.value,
+                      max_p_len=_LP.value, num_hard=_HARD.value, counterfactual=_CF.value,
+                      attention_impl=_ATTN.value)
+    threads = _THREADS.value or os.cpu_count() or 1
+    peer = TorchPeer(cfg, resolve_model_dir(_MODEL.value), threads=threads, attn=_TORCH_ATTN.value)
+    out: dict[str, Any] = {
+        "model": _MODEL.value, "devices": jax.device_count(), "cpu_count": os.cpu_count(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(), "torch_attention": _TORCH_ATTN.value,
+        "jax": jax.__version__, "attention_impl": _ATTN.value,
+        "xla_flags": os.environ.get("XLA_FLAGS", "")}
+    if "train" in parts:
+        out["train"] = _measure_train(cfg, peer)
+    if "export" in parts:
+        out["export"] = _measure_export(cfg, peer)
+    print(json.dumps({k: v for k, v in out.items() if k not in ("train", "export")}))
+    _print_table(out)
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(out, f, indent=2)
+    return out
+
+
+if __name__ == "__main__":
+    _app.run(main, FLAGS, __doc__)

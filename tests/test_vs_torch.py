@@ -1,0 +1,134 @@
+"""bench.vs_torch without its optional extra: the A/B alternation, the paired arithmetic, the
+padding helper, the step config and the shared jitted step at the benchmark's shapes, and a clear
+error when torch is missing. The torch loss is checked against ours only where torch is
+installed (the [peer] extra; tests never need it)."""
+
+import importlib
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import linen as nn
+from helpers import tiny_run
+
+from dense_cf import losses, methods
+from dense_cf.bench import vs_torch
+from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
+from dense_cf.files import UserError
+from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.train import run as loop
+
+
+def test_alternate_rotates_the_order_each_round_and_times_every_call():
+    calls = []
+
+    def fn(name):
+        return lambda r: calls.append((name, r))
+
+    seen = []
+    times, cpu, orders = vs_torch.alternate([("a", fn("a")), ("b", fn("b"))], 4,
+                                            on_round=lambda r, wall: seen.append((r, sorted(wall))))
+    assert seen == [(r, ["a", "b"]) for r in range(4)]
+    assert orders == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+    assert calls == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
+    assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4}
+    assert all(t >= 0 for v in list(times.values()) + list(cpu.values()) for t in v)
+    _, _, orders3 = vs_torch.alternate([(n, fn(n)) for n in "xyz"], 3)
+    assert orders3 == [["x", "y", "z"], ["y", "z", "x"], ["z", "x", "y"]]
+
+
+def test_alternate_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="rounds"):
+        vs_torch.alternate([("a", lambda r: None)], 0)
+    with pytest.raises(ValueError, match="distinct"):
+        vs_torch.alternate([("a", lambda r: None), ("a", lambda r: None)], 1)
+
+
+def test_paired_summary_medians_ratio_and_sign_test():
+    s = vs_torch.paired_summary([1.0, 2.0, 3.0, 10.0], [2.0, 4.0, 6.0, 5.0], work=16)
+    assert s["ours_median_s"] == 2.5 and s["peer_median_s"] == 4.5
+    assert s["speedup"] == pytest.approx(4.5 / 2.5)
+    assert s["round_ratio_median"] == pytest.approx(2.0)  # ratios 2, 2, 2, 0.5
+    assert s["ours_per_s"] == pytest.approx(16 / 2.5) and s["peer_per_s"] == pytest.approx(16 / 4.5)
+    # 3 of 4 rounds ours faster: two-sided exact binomial p = 2 * P[Bin(4, 1/2) <= 1] = 0.625.
+    assert s["sign_test"] == {"ours_faster": 3, "peer_faster": 1, "p_value": pytest.approx(0.625)}
+    eight = vs_torch.paired_summary([1.0] * 8, [2.0] * 8)
+    assert eight["sign_test"]["p_value"] == pytest.approx(2 / 2 ** 8)
+    with pytest.raises(ValueError, match="equal-length"):
+        vs_torch.paired_summary([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive"):
+        vs_torch.paired_summary([0.0], [1.0])
+
+
+def test_trim_to_longest_cuts_at_the_longest_row():
+    ids = np.arange(12).reshape(2, 6)
+    mask = np.array([[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0]])
+    i, m = vs_torch.trim_to_longest(ids, mask)
+    assert i.tolist() == [[0, 1, 2], [6, 7, 8]] and m.tolist() == [[1, 1, 0], [1, 1, 1]]
+    i, m = vs_torch.trim_to_longest(ids, np.zeros_like(mask))
+    assert i.shape == (2, 1)
+
+
+def test_step_config_sets_the_shapes_and_loss_weights():
+    cfg = vs_torch.step_config("tiny", global_batch=4, max_q_len=8, max_p_len=16, num_hard=2,
+                               counterfactual=True, attention_impl="xla")
+    assert (cfg.train.global_batch, cfg.data.max_q_len, cfg.data.max_p_len, cfg.data.num_hard) \
+        == (4, 8, 16, 2)
+    assert cfg.model.attention_impl == "xla" and cfg.optim.warmup_steps == 0
+    hp = methods.get(cfg.method).loss_hparams(cfg.loss)
+    assert (hp["lam"], hp["tau1"], hp["tau2"]) == (0.2, 1.0, 1.0)
+    dpr = vs_torch.step_config("tiny", global_batch=4, max_q_len=8, max_p_len=16, num_hard=1,
+                               counterfactual=False)
+    hp = methods.get(dpr.method).loss_hparams(dpr.loss)
+    assert (hp["lam"], hp["tau1"], hp["tau2"]) == (0.0, 0.0, 0.0)
+
+
+def test_shared_jitted_step_runs_at_the_benchmark_shapes():
+    cfg = vs_torch.step_config("tiny", global_batch=4, max_q_len=8, max_p_len=16, num_hard=1,
+                               counterfactual=True)
+    cfg.model.tiny_layers, cfg.model.tiny_vocab = 1, 2048
+    model, hf_params, _ = loop.build_model(cfg)
+    mesh = mesh_lib.make_mesh(1, 1, devices=jax.devices()[:1])
+    batch = random_batch(batch_shapes(4, 1, 8, 16, True), model.config.vocab_size)
+    step, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=False)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        gbatch = mesh_lib.global_batch(batch, mesh)
+        state, m0 = step(state, gbatch, jax.random.key(1))
+        state, m1 = step(state, gbatch, jax.random.key(1))
+    assert int(state.step) == 2
+    # Without dropout the same batch twice: the first AdamW update (lr from step 0) moved it.
+    assert np.isfinite(float(m0["loss"])) and float(m1["loss"]) != float(m0["loss"])
+    assert float(m0["learning_rate"]) == pytest.approx(cfg.optim.learning_rate)
+
+
+def test_imports_without_torch_and_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    mod = importlib.reload(vs_torch)
+    with pytest.raises(UserError, match=r"\[peer\]") as e:
+        mod.import_peer()
+    assert "pip install" in str(e.value)
+    with pytest.raises(UserError, match=r"\[peer\]"):
+        mod.main([])
+
+
+def test_torch_loss_matches_ours():
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(0)
+    b, h, d = 4, 2, 8
+    q, pos, cf = (r.normal(size=(b, d)).astype(np.float32) for _ in range(3))
+    hard = r.normal(size=(b, h, d)).astype(np.float32)
+    hard_valid = np.array([[1, 1], [1, 0], [0, 0], [1, 1]], bool)
+    cf_valid = np.array([1, 0, 1, 1], bool)
+    for kw in ({"lam": 0.2, "tau1": 1.0, "tau2": 1.0}, {"lam": 0.0, "tau1": 0.0, "tau2": 0.0}):
+        ours, _ = losses.contrastive_loss(q, pos, hard, hard_valid, cf, cf_valid, **kw)
+        t = [torch.from_numpy(x) for x in (q, pos, hard, hard_valid, cf, cf_valid)]
+        theirs = vs_torch._torch_loss(torch, *t, **kw)
+        assert float(theirs) == pytest.approx(float(ours), rel=1e-5)
+
+
+def test_our_encoder_takes_the_length_buckets_it_is_given():
+    run = tiny_run("dpr")  # its config's eval.length_buckets are the defaults
+    assert vs_torch.our_encoder(run, 128, []).length_buckets == ()      # "fixed": no buckets
+    assert vs_torch.our_encoder(run, 128, [16, 48]).length_buckets == (16, 48)
