@@ -127,6 +127,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.after_training = False               # run retrieval + AAR evaluation when training ends
     c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq
+    c.eval.index_nlist = 0                      # IVF lists; 0 = auto (4 sqrt(N)), docs/scale.md
+    c.eval.index_pq_m = 0                       # ivfpq bytes per code; 0 = default_pq_m(D)
+    c.eval.index_nprobe = 32                    # IVF lists searched (search-time: no rebuild)
+    c.eval.rerank = 0                           # >0: re-rank this many candidates exactly from
+                                                # the memory-mapped export (docs/scale.md)
     c.eval.k = 100                              # passages retrieved per question
     c.eval.ks = (1, 5, 20, 100)
     c.eval.batch_size = 128                     # encoding batch (questions and passages)

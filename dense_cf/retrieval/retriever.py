@@ -3,7 +3,10 @@
 The export (``dense_cf.retrieval.export``) and the index are reused when the command runs again
 on the same corpus: reuse is keyed by the corpus content, and the index records the export it
 was built from (``export_source.json``: corpus fingerprint, settings, row count) and is
-rebuilt when that differs. :func:`retriever_for_run` picks the method's retrieval unit:
+rebuilt when that differs, or when the build settings ``config.eval.index_nlist`` /
+``index_pq_m`` differ; ``eval.index_nprobe`` and ``eval.rerank`` (exact re-ranking from the
+memory-mapped export, ``dense_cf.index.rerank``, docs/scale.md) apply at search time.
+:func:`retriever_for_run` picks the method's retrieval unit:
 passages are searched directly; sentence-level runs (DCSR, docs/method.md §4) retrieve the top
 ``ceil(k · k̄)`` sentences and rank passages by HasAns (``sentence_ranking``).
 """
@@ -21,6 +24,7 @@ from absl import logging
 
 from dense_cf.files import write_json
 from dense_cf.index.faiss_index import DenseIndex, IndexSpec, build_index_from_dir, is_saved_index
+from dense_cf.index.rerank import RerankIndex
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import Corpus
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve, rank_passages
@@ -36,32 +40,62 @@ def _index_source(manifest: dict) -> dict:
             "settings": manifest["settings"]}
 
 
-def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict):
+def index_spec(eval_cfg: Any, kind: str) -> IndexSpec:
+    """The index ``config.eval`` asks for (docs/scale.md): ``kind`` with ``index_nlist`` /
+    ``index_pq_m`` (0 = the defaults) and ``index_nprobe``."""
+    return IndexSpec(kind=kind, nlist=int(eval_cfg.index_nlist) or None,
+                     pq_m=int(eval_cfg.index_pq_m) or None, nprobe=int(eval_cfg.index_nprobe))
+
+
+# What makes two builds differ (nprobe / ef_search / threads are search-time settings).
+_BUILD_FIELDS = ("kind", "nlist", "pq_m", "pq_nbits", "hnsw_m", "ef_construction", "train_size",
+                 "seed")
+
+
+def _build_fields(spec: IndexSpec) -> dict:
+    return {f: getattr(spec, f) for f in _BUILD_FIELDS}
+
+
+def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict, *,
+                        spec: IndexSpec | None = None, rerank: int = 0):
     """The index of ``export_dir`` (its ``manifest``): loaded from ``index_dir`` when it was
-    built from that same export, else built and saved there. Returns ``(index, reused)``."""
+    built from that same export with the same build settings of ``spec`` (default
+    ``IndexSpec(kind)``), else built and saved there; ``spec.nprobe`` applies either way.
+    ``rerank`` > 0 wraps it in a :class:`RerankIndex` over ``export_dir`` (that many candidates
+    re-scored exactly from the memory-mapped shards). Returns ``(index, reused)``."""
+    spec = spec or IndexSpec(kind=kind)
+    if spec.kind != kind:
+        raise ValueError(f"spec.kind={spec.kind!r} but kind={kind!r}")
     want = _index_source(manifest)
+    built = _build_fields(spec)
     source_path = os.path.join(index_dir, INDEX_SOURCE)
     reused = False
     if is_saved_index(index_dir):
         try:
             with open(source_path) as f:
-                reused = json.load(f) == want
-        except (OSError, ValueError):
+                stored = json.load(f)
+            # A record without "index" predates it: the index was built with IndexSpec(kind).
+            stored_build = stored.pop("index", _build_fields(IndexSpec(kind=kind)))
+            reused = stored == want and stored_build == built
+        except (OSError, ValueError, AttributeError):
             reused = False
         if not reused:
-            logging.info("index %s was not built from the export in %s (or predates %s): "
-                         "rebuilding", index_dir, export_dir, INDEX_SOURCE)
+            logging.info("index %s was not built from the export in %s with these settings (or "
+                         "predates %s): rebuilding", index_dir, export_dir, INDEX_SOURCE)
     if reused:
         index = DenseIndex.load(index_dir)
+        index.set_search_params(nprobe=spec.nprobe)
     else:
         with contextlib.suppress(FileNotFoundError):  # a crash while saving must not leave
             os.remove(source_path)                     # the old record next to a new index
-        index = build_index_from_dir(export_dir, IndexSpec(kind=kind))
+        index = build_index_from_dir(export_dir, spec)
         index.save(index_dir)
-        write_json(source_path, want)  # last: marks the index as built from it
+        write_json(source_path, dict(want, index=built))  # last: marks the index as built from it
     if index.ntotal != manifest["count"]:
         raise RuntimeError(f"index {index_dir} has {index.ntotal} vectors, the export in "
                            f"{export_dir} {manifest['count']} rows: delete the stale index")
+    if rerank:
+        index = RerankIndex(index, export_dir, int(rerank))
     return index, reused
 
 
@@ -81,7 +115,9 @@ def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, 
         raise RuntimeError(f"export in {export_dir} has {manifest['corpus']['passages']} "
                            f"passages, corpus {len(corpus)}")
     t0 = time.perf_counter()
-    index, reused = load_or_build_index(export_dir, index_dir, kind, manifest)
+    cfg = run.config.eval
+    index, reused = load_or_build_index(export_dir, index_dir, kind, manifest,
+                                        spec=index_spec(cfg, kind), rerank=int(cfg.rerank))
     timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
               "encoded_this_run": manifest["encoded_this_run"],
               "index_s": time.perf_counter() - t0, "index_reused": reused}

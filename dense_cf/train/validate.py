@@ -127,6 +127,10 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "train.eval_every", t.eval_every, 0)  # 0: no dev evaluation
 
     _enum(out, "eval.index", ev.index, INDEX_KINDS)
+    _range(out, "eval.index_nlist", ev.index_nlist, 0)
+    _range(out, "eval.index_pq_m", ev.index_pq_m, 0)
+    _range(out, "eval.index_nprobe", ev.index_nprobe, 1)
+    _range(out, "eval.rerank", ev.rerank, 0)
     _range(out, "eval.k", ev.k, 1)
     for k in ev.ks:
         _range(out, "eval.ks[]", k, 1)
