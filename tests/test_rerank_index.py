@@ -28,6 +28,7 @@ from dense_cf.index import (
     projected_bytes,
 )
 from dense_cf.retrieval.retriever import INDEX_SOURCE, index_spec, load_or_build_index
+from dense_cf.train.validate import problems
 
 N, D, NQ, K = 20_000, 64, 100, 100
 SIZES = [6000, 6000, 6000, 2000]
@@ -257,3 +258,12 @@ def test_record_without_build_settings_counts_as_default_build(tmp_path, data):
         json.dump(record, f)
     _, reused = load_or_build_index(emb, ix_dir, "flat", manifest)
     assert reused
+
+
+def test_config_options_are_validated():
+    c = base_config()
+    c.eval.rerank, c.eval.index_nprobe, c.eval.index_train_size = -1, 0, 0
+    found = [p for p in problems(c, check_files=False) if "config.eval." in p]
+    assert found == ["config.eval.index_train_size=0 must be a number >= 1",
+                     "config.eval.index_nprobe=0 must be a number >= 1",
+                     "config.eval.rerank=-1 must be a number >= 0"]

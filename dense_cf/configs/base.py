@@ -129,6 +129,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq
     c.eval.index_nlist = 0                      # IVF lists; 0 = auto (4 sqrt(N)), docs/scale.md
     c.eval.index_pq_m = 0                       # ivfpq bytes per code; 0 = default_pq_m(D)
+    c.eval.index_train_size = 262_144           # IVF/PQ training sample (float32 in RAM at build)
     c.eval.index_nprobe = 32                    # IVF lists searched (search-time: no rebuild)
     c.eval.rerank = 0                           # >0: re-rank this many candidates exactly from
                                                 # the memory-mapped export (docs/scale.md)

@@ -4,8 +4,9 @@ The export (``dense_cf.retrieval.export``) and the index are reused when the com
 on the same corpus: reuse is keyed by the corpus content, and the index records the export it
 was built from (``export_source.json``: corpus fingerprint, settings, row count) and is
 rebuilt when that differs, or when the build settings ``config.eval.index_nlist`` /
-``index_pq_m`` differ; ``eval.index_nprobe`` and ``eval.rerank`` (exact re-ranking from the
-memory-mapped export, ``dense_cf.index.rerank``, docs/scale.md) apply at search time.
+``index_pq_m`` / ``index_train_size`` differ; ``eval.index_nprobe`` and ``eval.rerank`` (exact
+re-ranking from the memory-mapped export, ``dense_cf.index.rerank``, docs/scale.md) apply at
+search time.
 :func:`retriever_for_run` picks the method's retrieval unit:
 passages are searched directly; sentence-level runs (DCSR, docs/method.md §4) retrieve the top
 ``ceil(k · k̄)`` sentences and rank passages by HasAns (``sentence_ranking``).
@@ -42,9 +43,11 @@ def _index_source(manifest: dict) -> dict:
 
 def index_spec(eval_cfg: Any, kind: str) -> IndexSpec:
     """The index ``config.eval`` asks for (docs/scale.md): ``kind`` with ``index_nlist`` /
-    ``index_pq_m`` (0 = the defaults) and ``index_nprobe``."""
+    ``index_pq_m`` (0 = the defaults), ``index_train_size`` and ``index_nprobe``."""
     return IndexSpec(kind=kind, nlist=int(eval_cfg.index_nlist) or None,
-                     pq_m=int(eval_cfg.index_pq_m) or None, nprobe=int(eval_cfg.index_nprobe))
+                     pq_m=int(eval_cfg.index_pq_m) or None,
+                     train_size=int(eval_cfg.index_train_size),
+                     nprobe=int(eval_cfg.index_nprobe))
 
 
 # What makes two builds differ (nprobe / ef_search / threads are search-time settings).

@@ -129,6 +129,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _enum(out, "eval.index", ev.index, INDEX_KINDS)
     _range(out, "eval.index_nlist", ev.index_nlist, 0)
     _range(out, "eval.index_pq_m", ev.index_pq_m, 0)
+    _range(out, "eval.index_train_size", ev.index_train_size, 1)
     _range(out, "eval.index_nprobe", ev.index_nprobe, 1)
     _range(out, "eval.rerank", ev.rerank, 0)
     _range(out, "eval.k", ev.k, 1)
