@@ -88,7 +88,7 @@ _KIND = flags.DEFINE_enum("kind", "ivfpq", ["ivfpq", "ivfsq"], "Compressed index
 _NLIST = flags.DEFINE_integer("nlist", 0, "IVF lists (0: auto_nlist).", flag_values=FLAGS)
 _PQ_M = flags.DEFINE_integer("pq_m", 0, "PQ bytes per vector (0: default_pq_m).",
                              flag_values=FLAGS)
-_PROJECT_NLIST = flags.DEFINE_integer("project_nlist", 65_536, "nlist of the RAM projection.",
+_PROJECT_NLIST = flags.DEFINE_integer("project_nlist", 16_384, "nlist of the RAM projection.",
                                      flag_values=FLAGS)
 _TRAIN = flags.DEFINE_integer("train_size", 131_072, "Max training vectors.", flag_values=FLAGS)
 _OMP = flags.DEFINE_integer("omp_threads", 2, "faiss threads.", flag_values=FLAGS)
