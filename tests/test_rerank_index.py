@@ -8,10 +8,9 @@ import dataclasses
 import json
 import os
 
-import faiss
 import numpy as np
 import pytest
-from test_index import fake_gpu  # noqa: F401  (fixture)
+from test_index import _one_faiss_thread, fake_gpu  # noqa: F401  (fixtures; the first autouse)
 
 import dense_cf.index.rerank as rerank_mod
 from dense_cf.bench.index import clustered_queries, clustered_vectors, recall_at
@@ -34,14 +33,6 @@ N, D, NQ, K = 20_000, 64, 100, 100
 SIZES = [6000, 6000, 6000, 2000]
 # 6-bit codes train 4x faster than 8-bit ones and are coarse enough to need re-ranking.
 SPEC = IndexSpec("ivfpq", nlist=64, pq_m=8, pq_nbits=6, nprobe=16, train_size=4096)
-
-
-@pytest.fixture(autouse=True)
-def _one_faiss_thread():
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -214,13 +205,16 @@ def test_projection_arithmetic():
     assert p["ram"] == p["lists"] + p["centroids"] + p["codebooks"] < 8e9
 
 
-def test_retriever_wiring_reuses_and_reranks(tmp_path, data):
-    x = data[0][:3000]
-    emb = str(tmp_path / "export")
+def one_shard_export(emb: str, x: np.ndarray) -> tuple[str, dict]:
+    """An export directory of one shard and the parts of its manifest the retriever reads."""
     os.makedirs(emb)
     np.save(os.path.join(emb, "embeddings-00000.npy"), x.astype(np.float16))
-    np.save(os.path.join(emb, "ids-00000.npy"), np.arange(3000))
-    manifest = {"corpus": {"sha256": "abc", "passages": 3000}, "count": 3000, "settings": {}}
+    np.save(os.path.join(emb, "ids-00000.npy"), np.arange(len(x)))
+    return emb, {"corpus": {"sha256": "abc", "passages": len(x)}, "count": len(x), "settings": {}}
+
+
+def test_retriever_wiring_reuses_and_reranks(tmp_path, data):
+    emb, manifest = one_shard_export(str(tmp_path / "export"), data[0][:3000])
     cfg = base_config().eval
     cfg.index_nlist, cfg.index_pq_m, cfg.index_nprobe, cfg.rerank = 16, 4, 8, 300
     spec = index_spec(cfg, "ivfpq")
@@ -242,12 +236,7 @@ def test_retriever_wiring_reuses_and_reranks(tmp_path, data):
 
 
 def test_record_without_build_settings_counts_as_default_build(tmp_path, data):
-    x = data[0][:2000]
-    emb = str(tmp_path / "export")
-    os.makedirs(emb)
-    np.save(os.path.join(emb, "embeddings-00000.npy"), x.astype(np.float16))
-    np.save(os.path.join(emb, "ids-00000.npy"), np.arange(2000))
-    manifest = {"corpus": {"sha256": "abc", "passages": 2000}, "count": 2000, "settings": {}}
+    emb, manifest = one_shard_export(str(tmp_path / "export"), data[0][:2000])
     ix_dir = str(tmp_path / "ix")
     load_or_build_index(emb, ix_dir, "flat", manifest)
     path = os.path.join(ix_dir, INDEX_SOURCE)
