@@ -26,7 +26,12 @@ from dense_cf.index import (
     load_index,
     projected_bytes,
 )
-from dense_cf.retrieval.retriever import INDEX_SOURCE, index_spec, load_or_build_index
+from dense_cf.retrieval.retriever import (
+    INDEX_SOURCE,
+    index_spec,
+    load_or_build_index,
+    open_saved_index,
+)
 from dense_cf.train.validate import problems
 
 N, D, NQ, K = 20_000, 64, 100, 100
@@ -229,6 +234,10 @@ def test_retriever_wiring_reuses_and_reranks(tmp_path, data):
     spec2 = dataclasses.replace(spec, nprobe=2)
     index2, reused = load_or_build_index(emb, ix_dir, "ivfpq", manifest, spec=spec2)
     assert reused and type(index2) is DenseIndex and index2.spec.nprobe == 2
+    # A caller that drops the index reopens it with the same search-time settings.
+    reopened = open_saved_index(ix_dir, emb, spec, cfg.rerank)
+    assert isinstance(reopened, RerankIndex) and reopened.spec.nprobe == 8
+    np.testing.assert_array_equal(reopened.search(data[1], 10)[1], index.search(data[1], 10)[1])
     # Another nlist is another build.
     spec3 = dataclasses.replace(spec, nlist=8)
     index3, reused = load_or_build_index(emb, ix_dir, "ivfpq", manifest, spec=spec3)

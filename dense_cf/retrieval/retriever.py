@@ -59,6 +59,19 @@ def _build_fields(spec: IndexSpec) -> dict:
     return {f: getattr(spec, f) for f in _BUILD_FIELDS}
 
 
+def _searchable(index: DenseIndex, export_dir: str, spec: IndexSpec, rerank: int):
+    """``index`` with the search-time settings: ``spec.nprobe``, and ``rerank`` > 0 re-ranks
+    that many candidates exactly from the export shards."""
+    index.set_search_params(nprobe=spec.nprobe)
+    return RerankIndex(index, export_dir, int(rerank)) if rerank else index
+
+
+def open_saved_index(index_dir: str, export_dir: str, spec: IndexSpec, rerank: int = 0):
+    """An index saved by :func:`load_or_build_index` (for callers that drop it and reload it
+    later), with the same search-time settings."""
+    return _searchable(DenseIndex.load(index_dir), export_dir, spec, rerank)
+
+
 def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict, *,
                         spec: IndexSpec | None = None, rerank: int = 0):
     """The index of ``export_dir`` (its ``manifest``): loaded from ``index_dir`` when it was
@@ -87,7 +100,6 @@ def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: di
                          "predates %s): rebuilding", index_dir, export_dir, INDEX_SOURCE)
     if reused:
         index = DenseIndex.load(index_dir)
-        index.set_search_params(nprobe=spec.nprobe)
     else:
         with contextlib.suppress(FileNotFoundError):  # a crash while saving must not leave
             os.remove(source_path)                     # the old record next to a new index
@@ -97,9 +109,7 @@ def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: di
     if index.ntotal != manifest["count"]:
         raise RuntimeError(f"index {index_dir} has {index.ntotal} vectors, the export in "
                            f"{export_dir} {manifest['count']} rows: delete the stale index")
-    if rerank:
-        index = RerankIndex(index, export_dir, int(rerank))
-    return index, reused
+    return _searchable(index, export_dir, spec, rerank), reused
 
 
 def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, batch_size: int,
