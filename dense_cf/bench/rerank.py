@@ -5,11 +5,11 @@ memory-mapped float16 export shards (docs/scale.md "Index: 21M × 768 in 8 GB").
     python -m dense_cf.bench.rerank --data=synthetic --n=1000000
     python -m dense_cf.bench.rerank --data=wiki --wiki=runs/wiki_minilm --n=1000000
 
-``--embed_wiki DIR`` writes the real-length Wikipedia corpus (``cli.wiki_corpus``, 12,324
-passages), exports it with MiniLM (``model.name_or_path="minilm"``, 384-d, the evaluation's
-``export_passages``) into ``DIR/export`` and encodes the titles of ``--queries`` random
-passages as questions (``DIR/queries.npy``): real text queries whose relevant passages are in
-the corpus.
+``--embed_wiki DIR`` writes the real-length Wikipedia corpus (``wiki_offline``; its first
+``--wiki_passages`` passages, 0 = all 12,324), exports it with MiniLM
+(``model.name_or_path="minilm"``, 384-d, the evaluation's ``export_passages``) into
+``DIR/export`` and encodes the titles of ``--queries`` random articles of it as questions
+(``DIR/queries.npy``): real text queries whose relevant passages are in the corpus.
 
 Data (``--data``): ``synthetic`` = the clustered mixture of ``bench.index``; ``wiki`` = the
 MiniLM vectors lifted to ``--dim`` by a fixed random matrix with orthonormal columns (inner
@@ -18,12 +18,16 @@ isotropic gaussian noise of norm ``--wiki_noise`` × the passage's norm (queries
 Both are written in the exporter's layout as float16 shards with ids, and ground truth is the
 exact top-k over exactly those stored values.
 
-Each configuration runs in a fresh subprocess so its peak RSS is its own (``bench.index``'s
-method): build = training + adding from the shard directory, RAM = peak RSS increase over
-build + search, size = the saved faiss files, QPS = queries / wall time of one k=100 search
-(re-ranking included), recall@10/@100 against exact search. The memory-mapped shards read by
-the re-ranker are page cache, not RSS (pages of a read-only file map that the kernel may drop);
-the script reports them apart as "mmap bytes".
+One child process (``bench.index``'s method: its peak RSS is its own) builds the compressed
+index once from the shard directory (build time, peak RSS increase and its anonymous part,
+size of the saved faiss files), then searches k=100 at every ``--nprobes`` × ``--depths``
+(depth 0 = the compressed index alone, the peer of each re-ranked row): QPS = queries / wall
+time, CPU ms per query (process CPU time, all faiss threads), recall@10/@100 against exact
+search, the anonymous RSS increase while searching, and the shard bytes the re-ranker reads.
+Those memory-mapped pages are page cache, not the process's memory (the kernel may drop
+them), so RSS is reported as its anonymous part. Each re-ranked row is compared with the
+compressed index at the same nprobe by a paired bootstrap over queries of R@100
+(``eval.stats``). Last, the RAM arithmetic for ``--project_n`` rows (``projected_bytes``).
 """
 
 from __future__ import annotations
