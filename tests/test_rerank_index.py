@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from test_index import _one_faiss_thread, fake_gpu  # noqa: F401  (fixtures; the
 
 import dense_cf.index.rerank as rerank_mod
 from dense_cf.bench.index import clustered_queries, clustered_vectors, recall_at
+from dense_cf.bench.rerank import lift, wiki_block
 from dense_cf.configs.base import base_config
 from dense_cf.index import (
     RERANK_NAME,
@@ -265,3 +268,29 @@ def test_config_options_are_validated():
     assert found == ["config.eval.index_train_size=0 must be a number >= 1",
                      "config.eval.index_nprobe=0 must be a number >= 1",
                      "config.eval.rerank=-1 must be a number >= 0"]
+
+
+def test_lift_keeps_inner_products_and_replicas_keep_rows():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 24)).astype(np.float32)
+    y = lift(x, 64, seed=0)
+    assert y.shape == (50, 64)
+    np.testing.assert_allclose(y @ y.T, x @ x.T, rtol=1e-4, atol=1e-4)
+    block = wiki_block(y, 45, 10, 0.0, [0, 1])  # no noise: rows 45..54 = passages 45..49, 0..4
+    np.testing.assert_array_equal(block, y[np.r_[45:50, 0:5]])
+
+
+def test_bench_command_prints_both_rows_and_the_projection(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "dense_cf.bench.rerank", "--data=synthetic", "--n=3000", "--dim=32",
+         "--queries=30", "--k=20", "--nlist=16", "--pq_m=4", "--train_size=3000",
+         "--nprobes=4", "--depths=0,200", "--omp_threads=1", "--project_n=1000000"],
+        capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    rows = [ln.split() for ln in lines if ln.startswith("ivfpq")]
+    assert [r[:3] for r in rows] == [["ivfpq", "4", "0"], ["ivfpq+rerank", "4", "200"]]
+    assert float(rows[1][5]) >= float(rows[0][5])  # R@100 column (here R@20)
+    assert any("paired bootstrap" in ln for ln in lines)
+    assert any(ln.startswith("projection to 1,000,000 x 32") for ln in lines)
