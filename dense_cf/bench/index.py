@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from absl import flags, logging
@@ -99,10 +99,14 @@ def clustered_queries(nq: int, dim: int, *, clusters: int = 16, seed: int = 0,
     return clustered_block(make_centers(dim, clusters, seed), nq, [seed, 2], noise)
 
 
+def recall_per_query(found: np.ndarray, exact: np.ndarray, r: int) -> np.ndarray:
+    """|found[q, :r] ∩ exact[q, :r]| / r for each query q."""
+    return np.array([len(np.intersect1d(f[:r], e[:r])) for f, e in zip(found, exact)]) / r
+
+
 def recall_at(found: np.ndarray, exact: np.ndarray, r: int) -> float:
     """Mean over queries of |found[:, :r] ∩ exact[:, :r]| / r."""
-    hits = [len(np.intersect1d(f[:r], e[:r])) for f, e in zip(found, exact)]
-    return float(np.mean(hits)) / r
+    return float(np.mean(recall_per_query(found, exact, r)))
 
 
 # ------------------------------------------------------------------------------------------
@@ -113,11 +117,31 @@ def _clusters() -> int:
     return _CLUSTERS.value or max(16, _N.value // 1000)
 
 
-def _prepare(workdir: str) -> None:
+def write_shards_and_truth(emb_dir: str, blocks: Iterable[np.ndarray], queries: np.ndarray,
+                           k: int, dtype: str) -> np.ndarray:
+    """Writes each block as shard ``embeddings-K.npy`` (``dtype``) + ``ids-K.npy`` (rows in
+    order) and returns the exact top-k ids [Q, k] over exactly the stored values."""
     import faiss
 
-    emb_dir = os.path.join(workdir, "emb")
     os.makedirs(emb_dir, exist_ok=True)
+    gt_s = np.full((len(queries), k), -np.inf, np.float32)
+    gt_i = np.full((len(queries), k), -1, np.int64)
+    start = 0
+    for b, x in enumerate(blocks):
+        x = x.astype(dtype)
+        ids = np.arange(start, start + len(x), dtype=np.int64)
+        np.save(os.path.join(emb_dir, f"ids-{b:05d}.npy"), ids)
+        np.save(os.path.join(emb_dir, f"embeddings-{b:05d}.npy"), x)
+        # Exact ground truth on exactly the stored values (float16 shards included).
+        flat = faiss.IndexFlatIP(x.shape[1])
+        flat.add(np.ascontiguousarray(x, dtype=np.float32))
+        s, i = flat.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(x)))
+        gt_s, gt_i = merge_topk([gt_s, s], [gt_i, np.where(i >= 0, i + start, -1)], k)
+        start += len(x)
+    return gt_i
+
+
+def _prepare(workdir: str) -> None:
     n, dim, seed = _N.value, _DIM.value, _SEED.value
     centers = make_centers(dim, _clusters(), seed)
     queries = clustered_queries(_QUERIES.value, dim, clusters=_clusters(), seed=seed,
@@ -125,19 +149,9 @@ def _prepare(workdir: str) -> None:
     np.save(os.path.join(workdir, "queries.npy"), queries)
     t0 = time.perf_counter()
     k = min(_K.value, n)
-    gt_s = np.full((len(queries), k), -np.inf, np.float32)
-    gt_i = np.full((len(queries), k), -1, np.int64)
-    for b, start in enumerate(range(0, n, BLOCK)):
-        x = clustered_block(centers, min(BLOCK, n - start), [seed, 1, b], _NOISE.value)
-        x = x.astype(_DTYPE.value)
-        ids = np.arange(start, start + len(x), dtype=np.int64)
-        np.save(os.path.join(emb_dir, f"ids-{b:05d}.npy"), ids)
-        np.save(os.path.join(emb_dir, f"embeddings-{b:05d}.npy"), x)
-        # Exact ground truth on exactly the stored values (float16 shards included).
-        flat = faiss.IndexFlatIP(dim)
-        flat.add(np.ascontiguousarray(x, dtype=np.float32))
-        s, i = flat.search(queries, min(k, len(x)))
-        gt_s, gt_i = merge_topk([gt_s, s], [gt_i, np.where(i >= 0, i + start, -1)], k)
+    blocks = (clustered_block(centers, min(BLOCK, n - start), [seed, 1, b], _NOISE.value)
+              for b, start in enumerate(range(0, n, BLOCK)))
+    gt_i = write_shards_and_truth(os.path.join(workdir, "emb"), blocks, queries, k, _DTYPE.value)
     np.save(os.path.join(workdir, "gt_ids.npy"), gt_i)
     logging.info("bench: wrote %d x %d %s vectors in %d shards + exact top-%d in %.1fs", n, dim,
                  _DTYPE.value, -(-n // BLOCK), k, time.perf_counter() - t0)
@@ -193,14 +207,29 @@ def _table(results: list[dict[str, Any]]) -> str:
 # Child: one kind
 # ------------------------------------------------------------------------------------------
 
+def rss_anon() -> int:
+    """Anonymous resident bytes of this process (``RssAnon`` in /proc/self/status): RSS without
+    the file pages of memory maps, which are page cache the kernel may drop. 0 off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 class PeakRSS:
-    """Max RSS of this process while active, sampled by a thread (psutil)."""
+    """Max RSS (and max anonymous RSS, :func:`rss_anon`) of this process while active, sampled
+    by a thread (psutil)."""
 
     def __init__(self, interval: float = 0.02):
         import psutil
         self._proc = psutil.Process()
         self.base = self._proc.memory_info().rss
         self.peak = self.base
+        self.base_anon = self.peak_anon = rss_anon()
         self._stop = threading.Event()
         self._interval = interval
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -208,6 +237,7 @@ class PeakRSS:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self.peak = max(self.peak, self._proc.memory_info().rss)
+            self.peak_anon = max(self.peak_anon, rss_anon())
 
     def __enter__(self) -> "PeakRSS":
         self._thread.start()
@@ -217,6 +247,7 @@ class PeakRSS:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self._proc.memory_info().rss)
+        self.peak_anon = max(self.peak_anon, rss_anon())
         # ru_maxrss (KiB on Linux) catches spikes between samples; it is a lifetime maximum.
         self.peak = max(self.peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 

@@ -145,6 +145,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.jax.recall_target = 0.95             # approx_max_k's recall target
     c.eval.jax.query_batch_size = 256           # queries per jitted search call
     c.eval.jax.block_rows = 65_536              # corpus rows scored at once per device
+    c.eval.index_nlist = 0                      # IVF lists; 0 = auto (4 sqrt(N)), docs/scale.md
+    c.eval.index_pq_m = 0                       # ivfpq bytes per code; 0 = default_pq_m(D)
+    c.eval.index_train_size = 262_144           # IVF/PQ training sample (float32 in RAM at build)
+    c.eval.index_nprobe = 32                    # IVF lists searched (search-time: no rebuild)
+    c.eval.rerank = 0                           # >0: re-rank this many candidates exactly from
+                                                # the memory-mapped export (docs/scale.md)
     c.eval.k = 100                              # passages retrieved per question
     c.eval.ks = (1, 5, 20, 100)
     c.eval.batch_size = 128                     # encoding batch (questions and passages)

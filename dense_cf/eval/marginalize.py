@@ -29,6 +29,7 @@ encoder's tandem on the same questions (exact McNemar, significance at 0.05 in w
 
 from __future__ import annotations
 
+import functools
 import os
 import runpy
 import time
@@ -44,10 +45,15 @@ from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.files import atomic_save_npy
 from dense_cf.index.faiss_index import is_saved_index
-from dense_cf.index.jax_search import load_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus, load_qa
-from dense_cf.retrieval.retriever import ensure_index, ensure_sentence_index, retrieve_by_sentences
+from dense_cf.retrieval.retriever import (
+    ensure_index,
+    ensure_sentence_index,
+    index_spec,
+    open_saved_index,
+    retrieve_by_sentences,
+)
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve
 from dense_cf.train.run import RunDir, build_model, file_tag, load_config, load_run
 
@@ -268,8 +274,11 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
                                             shard_size=cfg.eval.shard_size, encoder=encoder)
             index_dir = RunDir(root).index(run.step, index_kind)
             # Reload from disk in phase 2 (one index in memory at a time) when it was saved
-            # where ensure_index saves it; otherwise keep the object.
-            st["index"].append((index_dir if is_saved_index(index_dir) else index, sentences))
+            # where ensure_index saves it, with the run's search-time settings (nprobe,
+            # rerank); otherwise keep the object.
+            reload = functools.partial(open_saved_index, index_dir, RunDir(root).export(run.step),
+                                       index_spec(cfg.eval, index_kind), int(cfg.eval.rerank))
+            st["index"].append((reload if is_saved_index(index_dir) else index, sentences))
             per[st["tag"]] = {"export_root": root, **t_idx}
             del index
         run_info.append({"name": spec.name, "workdir": os.path.abspath(spec.workdir),
@@ -294,7 +303,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
         row_of = None
         for j in range(K):
             src, sentences = st["index"][j]
-            index = load_index(src) if isinstance(src, str) else src
+            index = src() if callable(src) else src
             for i in range(K):
                 if sentences is None:
                     _, rows = index.search(st["q_emb"][i], min(k_max, len(corpus)))

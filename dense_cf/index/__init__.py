@@ -16,6 +16,16 @@ from dense_cf.index.faiss_index import (
     list_embedding_shards,
     merge_topk,
 )
+from dense_cf.index.rerank import (
+    RERANK_NAME,
+    RerankIndex,
+    ShardRows,
+    build_rerank_index,
+    load_index,
+    projected_bytes,
+    rerank_topk,
+    source_fingerprint,
+)
 
 __all__ = [
     "GPU_KINDS",
@@ -32,4 +42,12 @@ __all__ = [
     "is_saved_index",
     "list_embedding_shards",
     "merge_topk",
+    "RERANK_NAME",
+    "RerankIndex",
+    "ShardRows",
+    "build_rerank_index",
+    "load_index",
+    "projected_bytes",
+    "rerank_topk",
+    "source_fingerprint",
 ]

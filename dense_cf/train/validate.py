@@ -135,6 +135,11 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "eval.jax.recall_target", ev.jax.recall_target, 0, 1, lo_open=True)
     _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 1)
     _range(out, "eval.jax.block_rows", ev.jax.block_rows, 1)
+    _range(out, "eval.index_nlist", ev.index_nlist, 0)
+    _range(out, "eval.index_pq_m", ev.index_pq_m, 0)
+    _range(out, "eval.index_train_size", ev.index_train_size, 1)
+    _range(out, "eval.index_nprobe", ev.index_nprobe, 1)
+    _range(out, "eval.rerank", ev.rerank, 0)
     _range(out, "eval.k", ev.k, 1)
     for k in ev.ks:
         _range(out, "eval.ks[]", k, 1)
