@@ -47,8 +47,8 @@ from absl import flags, logging
 from dense_cf import files
 from dense_cf.bench.index import (
     BLOCK,
-    _fmt_bytes,
     PeakRSS,
+    _fmt_bytes,
     clustered_block,
     clustered_queries,
     make_centers,

@@ -25,7 +25,7 @@ from absl import logging
 
 from dense_cf.files import write_json
 from dense_cf.index import jax_search
-from dense_cf.index.faiss_index import DenseIndex, IndexSpec, build_index_from_dir, is_saved_index
+from dense_cf.index.faiss_index import IndexSpec, build_index_from_dir, is_saved_index
 from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir, load_index
 from dense_cf.index.rerank import RerankIndex
 from dense_cf.retrieval import export
