@@ -32,6 +32,7 @@ from dense_cf.index import (
 from dense_cf.retrieval.retriever import (
     INDEX_SOURCE,
     index_spec,
+    jax_search_spec,
     load_or_build_index,
     open_saved_index,
 )
@@ -294,3 +295,23 @@ def test_bench_command_prints_both_rows_and_the_projection(tmp_path):
     assert float(rows[1][5]) >= float(rows[0][5])  # R@100 column (here R@20)
     assert any("paired bootstrap" in ln for ln in lines)
     assert any(ln.startswith("projection to 1,000,000 x 32") for ln in lines)
+
+
+def test_jax_kind_shares_the_wiring_and_refuses_rerank(tmp_path, data):
+    # eval.index=jax goes through the same load-or-build path: built once, then reused;
+    # it searches exactly, so asking it to re-rank is a configuration error.
+    emb, manifest = one_shard_export(str(tmp_path / "export"), data[0][:1000])
+    cfg = base_config().eval
+    assert index_spec(cfg, "jax") is None
+    ix_dir = str(tmp_path / "ixj")
+    index, reused = load_or_build_index(emb, ix_dir, "jax", manifest, spec=index_spec(cfg, "jax"),
+                                        jax_spec=jax_search_spec(cfg))
+    assert not reused and index.ntotal == 1000
+    again, reused = load_or_build_index(emb, ix_dir, "jax", manifest)
+    assert reused and type(again) is type(index)
+    flat, _ = load_or_build_index(emb, str(tmp_path / "ixf"), "flat", manifest)
+    np.testing.assert_allclose(again.search(data[1], 10)[0], flat.search(data[1], 10)[0],
+                               rtol=1e-5, atol=1e-5)
+    assert type(open_saved_index(ix_dir, emb, None)) is type(index)
+    with pytest.raises(ValueError, match="eval.rerank"):
+        load_or_build_index(emb, ix_dir, "jax", manifest, rerank=100)
