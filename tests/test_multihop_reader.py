@@ -72,12 +72,18 @@ def runs(tmp_path_factory):
                                 "train.num_steps": 4, "train.checkpoint_every": 4,
                                 "train.global_batch": 4})
     train(cfg, reader)
-    return mdr, reader, files, str(data)
+    return mdr, reader, files, str(data), summary["run"]
 
 
 def test_reader_data_from_chains(runs):
-    _, _, files, _ = runs
+    from dense_cf.mining.reader_data import split_files
+
+    mdr, _, files, _, run = runs
     train = files["train"]
+    before = os.stat(train["retrieval_json"]).st_mtime_ns   # written once, then reused
+    assert split_files(mdr, run, {"train": 0, "dev": 0}) == {
+        s: files[s]["retrieval_json"] for s in ("train", "dev")}
+    assert os.stat(train["retrieval_json"]).st_mtime_ns == before
     assert train["chain_counts"] == {"questions": 16, "kept": 16, "yes_no_or_empty": 0}
     assert train["multihop"]["aar"]["hop1"]["triplets"] == 0   # reader data skips AAR
     recs = json.load(open(train["retrieval_json"]))
@@ -102,7 +108,7 @@ def test_eval_multihop_with_reader_and_compare(runs):
     from dense_cf.eval.multihop import add_reader
     from dense_cf.retrieval.corpus import load_corpus
 
-    mdr, reader, _, data = runs
+    mdr, reader, _, data, _ = runs
     s = eval_multihop.run_cli(["--workdir", mdr, "--reader", reader, "--reader_ks", "1,5,50"])
     r = s["reader"]
     assert r["status"] == "done" and r["ks"] == [1, 5] and r["n"] == 8   # 50 > top_chains

@@ -34,7 +34,7 @@ from dense_cf.files import write_json
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.train.run import RunDir, load_run
 
-__all__ = ["SPLIT_FILES", "chain_reader_data", "read_questions", "reader_data"]
+__all__ = ["SPLIT_FILES", "chain_reader_data", "read_questions", "reader_data", "split_files"]
 
 SPLIT_FILES = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
 
@@ -121,3 +121,19 @@ def chain_reader_data(workdir: str, split: str, *, run, qa_path: str | None = No
                    retrieval_json=path)
     write_json(os.path.join(out_dir, "reader_data.json"), summary)
     return summary
+
+
+def split_files(workdir: str, run, questions: dict[str, int], *, k: int | None = None
+                ) -> dict[str, str]:
+    """``{split: retrieval.json}`` of the retriever ``workdir`` on the first ``n`` questions of
+    each split in ``questions`` (``{split: n}``, 0: all), written by :func:`reader_data` unless
+    already there (a reader's train / dev files)."""
+    files = {}
+    for split, n in questions.items():
+        path = os.path.join(RunDir(workdir).reader_data(run.step, split), "retrieval.json")
+        if not os.path.exists(path):
+            logging.info("reader data: %s retrieves for %s %s questions", workdir, n or "all",
+                         split)
+            reader_data(workdir, split, k=k, max_questions=n, run=run)
+        files[split] = path
+    return files
