@@ -39,8 +39,7 @@ from dense_cf.eval.claims import Check
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import UserError
-from dense_cf.mining.reader_data import reader_data
-from dense_cf.train.run import RunDir
+from dense_cf.mining.reader_data import split_files
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list(
@@ -205,13 +204,9 @@ def reader_stage(workdir: str, retrievers: dict[str, tuple[str, Any]], *, config
     :func:`dense_cf.eval.e2e.evaluate_e2e`'s result plus ``reader_summary``."""
     settings = {**DEMO_READER, **(settings or {})}
     label, (base_dir, base_run) = next(iter(retrievers.items()))
-    files = {}
-    for split, n in (("train", settings["train_questions"]), ("dev", settings["dev_questions"])):
-        out = RunDir(base_dir).reader_data(base_run.step, split)
-        files[split] = os.path.join(out, "retrieval.json")
-        if not os.path.exists(files[split]):
-            logging.info("=== demo: %s retrieves for %d %s questions ===", label, n, split)
-            reader_data(base_dir, split, k=settings["k"], max_questions=n, run=base_run)
+    logging.info("=== demo: %s retrieves for the reader's train / dev questions ===", label)
+    files = split_files(base_dir, base_run, {"train": settings["train_questions"],
+                                             "dev": settings["dev_questions"]}, k=settings["k"])
     cfg = config or reader_demo_config()
     cfg.reader.train_file, cfg.reader.dev_file = files["train"], files["dev"]
     cfg.seed = seed

@@ -1,7 +1,8 @@
 """MDR + DPR vs MDR + EADPR on the synthetic two-hop world (EADPR §4.3 Table 4; docs/multihop.md).
 
 ``python -m dense_cf.bench.multihop [--steps 60] [--batch 16] [--num_questions 1500]
-[--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--out DIR] [--zero_shot]``
+[--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--out DIR] [--zero_shot]
+[--noreader] [--reader_steps 300] [--reader_questions 400]``
 
 Generates the two-hop world once (``dense_cf.synthetic.multihop``, reused when its meta.json
 records the same settings, refused otherwise), trains MDR with the DPR loss and with EADPR's
@@ -10,7 +11,12 @@ rate, seed: ``presets.mdr_demo_config`` with the flags' changes), evaluates both
 ``dense_cf.eval.multihop`` and prints one table: chain R@2/10/20 (EADPR Table 4 layout), MDR's
 recall, per-hop recall, answer recall and AAR per hop, each with its 95 % Wilson interval; then
 the paired comparison on the same test questions (exact McNemar per metric, significance at
-0.05 in words). ``--zero_shot`` adds the untrained MiniLM (step 0) as a third row. Runs are kept
+0.05 in words). Then (``--reader``, default on; docs/multihop.md, "Reader") one extractive
+reader (``presets.mdr_reader_config``: MiniLM-initialised) trains on the MDR+DPR run's top
+chains for ``--reader_questions`` train questions (64 dev questions for its dev loss) and reads
+every run's saved test chains (:func:`dense_cf.eval.multihop.add_reader`): answer EM/F1 at top-1/5/10
+chains, with exact McNemar on EM and a paired bootstrap on F1 between the two losses.
+``--zero_shot`` adds the untrained MiniLM (step 0) as a third row. Runs are kept
 in ``--out`` (resumable; a finished run is evaluated again from its checkpoint, its export and
 index reused). Writes ``bench_multihop.json`` and ``bench_multihop.md`` in ``--out``.
 """
@@ -27,11 +33,14 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf.cli import _app
-from dense_cf.configs.presets import mdr_demo_config
+from dense_cf.configs.presets import MDR_READER, mdr_demo_config, mdr_reader_config
+from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
-from dense_cf.eval.multihop import evaluate_multihop
+from dense_cf.eval.multihop import add_reader, evaluate_multihop
 from dense_cf.experiment import train_and_evaluate
+from dense_cf.mining.reader_data import split_files
+from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.synthetic import multihop as synthetic_multihop
 from dense_cf.train.run import model_workdir, pretrained_run
 
@@ -54,6 +63,13 @@ _OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a
                            flag_values=FLAGS)
 _ZERO = flags.DEFINE_bool("zero_shot", False, "Also evaluate the untrained MiniLM.",
                           flag_values=FLAGS)
+_READER = flags.DEFINE_bool("reader", True, "Train one reader on MDR+DPR's train chains and read "
+                            "every run's test chains (answer EM/F1).", flag_values=FLAGS)
+_READER_STEPS = flags.DEFINE_integer("reader_steps", 300, "Reader training steps.",
+                                     flag_values=FLAGS)
+_READER_Q = flags.DEFINE_integer("reader_questions", MDR_READER["train_questions"], "Train "
+                                 "questions whose chains the reader learns from.",
+                                 flag_values=FLAGS)
 
 NAMES = {"mdr": "MDR+DPR", "mdr-eadpr": "MDR+EADPR",
          "zero-shot": "MiniLM untrained (its mean pooling)"}
@@ -147,6 +163,40 @@ def paired_rows(a: dict[str, Any], b: dict[str, Any], aar_a: dict, aar_b: dict,
     return rows
 
 
+def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, Any]],
+                 corpus_path: str, *, steps: int, questions: int, seed: int) -> dict[str, Any]:
+    """Trains the reader on ``mdr_dir``'s train chains (reused when there) and reads every
+    report's saved test chains with it (module docstring); returns its set-up, each run's
+    Table 5 figures and ``e2e.json`` summaries (the per-question outcomes)."""
+    t0 = time.perf_counter()
+    files = split_files(mdr_dir, mdr_run, {"train": questions,
+                                           "dev": MDR_READER["dev_questions"]},
+                        k=MDR_READER["k"])
+    cfg = mdr_reader_config()
+    cfg.reader.train_file, cfg.reader.dev_file = files["train"], files["dev"]
+    cfg.seed = seed
+    cfg.train.num_steps = steps
+    cfg.train.checkpoint_every = cfg.train.eval_every = steps
+    reader_dir = os.path.join(out, "reader")
+    summary = train_and_evaluate(cfg, reader_dir)
+    run = summary.pop("run")
+    corpus = load_corpus(corpus_path)
+    figures, e2e = {}, {}
+    for m, rep in reports.items():
+        figures[m] = add_reader(rep["out_dir"], reader_dir, corpus, ks=MDR_READER["eval_ks"],
+                                reader_run=run)
+        with open(os.path.join(rep["out_dir"], "e2e.json")) as f:
+            e2e[m] = json.load(f)
+    return {"dir": reader_dir, "step": summary.get("step"), "data": summary.get("data", {}),
+            "dev": summary.get("dev", {}), "figures": figures, "e2e": e2e,
+            "minutes": round((time.perf_counter() - t0) / 60, 1)}
+
+
+def _reader_cells(fig: dict[str, Any]) -> dict[str, str]:
+    return {f"EM@{k}": f"{fig['em'][k]:.1f} [{fig['em_ci'][k][0]:.1f}, {fig['em_ci'][k][1]:.1f}]"
+            for k in fig["ks"]} | {f"F1@{k}": f"{fig['f1'][k]:.1f}" for k in fig["ks"]}
+
+
 def main(argv) -> dict[str, Any]:
     _app.no_positional(argv)
     import tensorflow as tf
@@ -157,11 +207,12 @@ def main(argv) -> dict[str, Any]:
                                          test_frac=_TEST_FRAC.value)
     kw = dict(steps=_STEPS.value, batch=_BATCH.value, num_hard=_NUM_HARD.value,
               beam_size=_BEAM.value, hop2_k=_HOP2_K.value, lr=_LR.value, seed=_SEED.value)
-    reports, minutes, summaries = {}, {}, {}
+    reports, minutes, summaries, workdirs = {}, {}, {}, {}
     t_all = time.perf_counter()
     for method in ("mdr", "mdr-eadpr"):
         cfg = bench_config(method, data_dir, **kw)
         workdir = os.path.join(out, method + (f"_seed{_SEED.value}" if _SEED.value else ""))
+        workdirs[method] = workdir
         t0 = time.perf_counter()
         summaries[method] = train_and_evaluate(cfg, workdir)
         minutes[method] = round((time.perf_counter() - t0) / 60, 1)
@@ -179,9 +230,42 @@ def main(argv) -> dict[str, Any]:
         with open(os.path.join(ev["out_dir"], "report.json")) as f:
             reports["zero-shot"] = json.load(f)
 
+    names = (NAMES["mdr"], NAMES["mdr-eadpr"])
+    reader: dict[str, Any] = {}
+    reader_md = ""
+    if _READER.value:
+        reader = reader_stage(out, workdirs["mdr"], summaries["mdr"]["run"], reports,
+                              os.path.join(data_dir, synthetic_multihop.FILES["corpus"]),
+                              steps=_READER_STEPS.value, questions=_READER_Q.value,
+                              seed=_SEED.value)
+        e2e = {m: dict(s, retriever=NAMES[m], **{o: {int(k): v for k, v in s[o].items()}
+                                                 for o in ("em_outcomes", "f1_outcomes")})
+               for m, s in reader["e2e"].items()}   # ks back to ints (JSON made them strings)
+        reader["paired"] = e2e_lib.paired_rows(e2e["mdr"], e2e["mdr-eadpr"])
+        rtable = [{"run": NAMES[m], "questions": f["n"], **_reader_cells(f)}
+                  for m, f in reader["figures"].items()]
+        type_rows = [{"run": NAMES[m], "type": t, "count": e["count"],
+                      **{f"EM@{k}": f"{f['by_type'][k][t]['em']:.1f}" for k in f["ks"]}}
+                     for m, f in reader["figures"].items() for t, e in f["by_type"][f["ks"][0]].items()]
+        first = next(iter(reader["figures"].values()))
+        pcols_r = ["metric", "n", *names, "B − A", "test", "p", f"significant at {stats.ALPHA:g}"]
+        reader_md = (
+            "\n\n## Reader: answer EM / F1 (%) over the top-k chains (EADPR Table 5 answer columns)"
+            f"\n\nOne reader (MiniLM's first 3 layers, {reader['step']} steps of 4 questions, "
+            f"trained on MDR+DPR's top-{MDR_READER['k']} chains for "
+            f"{reader['data'].get('kept')} of {reader['data'].get('questions')} train questions; "
+            f"{reader['minutes']} min with its data) reads each run's test chains; "
+            f"{first['left_out']['yes_no_or_empty']} yes/no questions left out (no yes/no "
+            "head); supporting-fact EM/F1 not reported (no sentence labels). EM with Wilson "
+            "95 % intervals.\n\n" + report_lib.markdown_table(rtable, list(rtable[0]))
+            + "\n\nEM by question type:\n\n" + report_lib.markdown_table(type_rows, list(type_rows[0]))
+            + "\n\nPaired on the same questions (A = MDR+DPR, B = MDR+EADPR): exact McNemar on "
+            "EM, paired bootstrap on F1.\n\n" + report_lib.markdown_table(reader["paired"], pcols_r)
+            + "\n\n" + "\n".join(f"- {r['sentence']}" for r in reader["paired"]))
+        for m, rep in reports.items():
+            rep["reader"] = reader["figures"][m]
     table = [_row(NAMES[m], r, minutes.get(m)) for m, r in reports.items()]
     cols = list(table[0])
-    names = (NAMES["mdr"], NAMES["mdr-eadpr"])
     paired = paired_rows(reports["mdr"], reports["mdr-eadpr"],
                          _aar(reports["mdr"]["out_dir"]), _aar(reports["mdr-eadpr"]["out_dir"]),
                          names)
@@ -203,10 +287,11 @@ def main(argv) -> dict[str, Any]:
           + report_lib.markdown_table(table, cols)
           + "\n\n## Paired on the same test questions (A = MDR+DPR, B = MDR+EADPR)\n\n"
           + report_lib.markdown_table(paired, pcols) + "\n\n"
-          + "\n".join(f"- {r['sentence']}" for r in paired)
+          + "\n".join(f"- {r['sentence']}" for r in paired) + reader_md
           + "\n\n## Last training metrics\n\n```\n" + json.dumps(train_cols, indent=1) + "\n```\n")
     result = {"setup": setup, "table": table, "paired": paired, "train": train_cols,
-              "runs": {m: r["out_dir"] for m, r in reports.items()}}
+              "runs": {m: r["out_dir"] for m, r in reports.items()},
+              "reader": {k: v for k, v in reader.items() if k != "e2e"}}
     report_lib.write_json(os.path.join(out, "bench_multihop.json"), result)
     with report_lib.atomic_open(os.path.join(out, "bench_multihop.md")) as f:
         f.write(md)

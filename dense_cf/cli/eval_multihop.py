@@ -1,11 +1,13 @@
 """Multi-hop retrieval evaluation of an MDR run (docs/multihop.md; EADPR §4.3 Tables 4/5).
 
     python -m dense_cf.cli.eval_multihop --workdir RUN [--qa F] [--corpus F] [--index flat] \\
-        [--beam_size 20] [--hop2_k 20] [--top_chains 20] [--max_questions N]
+        [--beam_size 20] [--hop2_k 20] [--top_chains 20] [--max_questions N] \\
+        [--reader READER_RUN [--reader_ks 1,5,10]]
 
 Exports and indexes the run's corpus (reused when unchanged), runs the two-hop beam search over
 the questions of a HotpotQA-format file and writes ``RUN/eval/step_<N>/`` (report.json/md,
-chains.json, aar_scores_hop{1,2}.npz); prints the summary as JSON. Also ``python -m
+chains.json, aar_scores_hop{1,2}.npz; with ``--reader`` the reader's answer EM/F1 over the top
+chains in report.json/md, e2e.json and predictions.json); prints the summary as JSON. Also ``python -m
 dense_cf.eval.multihop``. Metrics and decisions: :mod:`dense_cf.eval.multihop`.
 """
 
@@ -18,7 +20,7 @@ from absl import app, flags, logging
 
 from dense_cf.cli import _app
 from dense_cf.console import import_tensorflow
-from dense_cf.eval.multihop import evaluate_multihop
+from dense_cf.eval.multihop import READER_KS, evaluate_multihop
 from dense_cf.files import workdir_lock
 
 FLAGS = flags.FlagValues()
@@ -38,6 +40,10 @@ _TOP = flags.DEFINE_integer("top_chains", None, "Chains kept (default: config)."
                             flag_values=FLAGS)
 _MAX_Q = flags.DEFINE_integer("max_questions", 0, "Evaluate the first N questions (0: all).",
                               flag_values=FLAGS)
+_READER = flags.DEFINE_string("reader", None, "A trained reader run: answer EM/F1 over the top "
+                              "chains (EADPR Table 5).", flag_values=FLAGS)
+_READER_KS = flags.DEFINE_list("reader_ks", [str(k) for k in READER_KS], "Top-k chains the "
+                               "reader reads (each k at most --top_chains).", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -52,7 +58,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         summary = evaluate_multihop(workdir, qa_path=_QA.value, corpus_path=_CORPUS.value,
                                     index_kind=_INDEX.value, beam_size=_BEAM.value,
                                     hop2_k=_HOP2_K.value, top_chains=_TOP.value,
-                                    max_questions=_MAX_Q.value)
+                                    max_questions=_MAX_Q.value, reader=_READER.value,
+                                    reader_ks=[int(k) for k in _READER_KS.value])
     print(json.dumps({k: v for k, v in summary.items() if k != "units"}, indent=2, default=float))
     _app.say_written(summary["out_dir"])
     return summary

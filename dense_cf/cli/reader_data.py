@@ -27,9 +27,10 @@ _RETRIEVER = flags.DEFINE_string("retriever", None, "A trained retriever run dir
                                  required=True, flag_values=FLAGS)
 _SPLIT = flags.DEFINE_enum("split", "train", list(SPLIT_FILES), "Whose questions: the run's "
                            "data.<split>_file (or --qa).", flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Questions and answers: a biencoder JSON or a qa CSV "
-                          "(default: the run's file of --split).", flag_values=FLAGS)
-_K = flags.DEFINE_integer("k", None, "Passages per question (default: the run's eval.k).",
+_QA = flags.DEFINE_string("qa", None, "Questions and answers: a biencoder JSON or a qa CSV; "
+                          "HotpotQA JSON for a two-hop run (default: the run's file of --split).", flag_values=FLAGS)
+_K = flags.DEFINE_integer("k", None, "Passages per question (default: the run's eval.k); "
+                          "chains for a two-hop run (default: multihop.top_chains).",
                           flag_values=FLAGS)
 _MAX_Q = flags.DEFINE_integer("max_questions", 0, "Only the first N questions (0: all).",
                               flag_values=FLAGS)

@@ -45,7 +45,7 @@ from dense_cf.text.qa_eval import qa_scores
 from dense_cf.train.run import RunDir, load_run
 
 __all__ = ["RESULTS_FILE", "RetrieverResults", "evaluate_e2e", "load_retriever", "markdown",
-           "score_predictions"]
+           "paired_rows", "score_predictions"]
 
 RESULTS_FILE = "retrieval.json"
 
@@ -163,8 +163,10 @@ def score_predictions(results: RetrieverResults, predictions: dict[int, list[Any
     return summary, records
 
 
-def _paired_rows(a: dict[str, Any], b: dict[str, Any], *, seed: int, n_resamples: int
-                 ) -> list[dict[str, Any]]:
+def paired_rows(a: dict[str, Any], b: dict[str, Any], *, seed: int = 0,
+                n_resamples: int = stats.DEFAULT_RESAMPLES) -> list[dict[str, Any]]:
+    """Two retrievers' EM@k (exact McNemar) and F1@k (paired bootstrap) on the questions both
+    were read on (``score_predictions`` summaries; paired by question text)."""
     names = (a["retriever"], b["retriever"])
     ia, ib = compare_lib.pair_questions(a["questions"], b["questions"], a["results_file"],
                                         b["results_file"])
@@ -233,7 +235,7 @@ def evaluate_e2e(retrievers: Sequence[str], reader: str, *, ks: Sequence[int] = 
     paired = []
     for other in summaries[1:]:
         try:
-            rows = _paired_rows(summaries[0], other, seed=seed, n_resamples=n_resamples)
+            rows = paired_rows(summaries[0], other, seed=seed, n_resamples=n_resamples)
         except ValueError as e:  # different question sets: said, not compared
             paired.append({"a": summaries[0]["retriever"], "b": other["retriever"], "error": str(e)})
             continue

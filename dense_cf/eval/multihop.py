@@ -29,14 +29,21 @@ runs with exact McNemar; ``multihop`` holds every figure; ``per_question`` every
 ``report.md``, ``chains.json`` (the top chains per question: the reader's input) and
 ``aar_scores_hop1.npz`` / ``aar_scores_hop2.npz`` (per-triplet scores, paired by compare).
 
-Reader hook: EM/F1 (EADPR Table 5) need the extractive reader, which is not part of this
-module. ``evaluate_multihop(..., reader=fn)`` calls ``fn(chains_records, corpus)`` and puts the
-dict it returns under ``report.json["reader"]`` and a Table 5 section of report.md; without it
-the section says the reader is pending. A reader may equally read ``chains.json``.
+Reader (EADPR Table 5 answer EM/F1; docs/multihop.md, "Reader"): with ``reader_run`` (a
+reader-kind run, ``--reader READER_RUN``) the top chains go through the reader's ``predict``,
+each chain read as one passage (:func:`chain_passage`: both passages, titles kept, in hop order).
+EM/F1 at each k of ``reader_ks`` use SQuAD's normalisation (HotpotQA's; ``text.qa_eval``), per
+question type too; yes/no answers are left out and counted (the extractive reader has no yes/no
+head) and so are supporting-fact EM/F1 (it predicts no sentence labels). ``e2e.json`` (the
+per-question ``em_outcomes``/``f1_outcomes`` that ``eval.compare`` pairs with McNemar) and
+``predictions.json`` go beside report.json. :func:`add_reader` does the same for an evaluation
+already on disk. ``reader=fn`` stays as a hook: ``fn(chain_records, corpus)`` returns the dict
+kept under ``report.json["reader"]``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import time
@@ -46,8 +53,10 @@ import numpy as np
 from absl import logging
 
 from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.datasets.formats import RetrievedPassage
 from dense_cf.datasets.hotpotqa import HotpotExample, bridge_order, read_hotpot
 from dense_cf.eval import aar_math, stats
+from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.inputs.multihop import drop_sentences, passage_table_rows
 from dense_cf.inputs.tokens import encode_texts, hop2_query_row, pad_rows, question_row, special_ids
@@ -58,11 +67,13 @@ from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.text.answers import has_answer
 from dense_cf.train.run import RunDir, load_run
 
-__all__ = ["HOPS", "YES_NO", "aar_triplets", "answer_ranks", "chain_ranks", "evaluate_multihop",
-           "list_ranks", "recall_table", "union_ranks"]
+__all__ = ["HOPS", "READER_KS", "YES_NO", "aar_triplets", "add_reader", "answer_ranks",
+           "chain_passage", "chain_ranks", "chain_results", "evaluate_multihop", "list_ranks",
+           "read_chains", "recall_table", "span_answer", "union_ranks"]
 
 HOPS = ("hop1", "hop2")
 YES_NO = ("yes", "no")
+READER_KS = (1, 5, 10)
 ReaderFn = Callable[[list[dict[str, Any]], Corpus], dict[str, Any]]
 
 
@@ -172,6 +183,180 @@ def aar_triplets(examples: Sequence[HotpotExample], order: Sequence[tuple[str, s
     return out
 
 
+# ------------------------------------------------------------------------- the reader over chains
+
+
+def span_answer(answer: str) -> bool:
+    """Whether the extractive reader can predict ``answer``: not empty and not yes / no."""
+    a = answer.strip().lower()
+    return bool(a) and a not in YES_NO
+
+
+def chain_passage(ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], *,
+                  score: float | None = None, has_answer_flag: bool | None = None
+                  ) -> RetrievedPassage:
+    """A chain as the one passage the reader reads (docs/multihop.md, "Reader"): id
+    ``"id1+id2"``, no title, text ``"title1. text1 title2. text2"`` in hop order, so both titles
+    stay readable (comparison answers are often an entity's name) and answer spans can fall in
+    either passage."""
+    text = " ".join(f"{t.rstrip('.')}. {x}" if t else x for t, x in zip(titles, texts))
+    return RetrievedPassage(id="+".join(str(i) for i in ids), title="", text=text, score=score,
+                            has_answer=has_answer_flag)
+
+
+def chain_results(chain_records: Sequence[dict[str, Any]], corpus: Corpus, *, answer_mode: str,
+                  k: int = 0) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """``chains.json`` records → DPR retrieval results records (``retrieval.json``, what the
+    reader trains on and :func:`read_chains` reads): per question with a span answer its first
+    ``k`` chains (0: all) as :func:`chain_passage` contexts, ``has_answer`` by DPR's matcher
+    (``answer_mode``) on the chain text. Returns ``(records, counts)``; questions whose answer
+    is yes / no or empty are left out and counted."""
+    row_of = {pid: r for r, pid in enumerate(corpus.ids)}
+    out, counts = [], {"questions": len(chain_records), "kept": 0, "yes_no_or_empty": 0}
+    for rec in chain_records:
+        if not span_answer(rec["answer"]):
+            counts["yes_no_or_empty"] += 1
+            continue
+        ctxs = []
+        for c in rec["chains"][:k] if k else rec["chains"]:
+            try:
+                rows = [row_of[str(i)] for i in c["ids"]]
+            except KeyError as e:
+                raise KeyError(f"chains of question {rec['id']!r}: passage id {e} is not in the "
+                               f"corpus {corpus.path}") from None
+            p = chain_passage(c["ids"], [corpus.titles[r] for r in rows],
+                              [corpus.texts[r] for r in rows], score=c.get("score"))
+            ctxs.append({"id": p.id, "title": p.title, "text": p.text, "score": p.score,
+                         "has_answer": has_answer([rec["answer"]], p.text, mode=answer_mode)})
+        out.append({"id": rec["id"], "type": rec["type"], "question": rec["question"],
+                    "answers": [rec["answer"]], "ctxs": ctxs})
+        counts["kept"] += 1
+    return out, counts
+
+
+def _type_rows(summary: dict[str, Any], types: Sequence[str], ks: Sequence[int]
+               ) -> dict[int, dict[str, dict[str, Any]]]:
+    """EM / F1 (percent, Wilson interval on EM) per HotpotQA question type at each k."""
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for k in ks:
+        em = np.asarray(summary["em_outcomes"][k], bool)
+        f1 = np.asarray(summary["f1_outcomes"][k], np.float64)
+        out[k] = {}
+        for t in sorted(set(types)):
+            m = np.asarray([x == t for x in types])
+            hits, n = int(em[m].sum()), int(m.sum())
+            out[k][t] = {"count": n, "em": 100.0 * hits / n, "f1": 100.0 * float(f1[m].mean()),
+                         "em_ci": [100.0 * x for x in stats.wilson_interval(hits, n)]}
+    return out
+
+
+def read_chains(reader: str, chain_records: Sequence[dict[str, Any]], corpus: Corpus, *,
+                out_dir: str, ks: Sequence[int] = READER_KS, reader_run=None,
+                answer_mode: str | None = None, batch_size: int = 64, label: str | None = None
+                ) -> dict[str, Any]:
+    """The reader run ``reader`` (loaded unless ``reader_run`` is given) over each question's
+    top chains (module docstring): writes ``e2e.json``
+    (:func:`dense_cf.eval.e2e.score_predictions`'s summary plus ``hotpot_by_type``) and
+    ``predictions.json`` into ``out_dir``; returns the Table 5 summary (with ``markdown``)."""
+    reader_run = reader_run or load_run(reader)
+    method = reader_run.method
+    if method.kind != "reader" or method.predict is None:
+        raise ValueError(f"{reader} is a {method.name} run ({method.kind}), not a reader with a "
+                         "predict function")
+    mode = answer_mode or reader_run.config.data.answer_mode
+    ks = sorted({int(k) for k in ks})
+    results, counts = chain_results(chain_records, corpus, answer_mode=mode, k=ks[-1])
+    if not results:
+        return {"status": "no question with a span answer", "left_out": counts}
+    questions = [r["question"] for r in results]
+    contexts = [[RetrievedPassage(**c) for c in r["ctxs"]] for r in results]
+    logging.info("multi-hop reader: %d questions x top-%d chains (%d yes/no left out)",
+                 len(results), ks[-1], counts["yes_no_or_empty"])
+    preds = method.predict(reader_run, questions, contexts, ks, batch_size=batch_size)
+    res = e2e_lib.RetrieverResults(os.path.join(out_dir, "chains.json"), label or "chains",
+                                   questions, [r["answers"] for r in results], contexts, 0)
+    summary, records = e2e_lib.score_predictions(res, preds, mode)
+    types = [r["type"] for r in results]
+    by_type = _type_rows(summary, types, ks)
+    summary.update(reader=os.path.abspath(reader), reader_method=method.name,
+                   reader_step=reader_run.step, hotpot_by_type=by_type, left_out=counts,
+                   ids=[r["id"] for r in results], hotpot_types=types)
+    for rec, r in zip(records, results):
+        rec.update(id=r["id"], type=r["type"])
+    os.makedirs(out_dir, exist_ok=True)
+    report_lib.write_json(os.path.join(out_dir, "e2e.json"), summary)
+    report_lib.write_json(os.path.join(out_dir, "predictions.json"), records)
+    out = {"status": "done", "reader": summary["reader"], "reader_method": method.name,
+           "reader_step": reader_run.step, "mode": mode, "ks": ks, "n": len(results),
+           "left_out": counts, "em": summary["em"], "em_ci": summary["em_ci"],
+           "f1": summary["f1"], "f1_ci": summary["f1_ci"], "by_type": by_type,
+           "answer_in_top_k": summary["answer_in_top_k"],
+           "no_prediction": summary["no_prediction"]}
+    out["markdown"] = _reader_markdown(out)
+    logging.info("multi-hop reader: EM %s", {k: round(v, 2) for k, v in out["em"].items()})
+    return out
+
+
+def _reader_markdown(r: dict[str, Any]) -> str:
+    ks = r["ks"]
+
+    def cell(v: float, ci: Sequence[float] | None = None) -> str:
+        return f"{v:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+    rows = [{"questions": f"all (n={r['n']})",
+             **{f"EM@{k}": cell(r["em"][k], r["em_ci"][k]) for k in ks},
+             **{f"F1@{k}": cell(r["f1"][k], r["f1_ci"][k]) for k in ks}}]
+    for t, e in r["by_type"][ks[0]].items():
+        rows.append({"questions": f"{t} (n={e['count']})",
+                     **{f"EM@{k}": cell(r["by_type"][k][t]["em"], r["by_type"][k][t]["em_ci"])
+                        for k in ks},
+                     **{f"F1@{k}": cell(r["by_type"][k][t]["f1"]) for k in ks}})
+    cols = ["questions", *(f"EM@{k}" for k in ks), *(f"F1@{k}" for k in ks)]
+    hit = ", ".join(f"top-{k} {v:.1f}" for k, v in r["answer_in_top_k"].items())
+    return (f"Answer EM / F1 (%) of reader `{r['reader_method']}` ({r['reader']}, step "
+            f"{r['reader_step']}) over each question's top-k chains, each chain read as one "
+            "passage (both passages, titles kept); SQuAD / HotpotQA normalisation "
+            f"({r['mode']} mode). 95 % intervals: Wilson for EM, percentile bootstrap for F1 "
+            "(all questions).\n\n" + report_lib.markdown_table(rows, cols)
+            + f"\n\nLeft out: {r['left_out']['yes_no_or_empty']} yes/no or empty answers (the "
+            "extractive reader has no yes/no head). Chains holding the answer: "
+            f"{hit or 'n/a'} (%). Supporting-fact and joint EM/F1 are not reported: the reader "
+            "predicts no sentence labels. Per-question outcomes: e2e.json (paired by "
+            "`python -m dense_cf.eval.compare`), predictions.json.")
+
+
+def _int_keys(tables: dict[str, Any]) -> None:
+    """JSON turned the ks of recall tables into strings; the markdown writer wants ints."""
+    for t in tables.values():
+        for key in ("recall", "ci"):
+            t[key] = {int(k): v for k, v in t[key].items()}
+
+
+def add_reader(eval_dir: str, reader: str, corpus: Corpus, *, ks: Sequence[int] = READER_KS,
+               reader_run=None, answer_mode: str | None = None, batch_size: int = 64
+               ) -> dict[str, Any]:
+    """Runs :func:`read_chains` on an evaluation already on disk (its ``chains.json``) and
+    rewrites its ``report.json`` / ``report.md`` with the reader's Table 5; no search again."""
+    with open(os.path.join(eval_dir, "report.json")) as f:
+        rep = json.load(f)
+    with open(os.path.join(eval_dir, "chains.json")) as f:
+        chain_records = json.load(f)
+    ks = [int(k) for k in ks if int(k) <= int(rep["top_chains"])]
+    if not ks:
+        raise ValueError(f"{eval_dir}: reader ks {list(ks)} all exceed its {rep['top_chains']} "
+                         "chains")
+    out = read_chains(reader, chain_records, corpus, out_dir=eval_dir, ks=ks,
+                      reader_run=reader_run, answer_mode=answer_mode, batch_size=batch_size,
+                      label=rep.get("method"))
+    rep["reader"] = out
+    report_lib.write_json(os.path.join(eval_dir, "report.json"), rep)
+    _int_keys(rep["multihop"]["tables"])
+    _int_keys(rep["multihop"]["by_type"])
+    _write_markdown(os.path.join(eval_dir, "report.md"), rep["workdir"], rep,
+                    [int(k) for k in rep["ks"]])
+    return out
+
+
 # ------------------------------------------------------------------------- the evaluation
 
 
@@ -228,8 +413,12 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
                       corpus_path: str | None = None, run=None, index_kind: str | None = None,
                       beam_size: int | None = None, hop2_k: int | None = None,
                       top_chains: int | None = None, out_dir: str | None = None,
-                      reader: ReaderFn | None = None, max_questions: int = 0) -> dict[str, Any]:
-    """The two-hop evaluation of a run (module docstring); returns the summary (also written)."""
+                      reader: ReaderFn | str | None = None, reader_run=None,
+                      reader_ks: Sequence[int] = READER_KS, max_questions: int = 0,
+                      aar: bool = True) -> dict[str, Any]:
+    """The two-hop evaluation of a run (module docstring); returns the summary (also written).
+    ``reader``: a reader run directory (its chains' EM/F1, :func:`read_chains`) or a hook
+    ``fn(chain_records, corpus)``; ``aar=False`` skips the per-hop AAR (reader data)."""
     run = run or load_run(workdir)
     if run.method.unit != "passage":
         raise ValueError(f"{run.method.name} retrieves {run.method.unit}s: the two-hop search "
@@ -310,13 +499,15 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
     progress.done()
 
     # AAR per hop on the counterfactual triplets.
-    trip = aar_triplets(examples, order, run.tokenizer, max_q_len=cfg.data.max_q_len,
-                        max_p_len=cfg.data.max_p_len, max_hop2_len=mh.max_hop2_len,
-                        pad_id=pad_id)
     out_dir = out_dir or rd.eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
-    aar: dict[str, Any] = {}
+    aar_out: dict[str, Any] = {}
     for hop in HOPS:
+        aar_out[hop] = {"fates": {"not computed": len(examples)}, "triplets": 0}
+    trip = aar_triplets(examples, order, run.tokenizer, max_q_len=cfg.data.max_q_len,
+                        max_p_len=cfg.data.max_p_len, max_hop2_len=mh.max_hop2_len,
+                        pad_id=pad_id) if aar else {}
+    for hop in trip:
         pos, cf = _scores(encoder, trip[hop])
         idx = trip[hop]["index"]
         entry: dict[str, Any] = {"fates": trip[hop]["fates"], "triplets": int(len(idx))}
@@ -328,7 +519,7 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
             with report_lib.atomic_open(os.path.join(out_dir, f"aar_scores_{hop}.npz"), "wb") as f:
                 np.savez(f, pos=pos, cf=cf, gold_index=idx,
                          questions=np.asarray([questions[i] for i in idx], dtype=str))
-        aar[hop] = entry
+        aar_out[hop] = entry
 
     types = [ex.type for ex in examples]
     tables = {
@@ -357,9 +548,16 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
                        for a, b, s in zip(chains.rows1[q], chains.rows2[q], chains.scores[q])
                        if np.isfinite(s)]})
     report_lib.write_json(os.path.join(out_dir, "chains.json"), chain_records)
-    reader_out = (reader(chain_records, corpus) if reader is not None else
-                  {"status": "pending: EM/F1 (EADPR Table 5) come with the extractive reader; "
-                             "pass reader= to evaluate_multihop or read chains.json"})
+    if isinstance(reader, str):
+        reader_ks = [int(k) for k in reader_ks if int(k) <= top_chains]
+        reader_out = read_chains(reader, chain_records, corpus, out_dir=out_dir,
+                                 ks=reader_ks or [top_chains], reader_run=reader_run,
+                                 label=cfg.method)
+    elif reader is not None:
+        reader_out = reader(chain_records, corpus)
+    else:
+        reader_out = {"status": "not run: answer EM/F1 (EADPR Table 5) need a reader run "
+                                "(--reader READER_RUN; docs/multihop.md, \"Reader\")"}
 
     chain_iv = stats.rank_intervals(chain_rank, ks) if examples else {"top_k_ci": {},
                                                                        "mrr_ci": [0.0, 0.0]}
@@ -370,7 +568,7 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
         "top_k": tables["chain"]["recall"], "top_k_ci": chain_iv["top_k_ci"],
         "mrr": float(np.mean([0.0 if r is None else 1.0 / r for r in chain_rank]))
         if examples else 0.0, "mrr_ci": chain_iv["mrr_ci"],
-        "multihop": {"tables": tables, "by_type": by_type, "aar": aar, "counts": counts},
+        "multihop": {"tables": tables, "by_type": by_type, "aar": aar_out, "counts": counts},
         "reader": reader_out, "timing": dict(retriever.timing, search_s=search_s),
         "out_dir": os.path.abspath(out_dir), "units": dict(report_lib.JSON_UNITS,
                                                            recall="percent (0-100)"),

@@ -10,10 +10,17 @@ examples without a positive the reader skips and counts, or ``test_file``: a qa 
 ``retrieval.json`` (DPR's results format, the reader's ``config.reader.<split>_file``) with
 ``report.json`` / ``report.md`` (the retriever's top-k on those questions). Stages talk through
 files: the reader never imports the retriever.
+
+A two-hop retriever (``Method.hops == 2``: MDR; docs/multihop.md, "Reader") gives chains instead:
+its ``--split`` HotpotQA file goes through :func:`dense_cf.eval.multihop.evaluate_multihop`
+(beam search, no AAR) into the same directory, and ``retrieval.json`` holds each question's top
+chains, each one passage (:func:`dense_cf.eval.multihop.chain_results`: both passages, titles
+kept, ``has_answer`` on the chain); yes/no questions are left out and counted.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -21,11 +28,13 @@ from absl import logging
 
 from dense_cf.datasets import formats
 from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.eval.multihop import chain_results, evaluate_multihop
 from dense_cf.eval.retrieval import evaluate_run
 from dense_cf.files import write_json
+from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.train.run import RunDir, load_run
 
-__all__ = ["SPLIT_FILES", "read_questions", "reader_data"]
+__all__ = ["SPLIT_FILES", "chain_reader_data", "read_questions", "reader_data", "split_files"]
 
 SPLIT_FILES = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
 
@@ -62,6 +71,10 @@ def reader_data(workdir: str, split: str, *, qa_path: str | None = None, k: int 
     if run.method.kind != "retriever":
         raise ValueError(f"{workdir} is a {run.method.kind} run ({run.method.name}); reader data "
                          f"comes from a retriever's results")
+    if run.method.hops == 2:
+        return chain_reader_data(workdir, split, run=run, qa_path=qa_path, k=k,
+                                 max_questions=max_questions, out_dir=out_dir,
+                                 index_kind=index_kind, corpus_path=corpus_path)
     source = resolve_data_file(run.config.data, SPLIT_FILES[split], qa_path)
     questions, answers, skipped = read_questions(source, max_questions)
     if not questions:
@@ -78,3 +91,49 @@ def reader_data(workdir: str, split: str, *, qa_path: str | None = None, k: int 
                    retrieval_json=os.path.join(os.path.abspath(out_dir), "retrieval.json"))
     write_json(os.path.join(out_dir, "reader_data.json"), summary)
     return summary
+
+
+def chain_reader_data(workdir: str, split: str, *, run, qa_path: str | None = None,
+                      k: int | None = None, max_questions: int = 0, out_dir: str | None = None,
+                      index_kind: str | None = None, corpus_path: str | None = None
+                      ) -> dict[str, Any]:
+    """A two-hop retriever's top ``k`` chains (default ``multihop.top_chains``) on the ``split``
+    HotpotQA questions as ``retrieval.json`` (module docstring); returns the multi-hop summary
+    plus ``retrieval_json`` and ``chain_counts``."""
+    source = resolve_data_file(run.config.data, SPLIT_FILES[split], qa_path)
+    corpus_file = resolve_data_file(run.config.data, "corpus_file", corpus_path)
+    out_dir = out_dir or RunDir(workdir).reader_data(run.step, split)
+    os.makedirs(out_dir, exist_ok=True)
+    summary = evaluate_multihop(workdir, run=run, qa_path=source, corpus_path=corpus_file,
+                                index_kind=index_kind, top_chains=k, out_dir=out_dir,
+                                max_questions=max_questions, aar=False)
+    with open(os.path.join(out_dir, "chains.json")) as f:
+        chain_records = json.load(f)
+    records, counts = chain_results(chain_records, load_corpus(corpus_file),
+                                    answer_mode=run.config.data.answer_mode)
+    if not records:
+        raise ValueError(f"{source}: no question with a span answer to read")
+    path = os.path.join(os.path.abspath(out_dir), "retrieval.json")
+    write_json(path, records)
+    logging.info("reader data: top-%d chains of %d %s questions of %s (%s)",
+                 summary["top_chains"], counts["kept"], split, source, counts)
+    summary.update(split=split, source=os.path.abspath(source), chain_counts=counts,
+                   retrieval_json=path)
+    write_json(os.path.join(out_dir, "reader_data.json"), summary)
+    return summary
+
+
+def split_files(workdir: str, run, questions: dict[str, int], *, k: int | None = None
+                ) -> dict[str, str]:
+    """``{split: retrieval.json}`` of the retriever ``workdir`` on the first ``n`` questions of
+    each split in ``questions`` (``{split: n}``, 0: all), written by :func:`reader_data` unless
+    already there (a reader's train / dev files)."""
+    files = {}
+    for split, n in questions.items():
+        path = os.path.join(RunDir(workdir).reader_data(run.step, split), "retrieval.json")
+        if not os.path.exists(path):
+            logging.info("reader data: %s retrieves for %s %s questions", workdir, n or "all",
+                         split)
+            reader_data(workdir, split, k=k, max_questions=n, run=run)
+        files[split] = path
+    return files
