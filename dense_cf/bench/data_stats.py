@@ -110,7 +110,8 @@ def study_rows(fractions: Sequence[float], data: Sequence[dict[str, Any]],
     if full is not None and reduced is not None:
         claim_rows += mg.passage_swap_rows(rep["first_hit_rank"], full, full, reduced, ks,
                                            SWAP_NAMES)
-    for k in ks:
+    # A rank correlation needs >= 3 fractions; with fewer the trend checks are "not measured".
+    for k in ks if len(fractions) >= 3 else ():
         for side, stat, label in (("P", "unique coverage", "unique coverage"),
                                   ("Q", "examples", "#examples")):
             claim_rows.append(mg.trend_row(
