@@ -336,3 +336,34 @@ def test_seed_spread_and_table():
          "MRR": "2.00 ± 1.41 [1.00, 3.00]"},
         {"method": "picl", "seeds": 2, "top-1": "45.00 ± 0.00 [45.00, 45.00]",
          "MRR": "2.00 ± 0.00 [2.00, 2.00]"}]
+
+
+def test_spearman_test_hand_computed():
+    # One adjacent swap of 5 ranks: Σd² = 2, ρ = 1 − 6·2/(5·24) = 0.9. Orderings with |ρ| >= 0.9:
+    # the identity and the 4 adjacent swaps, and their 5 mirror images: p = 10/120.
+    t = stats.spearman_test([1, 2, 3, 4, 5], [10, 20, 30, 50, 40])
+    assert t["rho"] == pytest.approx(0.9) and t["p_value"] == pytest.approx(10 / 120)
+    assert t["n"] == 5 and t["method"] == "exact permutation (120 orderings)"
+    # Perfect agreement is the smallest p with 5 points: 2/120 (ρ = 1 and ρ = −1).
+    assert stats.spearman_test([1, 2, 3, 4, 5], [2, 4, 6, 8, 10])["p_value"] == pytest.approx(2 / 120)
+    neg = stats.spearman_test([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
+    assert neg["rho"] == pytest.approx(-1.0) and neg["p_value"] == pytest.approx(2 / 120)
+    flat = stats.spearman_test([1, 2, 3], [7, 7, 7])
+    assert math.isnan(flat["rho"]) and flat["p_value"] == 1.0
+    with pytest.raises(ValueError, match=">= 3"):
+        stats.spearman_test([1, 2], [1, 2])
+
+
+def test_spearman_test_ties_and_many_points_match_scipy():
+    from scipy.stats import spearmanr
+    x, y = [1, 2, 2, 3, 5, 4], [3, 1, 2, 2, 6, 5]
+    assert stats.spearman_test(x, y)["rho"] == pytest.approx(spearmanr(x, y).statistic)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=12)
+    y = x + rng.normal(size=12)
+    t = stats.spearman_test(x, y, n_resamples=2000)
+    assert t["rho"] == pytest.approx(spearmanr(x, y).statistic)
+    assert t["method"] == "permutation (2000 random orderings)"
+    assert t == stats.spearman_test(x, y, n_resamples=2000)  # seeded
+    # ρ = 0.43 over 12 points: the permutation p agrees with scipy's t approximation (0.159).
+    assert t["p_value"] == pytest.approx(spearmanr(x, y).pvalue, abs=0.02)

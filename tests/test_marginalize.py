@@ -43,6 +43,31 @@ def test_per_question_marginals_average_to_eq7_and_contrast_is_paired():
         "top-1: b"]
 
 
+def test_passage_swap_rows_pair_two_passage_encoders_with_one_question_encoder():
+    # Question encoder 1 with passage encoders 1 (reference) and 0: at k=1 hits [F,T,F,T] vs
+    # [T,T,T,T]: 2 discordant pairs, both for passage encoder 0.
+    firsts = {"0,0": [1, 3, None, 1], "0,1": [1, 1, 2, None],
+              "1,0": [1, 1, 1, 1], "1,1": [2, 1, None, 1]}
+    np.testing.assert_array_equal(mg.pair_hits_at(firsts, 1, 1, 1), [False, True, False, True])
+    rows = mg.passage_swap_rows(firsts, 1, 1, 0, [1, 2], ("P ref", "P alt"))
+    assert [r["metric"] for r in rows] == ["top-1", "top-2"]
+    s1, s2 = rows[0]["stats"], rows[1]["stats"]
+    assert (s1["diff"], s1["b01"], s1["b10"], s1["p_value"]) == (0.5, 2, 0, 0.5)
+    assert (s2["diff"], s2["b01"], s2["b10"], s2["p_value"]) == (0.25, 1, 0, 1.0)
+    assert rows[0]["P ref"].startswith("50.00 [") and rows[0]["P alt"].startswith("100.00 [")
+
+
+def test_trend_row_is_a_claim_row_with_rho_as_diff():
+    row = mg.trend_row("top-5: ρ(P marginal, unique coverage)", [10.0, 20, 30, 25, 5],
+                       [40.0, 50, 60, 55, 30], ("statistic", "marginal"),
+                       ("unique coverage", "P marginal top-5"))
+    assert row["stats"]["diff"] == pytest.approx(1.0) and row["p"] == "0.0167"
+    assert row["B − A"] == "ρ = +1.000" and row["significant at 0.05"] == "yes"
+    assert (row["statistic"], row["marginal"]) == ("unique coverage", "P marginal top-5")
+    assert row["test"] == "Spearman, exact permutation (120 orderings)"
+    assert "ρ = +1.000 over 5 settings; significant" in row["sentence"]
+
+
 def test_attribution_normalises_to_tandem_and_in_domain():
     m = np.array([[60.0, 40.0],
                   [30.0, 50.0]])

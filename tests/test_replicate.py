@@ -2,6 +2,7 @@
 report on tiny random-BERT runs (2 steps)."""
 
 import json
+import math
 import os
 
 import pytest
@@ -170,3 +171,56 @@ def test_attribution_claim_is_tested_inside_the_marginalisation_study(tmp_path):
         assert k["diff"] == pytest.approx(row["diff"])     # the study's own P − Q
     md = open(os.path.join(out, "replicate.md")).read()
     assert "## Studies" in md and "| attribution |" in md
+
+
+def test_data_stats_claims_are_tested_inside_the_data_efficiency_study(tmp_path, caplog):
+    # Encoder attribution §10: DPR on nested fractions of one high-overlap world; the 40 %
+    # passage encoder against the 100 % one (Table 4) and rank correlations (Fig. 3/4).
+    ids = ["attribution-data-40", "attribution-data-trend"]
+    assert rep.plan(ids) == [] and rep.plan_studies(ids) == ["data-stats"]
+    assert "studies (1 × 1 seeds): data-stats" in rep.list_text(ids, 100, [0])
+    out = str(tmp_path / "rep")
+    params = {"data-stats": {"fractions": (1.0, 0.4, 0.7), "passages": 150,
+                             "test_questions": 12}}
+    kw = {"steps": 2, "model": "tiny", "n_resamples": 200, "batch": 8, "study_params": params}
+    res = rep.run_replication(out, ids, **kw)
+    summary = json.load(open(os.path.join(out, "data-stats", "summary.json")))
+    assert summary["fractions"] == [0.4, 0.7, 1.0]
+    assert summary["steps"] == {"frac0.40": 1, "frac0.70": 1, "frac1.00": 2}  # epochs-based
+    # The table's statistics are mining.stats' on the training file's nested subsets.
+    stats_ = {s["fraction"]: s for s in summary["data_stats"]["subsets"]}
+    for r in summary["table"]:
+        st = stats_[r["fraction"]]
+        assert (r["examples"], r["coverage"]) == (st["questions"], st["coverage"])
+        assert r["unique coverage"] == pytest.approx(
+            st["coverage"] * (1 - st["overlap"]) ** 1.3)
+    assert [r["examples"] for r in summary["table"]] == sorted(r["examples"]
+                                                               for r in summary["table"])
+    by_id = {c["id"]: c["per_seed"][0] for c in res["claims"]}
+    forty, trend = by_id["attribution-data-40"], by_id["attribution-data-trend"]
+    assert [k["metric"] for k in forty["checks"]] == ["top-5", "top-20"]
+    assert [k["metric"] for k in trend["checks"]] == [
+        f"top-{k}: ρ({s} marginal, {x})" for k in (5, 20)
+        for s, x in (("P", "unique coverage"), ("Q", "#examples"))]
+    rows = {r["metric"]: r for r in summary["contrast_rows"]}
+    for e, expect in ((forty, "not_worse"), (trend, "up")):
+        for k in e["checks"]:
+            assert k["verdict"] == claims.check_verdict(k["diff"], k["p_value"], expect)
+            saved_diff = rows[k["metric"]]["stats"]["diff"]
+            if saved_diff is None or math.isnan(k["diff"]):  # ρ of a constant marginal: NaN
+                assert saved_diff is None or math.isnan(saved_diff)
+                assert math.isnan(k["diff"]) and k["verdict"] == "not significant"
+            else:
+                assert k["diff"] == pytest.approx(saved_diff)
+        assert e["verdict"] == claims.claim_verdict([k["verdict"] for k in e["checks"]])
+    saved = json.load(open(os.path.join(out, "replicate.json")))
+    assert list(saved["study_tables"]) == ["data-stats (seed 0)"]
+    md = open(os.path.join(out, "replicate.md")).read()
+    assert "## Study data-stats (seed 0)" in md and "| fraction | examples | steps |" in md
+    assert "| data-stats |" in md and "## attribution-data-40 (seed 0)" in md
+    # Re-running reuses the world, the runs and the exports: no training step runs again.
+    caplog.set_level("INFO")
+    again = rep.run_replication(out, ids, **kw)
+    assert "train: compiling" not in caplog.text
+    assert caplog.text.count("checkpoint: restored step") >= 3
+    assert again["claims"][0]["per_seed"][0]["checks"] == forty["checks"]

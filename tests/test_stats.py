@@ -59,6 +59,17 @@ def test_coverage_overlap_threshold_and_unique(threshold, overlapping):
     assert st["questions_per_positive"] == {1: 1, 2: 1, 3: 1}
 
 
+def test_unique_coverage_hand_computed():
+    assert stats.unique_coverage(10, 0.5, alpha=1.0) == pytest.approx(5.0)
+    assert stats.unique_coverage(10, 0.5) == pytest.approx(10 * 0.5 ** 1.3)  # 4.061
+    # The paper's Table 3: NQ 30,466 × 0.79^1.3 = 22,424; SQuAD 3,247 × 0.32^1.3 = 738.
+    assert stats.unique_coverage(30466, 0.21) == pytest.approx(22424, abs=1)
+    assert stats.unique_coverage(3247, 0.68) == pytest.approx(738, abs=1)
+    assert stats.unique_coverage(7, 1.0) == 0.0
+    with pytest.raises(ValueError, match="overlap"):
+        stats.unique_coverage(7, 1.5)
+
+
 def test_first_vs_all_positives():
     rows = [_ex("q1", A, extra_pos=[B]), _ex("q2", C, extra_pos=[B])]
     pos_first, n_first = stats.collect(_examples(rows), "first")

@@ -378,11 +378,11 @@ def cross_pair_table(names: Sequence[str], firsts: dict[str, Sequence[int | None
     rows = []
     for k in ks:
         for i, q in enumerate(names):
-            tandem = np.array([r is not None and r <= k for r in firsts[f"{i},{i}"]])
+            tandem = pair_hits_at(firsts, i, i, k)
             for j, p in enumerate(names):
                 if j == i:
                     continue
-                pair = np.array([r is not None and r <= k for r in firsts[f"{i},{j}"]])
+                pair = pair_hits_at(firsts, i, j, k)
                 rows.append(stats.compare_outcomes(f"top-{k}: Q {q} × P {p}", tandem, pair,
                                                    names=("tandem (Q×Q)", "cross pair")))
     cols = ["metric", "n", "tandem (Q×Q)", "cross pair", "B − A", "test", "p",
@@ -414,6 +414,43 @@ def encoder_contrast_rows(names: Sequence[str], firsts: dict[str, Sequence[int |
             rows.append(stats.compare_outcomes(f"top-{k}: {n}", q_m[i], p_m[i], kind="mean",
                                                scale=100.0, names=("Q marginal", "P marginal")))
     return rows
+
+
+def pair_hits_at(firsts: dict[str, Sequence[int | None]], question: int, passage: int, k: int
+                 ) -> np.ndarray:
+    """bool[n]: whether question encoder ``question`` × passage encoder ``passage`` has a hit in
+    its top-``k`` for each test question (from a report's ``first_hit_rank``)."""
+    return np.array([r is not None and r <= k for r in firsts[f"{question},{passage}"]], bool)
+
+
+def passage_swap_rows(firsts: dict[str, Sequence[int | None]], question: int, ref: int,
+                      alt: int, ks: Sequence[int], names: tuple[str, str]
+                      ) -> list[dict[str, Any]]:
+    """Passage encoder ``alt`` against ``ref``, both paired with question encoder ``question``,
+    on the same test questions: one ``top-k`` row per k (exact McNemar on per-question hits;
+    the attribution paper's Table 4 compares SQuAD-40 % with SQuAD-100 % this way)."""
+    return [stats.compare_outcomes(f"top-{k}", pair_hits_at(firsts, question, ref, k),
+                                   pair_hits_at(firsts, question, alt, k), names=names)
+            for k in ks]
+
+
+def trend_row(metric: str, statistic: Sequence[float], marginal: Sequence[float],
+              names: tuple[str, str], labels: tuple[str, str], *, seed: int = 0
+              ) -> dict[str, Any]:
+    """A report row for the rank correlation of an encoder's marginal with a training-data
+    statistic over the settings (data fractions): Spearman's ρ with its exact permutation
+    p-value (``stats.spearman_test``). The row's ``names`` cells say what was correlated
+    (``labels``), ``B − A`` holds ρ and ``stats["diff"]`` = ρ, so claim checks read it as a
+    paired row (``expect="up"``: a positive, significant correlation)."""
+    t = stats.spearman_test(statistic, marginal, seed=seed)
+    rho, p = t["rho"], t["p_value"]
+    verdict = "significant" if p < stats.ALPHA else "not significant"
+    return {"metric": metric, "n": t["n"], names[0]: labels[0], names[1]: labels[1],
+            "B − A": f"ρ = {rho:+.3f}", "test": f"Spearman, {t['method']}", "p": f"{p:.3g}",
+            f"significant at {stats.ALPHA:g}": "yes" if p < stats.ALPHA else "no",
+            "sentence": (f"{metric}: Spearman ρ = {rho:+.3f} over {t['n']} settings; {verdict} "
+                         f"at {stats.ALPHA:g} (p = {p:.3g}, {t['method']})."),
+            "stats": {"kind": "spearman", "diff": rho, **t}}
 
 
 def markdown_sections(names: Sequence[str], mats: dict[int, np.ndarray],

@@ -6,6 +6,8 @@
 * Two runs on the same items: :func:`mcnemar_exact` for paired binary outcomes (per-question
   top-k hits, per-triplet AAR outcomes) and :func:`paired_bootstrap_ci` for the difference of
   two means (MRR from reciprocal ranks, mean score gaps).
+* A trend over a few settings (docs/replication.md, encoder attribution): :func:`spearman_test`,
+  Spearman's rank correlation with an exact permutation p-value.
 * :func:`compare_outcomes` turns one paired metric into a report row with the run's intervals,
   the test, its p-value and, in words, whether the difference is significant at ``alpha``.
 
@@ -15,6 +17,7 @@ Pure numpy + scipy.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Callable, Sequence
 
@@ -32,6 +35,7 @@ __all__ = [
     "seed_spread",
     "seed_table",
     "significance_sentence",
+    "spearman_test",
     "wilson_interval",
 ]
 
@@ -203,6 +207,45 @@ def seed_table(rows: Sequence[dict[str, Any]], by: Sequence[str], metrics: Seque
                       f"[{sp['min']:.{digits}f}, {sp['max']:.{digits}f}]")
         out.append(row)
     return out
+
+
+_EXACT_MAX_N = 8  # 8! = 40,320 orderings: enumerated; more points: seeded random orderings
+
+
+def spearman_test(x: Any, y: Any, *, seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES
+                  ) -> dict[str, Any]:
+    """Spearman's rank correlation ρ of paired ``x``, ``y`` and its two-sided permutation p-value.
+
+    ρ is Pearson's correlation of the ranks (ties: average ranks). Under H0 (no association)
+    every pairing of the y ranks with the x ranks is equally likely, so
+    ``p = #[|ρ*| >= |ρ|] / #orderings`` over all n! orderings of y for n <= 8 (exact), else
+    ``(1 + #[|ρ*| >= |ρ|]) / (1 + n_resamples)`` over seeded random orderings. With n = 5 the
+    smallest possible p is 2/120 ≈ 0.017, reached only by ρ = ±1: a weak test. Returns
+    ``{"rho", "p_value", "n", "method"}``; ρ is NaN and p = 1 when either side is constant.
+    """
+    xv, yv = _as_values(x, "x"), _as_values(y, "y")
+    if xv.shape != yv.shape or xv.size < 3:
+        raise ValueError(f"need two paired 1-D arrays of >= 3 values, got {xv.shape} and "
+                         f"{yv.shape}")
+    n = int(xv.size)
+    rx, ry = sp_stats.rankdata(xv), sp_stats.rankdata(yv)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denom = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+    if denom == 0.0:
+        return {"rho": float("nan"), "p_value": 1.0, "n": n, "method": "constant input"}
+    if n <= _EXACT_MAX_N:
+        perms = np.array(list(itertools.permutations(range(n))))
+        method = f"exact permutation ({len(perms)} orderings)"
+    else:
+        rng = np.random.default_rng(seed)
+        perms = np.array([rng.permutation(n) for _ in range(n_resamples)])
+        method = f"permutation ({n_resamples} random orderings)"
+    rho = float((rx * ry).sum() / denom)
+    null = (ry[perms] * rx).sum(axis=1) / denom
+    # Orderings tied with the observed |ρ| count as extreme (float round-off tolerance).
+    extreme = int((np.abs(null) >= abs(rho) - 1e-12).sum())
+    p = extreme / len(perms) if n <= _EXACT_MAX_N else (1 + extreme) / (1 + len(perms))
+    return {"rho": rho, "p_value": min(1.0, p), "n": n, "method": method}
 
 
 def significance_sentence(metric: str, name_a: str, name_b: str, diff: float, p_value: float,

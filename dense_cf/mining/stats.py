@@ -65,6 +65,13 @@ def coverage_stats(positives: Sequence[Sequence[int]], num_passages: int, *, thr
     return stats_from_counts(counts, len(positives), threshold=threshold, alpha=alpha)
 
 
+def unique_coverage(coverage: float, overlap: float, alpha: float = 1.3) -> float:
+    """coverage × (1 − overlap)^α (the paper's Table 3, α = 1.3; docs/method.md §7)."""
+    if not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"overlap must lie in [0, 1], got {overlap}")
+    return float(coverage) * (1.0 - float(overlap)) ** float(alpha)
+
+
 def stats_from_counts(counts: np.ndarray, num_questions: int, *, threshold: int = 2,
                       alpha: float = 1.3) -> dict[str, Any]:
     """coverage, overlap, unique coverage from per-passage question counts (docs/method.md §7)."""
@@ -78,7 +85,7 @@ def stats_from_counts(counts: np.ndarray, num_questions: int, *, threshold: int 
         "coverage": coverage,
         "overlapping_passages": overlapping,
         "overlap": overlap,
-        "unique_coverage": coverage * (1.0 - overlap) ** alpha,
+        "unique_coverage": unique_coverage(coverage, overlap, alpha),
         "questions_per_positive": {int(c): int(n) for c, n in enumerate(hist) if c and n},
     }
 

@@ -1,0 +1,238 @@
+"""Data-efficiency study of encoder attribution: data statistics vs each encoder's marginal.
+
+``python -m dense_cf.bench.data_stats [--fractions 0.1,0.25,0.4,0.7,1.0] [--steps 100]
+[--passages 2000] [--test_questions 300] [--world mixed] [--qpp 3] [--model minilm]
+[--out runs/bench_data_stats]``
+
+The attribution paper's §10 (Fig. 3/4, Tables 3/4) on one synthetic world:
+
+1. generates one world with high positive-passage overlap (``--world mixed``: SQuAD-like
+   paragraphs; ``--qpp 3``: up to three questions per positive passage, as SQuAD asks per
+   paragraph);
+2. trains DPR on nested random fractions of its training set (``config.data.train_fraction``,
+   seed = ``--seed``; ``bench.marginalize.domain_config``'s lengths and optimiser). Epochs as in
+   the paper: fraction f trains ``round(f × --steps)`` steps, so every run sees the same number
+   of epochs of its own subset;
+3. computes the training-data statistics of every fraction (``mining.stats.file_stats`` on the
+   same subsets: #examples, corpus coverage, positive passage overlap, unique passage coverage
+   = coverage × (1 − overlap)^α, docs/method.md §7);
+4. marginalises on the world's test set (``eval.marginalize``): every fraction's passage
+   encoder over all fractions' question encoders (its P marginal, eq. 7) and every question
+   encoder over all passage encoders (its Q marginal). The paper marginalises over five 100 %
+   models of other domains; here all encoders come from the one world;
+5. the claims' rows (``contrast_rows``): passage encoder 40 % vs 100 %, both with the 100 %
+   question encoder (exact McNemar per k; Table 4), and Spearman's ρ of the P marginal with
+   unique coverage and of the Q marginal with #examples over the fractions (exact permutation
+   p-value; Fig. 3/4). With five fractions only ρ = ±1 reaches p < 0.05.
+
+Resumable: the world, finished runs (checkpoints), exports and indexes are reused when the
+command is run again with the same ``--out``. Writes ``summary.json`` and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Sequence
+
+import numpy as np
+from absl import flags
+
+from dense_cf.bench import marginalize as marginalize_lib
+from dense_cf.cli import _app
+from dense_cf.eval import marginalize as mg
+from dense_cf.eval import report as report_lib
+from dense_cf.eval.stats import ALPHA
+from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.files import atomic_open, write_json
+from dense_cf.mining import stats as data_stats
+from dense_cf.synthetic import generate as synthetic
+
+DEFAULT_FRACTIONS = (0.1, 0.25, 0.4, 0.7, 1.0)
+FULL, REDUCED = 1.0, 0.4  # Table 4: the passage encoder of 40 % against that of 100 %
+SWAP_NAMES = ("P 100 %", "P 40 %")
+TREND_NAMES = ("data statistic", "encoder marginal")
+
+FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+_FRACTIONS = flags.DEFINE_list("fractions", [str(f) for f in DEFAULT_FRACTIONS],
+                               "Training-set fractions (nested subsets).", flag_values=FLAGS)
+_STEPS = flags.DEFINE_integer("steps", 100, "Training steps of the 100 % run; fraction f trains "
+                              "round(f * steps).", flag_values=FLAGS)
+_PASSAGES = flags.DEFINE_integer("passages", 2000, "Passages in the world.", flag_values=FLAGS)
+_TEST = flags.DEFINE_integer("test_questions", 300, "Test questions.", flag_values=FLAGS)
+_WORLD = flags.DEFINE_string("world", "mixed", "Synthetic world (entity | mixed).",
+                             flag_values=FLAGS)
+_QPP = flags.DEFINE_integer("qpp", 3, "Questions per positive passage.", flag_values=FLAGS)
+_MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tiny' (random).",
+                             flag_values=FLAGS)
+_BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
+_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
+_KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Data, subset and training seed.", flag_values=FLAGS)
+_THRESHOLD = flags.DEFINE_integer("threshold", 2, "Overlap: positives of >= this many questions.",
+                                  flag_values=FLAGS)
+_ALPHA = flags.DEFINE_float("alpha", 1.3, "Unique coverage exponent.", flag_values=FLAGS)
+_OUT = flags.DEFINE_string("out", "runs/bench_data_stats", "Output directory.", flag_values=FLAGS)
+
+
+def fraction_steps(steps: int, fraction: float) -> int:
+    """Training steps of fraction ``fraction`` at ``steps`` for the full set (equal epochs)."""
+    return max(1, int(round(steps * fraction)))
+
+
+def fraction_label(fraction: float) -> str:
+    return f"frac{fraction:.2f}"
+
+
+def _index_of(fractions: Sequence[float], value: float) -> int | None:
+    hits = [i for i, f in enumerate(fractions) if np.isclose(f, value)]
+    return hits[0] if hits else None
+
+
+def study_rows(fractions: Sequence[float], data: Sequence[dict[str, Any]],
+               rep: dict[str, Any], ks: Sequence[int], *, seed: int = 0
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(per-fraction table rows, claim rows) from the data statistics of each fraction (in
+    ``fractions`` order) and the marginalisation report over the fractions' runs (same order)."""
+    table = []
+    for i, (f, st) in enumerate(zip(fractions, data)):
+        row = {"fraction": f, "examples": st["questions"], "coverage": st["coverage"],
+               "overlap (%)": 100 * st["overlap"], "unique coverage": st["unique_coverage"]}
+        for k in ks:
+            a = rep["attribution"][k]
+            row[f"tandem top-{k}"] = float(a["tandem"][i])
+            row[f"P marginal top-{k}"] = float(a["p_marginal"][i])
+            row[f"Q marginal top-{k}"] = float(a["q_marginal"][i])
+        table.append(row)
+    claim_rows = []
+    full, reduced = _index_of(fractions, FULL), _index_of(fractions, REDUCED)
+    if full is not None and reduced is not None:
+        claim_rows += mg.passage_swap_rows(rep["first_hit_rank"], full, full, reduced, ks,
+                                           SWAP_NAMES)
+    # A rank correlation needs >= 3 fractions; with fewer the trend checks are "not measured".
+    for k in ks if len(fractions) >= 3 else ():
+        for side, stat, label in (("P", "unique coverage", "unique coverage"),
+                                  ("Q", "examples", "#examples")):
+            claim_rows.append(mg.trend_row(
+                f"top-{k}: ρ({side} marginal, {label})", [r[stat] for r in table],
+                [r[f"{side} marginal top-{k}"] for r in table], TREND_NAMES,
+                (label, f"{side} marginal top-{k}"), seed=seed))
+    return table, claim_rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The per-fraction table and the claim rows."""
+    ks = result["params"]["ks"]
+    cols = ["fraction", "examples", "steps", "coverage", "overlap (%)", "unique coverage",
+            *[f"{s} top-{k}" for k in ks for s in ("tandem", "P marginal", "Q marginal")]]
+    rows = [{**r, "fraction": f"{r['fraction']:.2f}",
+             "steps": result["steps"][fraction_label(r["fraction"])]} for r in result["table"]]
+    p = result["params"]
+    sig = f"significant at {ALPHA:g}"
+    swap = [r for r in result["contrast_rows"] if SWAP_NAMES[0] in r]
+    trend = [{**r, "ρ": r["B − A"].removeprefix("ρ = ")} for r in result["contrast_rows"]
+             if TREND_NAMES[0] in r]
+    parts = [f"Data-efficiency study: DPR on nested fractions of one {p['world']} world "
+             f"({p['passages']} passages, {p['qpp']} questions per positive, "
+             f"{p['test_questions']} test questions); {p['steps']} steps at 100 % "
+             f"(round(f × steps) at fraction f), model {p['model']}, batch {p['batch']}, "
+             f"seed {p['seed']}. Overlap = share of positives of >= {p['threshold']} training "
+             f"questions; unique coverage = coverage × (1 − overlap)^{p['alpha']}. P/Q marginal: "
+             "mean top-k (%) over all fractions' encoders of the other side (eq. 7).",
+             report_lib.markdown_table(rows, cols, floatfmt=".1f")]
+    if swap:
+        parts.append("Passage encoder 40 % vs 100 %, both with the 100 % question encoder "
+                     "(Table 4; exact McNemar on per-question hits):\n\n"
+                     + report_lib.markdown_table(swap, ["metric", "n", *SWAP_NAMES, "B − A",
+                                                        "test", "p", sig]))
+    parts.append("Rank correlation over the fractions (Fig. 3/4; Spearman, two-sided "
+                 "permutation p-value, exact up to 8 fractions):\n\n"
+                 + report_lib.markdown_table(trend, ["metric", "n", "ρ", "test", "p", sig]))
+    return "\n\n".join(parts) + "\n"
+
+
+def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps: int = 100,
+              passages: int = 2000, test_questions: int = 300, world: str = "mixed",
+              qpp: int = 3, model: str = "minilm", batch: int = 16, lr: float = 5e-5,
+              ks: Sequence[int] = (1, 5, 20), seed: int = 0, threshold: int = 2,
+              alpha: float = 1.3, verbose: bool = True) -> dict[str, Any]:
+    """Steps 1-5 of the module docstring into ``out``; returns what ``summary.json`` holds."""
+    out = os.path.abspath(out)
+    say = print if verbose else (lambda *a, **k: None)
+    fractions = sorted({float(f) for f in fractions})
+    if not fractions or not all(0.0 < f <= 1.0 for f in fractions):
+        raise ValueError(f"fractions must lie in (0, 1], got {fractions}")
+    ks = tuple(sorted({int(k) for k in ks}))
+    t0 = time.perf_counter()
+    data_dir = os.path.join(out, "data")
+    synthetic.generate_or_check(data_dir, passages, seed, test_questions=test_questions,
+                                num_hard_negatives=1, world=world, questions_per_passage=qpp)
+    train_file = os.path.join(data_dir, synthetic.FILES["train"])
+    st = data_stats.file_stats(train_file, fractions=fractions, seed=seed, threshold=threshold,
+                               alpha=alpha)
+    by_fraction = {s["fraction"]: s for s in st["subsets"]}
+    small = [f for f in fractions if by_fraction[f]["questions"] < batch]
+    if small:  # refuse before any training, not after the first runs
+        raise ValueError(f"{train_file}: fractions {small} hold fewer than one batch of {batch} "
+                         f"of its {st['valid_records']} valid records; use more --passages")
+
+    workdirs, train_s, steps_of = [], {}, {}
+    for n, f in enumerate(fractions, 1):
+        name = fraction_label(f)
+        wd = os.path.join(out, "runs", name)
+        cfg = marginalize_lib.domain_config(data_dir, model=model,
+                                            steps=fraction_steps(steps, f), batch=batch, lr=lr,
+                                            seed=seed)
+        cfg.data.train_fraction, cfg.data.train_fraction_seed = f, seed
+        t1 = time.perf_counter()
+        summary = train(cfg, wd)
+        train_s[name], steps_of[name] = round(time.perf_counter() - t1, 1), summary["step"]
+        say(f"run {n} of {len(fractions)}: {name} ({by_fraction[f]['questions']} examples), "
+            f"step {summary['step']}, train loss "
+            f"{summary['train'].get('train/loss', float('nan')):.4f} ({train_s[name]} s; "
+            f"elapsed {time.perf_counter() - t0:.0f} s)", flush=True)
+        workdirs.append(wd)
+
+    t1 = time.perf_counter()
+    rep = mg.marginalize_many(
+        workdirs, [mg.TestSet(os.path.join(data_dir, synthetic.FILES["test_qa"]),
+                              os.path.join(data_dir, synthetic.FILES["corpus"]),
+                              in_domain=_index_of(fractions, FULL),
+                              out_dir=os.path.join(out, "marginalize"),
+                              title="data-efficiency study: fractions of one world")], ks=ks)[0]
+    marg_s = round(time.perf_counter() - t1, 1)
+    say(mg.summary_text(rep), flush=True)
+    table, claim_rows = study_rows(fractions, [by_fraction[f] for f in fractions], rep, ks,
+                                   seed=seed)
+    result = {"fractions": fractions, "table": table, "contrast_rows": claim_rows,
+              "steps": steps_of, "train_s": train_s, "marginalize_s": marg_s,
+              "total_s": round(time.perf_counter() - t0, 1), "data_stats": st,
+              "params": {"model": model, "steps": steps, "world": world, "qpp": qpp,
+                         "passages": passages, "test_questions": test_questions,
+                         "batch": batch, "lr": lr, "seed": seed, "ks": list(ks),
+                         "threshold": threshold, "alpha": alpha},
+              "report": os.path.join(out, "marginalize", "report.json")}
+    result["table_markdown"] = markdown(result)
+    say("\n" + result["table_markdown"])
+    for r in claim_rows:
+        say(f"- {r['sentence']}")
+    say(f"timing: training {train_s}, marginalisation {marg_s}s, total {result['total_s']}s")
+    write_json(os.path.join(out, "summary.json"), result)
+    with atomic_open(os.path.join(out, "report.md")) as f:
+        f.write("# Encoder attribution: data statistics\n\n" + result["table_markdown"])
+    return result
+
+
+def main(argv) -> None:
+    del argv
+    run_study(_OUT.value, fractions=[float(f) for f in _FRACTIONS.value], steps=_STEPS.value,
+              passages=_PASSAGES.value, test_questions=_TEST.value, world=_WORLD.value,
+              qpp=_QPP.value, model=_MODEL.value, batch=_BATCH.value, lr=_LR.value,
+              ks=[int(k) for k in _KS.value], seed=_SEED.value, threshold=_THRESHOLD.value,
+              alpha=_ALPHA.value)
+    print(json.dumps({"summary": os.path.join(os.path.abspath(_OUT.value), "summary.json")}))
+
+
+if __name__ == "__main__":
+    _app.run(main, FLAGS, __doc__)
