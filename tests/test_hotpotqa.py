@@ -14,10 +14,11 @@ import os
 import tarfile
 
 import pytest
+import tensorflow_datasets as tfds
 from test_download import FixtureServer
 
 from dense_cf.cli import prepare_hotpot
-from dense_cf.datasets import download, formats, hotpotqa
+from dense_cf.datasets import download, formats, hotpot_tfds, hotpotqa
 from dense_cf.datasets.formats import DataFormatError
 from dense_cf.datasets.hotpotqa import HotpotExample
 from dense_cf.retrieval.corpus import load_corpus
@@ -326,3 +327,28 @@ def test_registry_and_cli(server, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"{data_dir / hotpotqa.CORPUS_FILE}: 2 passages" in out
     assert len(load_corpus(str(data_dir / hotpotqa.CORPUS_FILE))) == 2
+
+
+def test_tfds_builder_from_server_keeps_the_nested_records(server, tmp_path):
+    # hotpot_retriever/distractor: downloaded from the localhost mirror, read back as TFDS with
+    # the supporting facts and the context paragraphs' sentences intact; bad records counted.
+    bad = json.dumps([_bridge(), _comparison(), _comparison(_id="x", supporting_facts=[["Nope", 0]])])
+    server._srv.files["/hotpot/hotpot_train_v1.1.json"] = bad.encode()
+    builder = hotpot_tfds.HotpotRetriever(config="distractor", data_dir=str(tmp_path / "tfds"),
+                                          base_url=server.url("/hotpot/"), download_options=FAST)
+    builder.download_and_prepare()
+    train = list(tfds.as_numpy(builder.as_dataset(split="train", shuffle_files=False)))
+    assert sorted(r["id"].decode() for r in train) == ["b1", "c1"]   # "x" skipped, counted
+    b1 = next(r for r in train if r["id"] == b"b1")
+    assert [t.decode() for t in b1["supporting_facts"]["title"]] == [
+        "Scott Derrickson", "Doctor Strange (2016 film)"]
+    assert list(b1["supporting_facts"]["sent_id"]) == [1, 1]
+    assert [t.decode() for t in b1["context"]["title"]] == [ED_WOOD[0], DERRICKSON[0], STRANGE[0]]
+    sents = b1["context"]["sentences"]   # a ragged [paragraphs, sentences] value
+    sents = sents.to_list() if hasattr(sents, "to_list") else sents
+    assert [s.decode() for s in sents[1]] == DERRICKSON[1] and len(sents[0]) == len(ED_WOOD[1])
+    assert b1["answer"] == b"Denver, Colorado" and b1["type"] == b"bridge"
+    dev = list(tfds.as_numpy(builder.as_dataset(split="validation")))
+    assert [r["id"] for r in dev] == [b"d1"]
+    ex = HotpotExample("i", "q", "a", "bridge", (("T", 0),), (("T", ("s.",)),))
+    assert hotpot_tfds.example_features(ex)["context"] == {"title": ["T"], "sentences": [["s."]]}

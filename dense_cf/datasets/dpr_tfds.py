@@ -40,7 +40,7 @@ from etils import epath
 from dense_cf.datasets import download, formats
 from dense_cf.datasets import dpr as prepare
 
-__all__ = ["DprConfig", "DprRetriever"]
+__all__ = ["DprConfig", "DprRetriever", "manual_dir_or_none"]
 
 _CITATION = """@inproceedings{karpukhin-etal-2020-dense,
   title = {Dense Passage Retrieval for Open-Domain Question Answering},
@@ -48,6 +48,22 @@ _CITATION = """@inproceedings{karpukhin-etal-2020-dense,
             Wu, Ledell and Edunov, Sergey and Chen, Danqi and Yih, Wen-tau},
   booktitle = {EMNLP},
   year = {2020}}"""
+
+
+def manual_dir_or_none(dl_manager: Any, instructions: str) -> str | None:
+    """The user's TFDS manual_dir, or None to download (TFDS' default one is absent/empty); an
+    explicitly given manual_dir that is missing or empty is an error quoting ``instructions``."""
+    try:
+        return os.fspath(dl_manager.manual_dir)
+    except AssertionError:
+        # TFDS raises this for a missing/empty manual dir; an explicitly given one (not the
+        # default <download_dir>/manual) must not silently turn into a download.
+        given = getattr(dl_manager, "_manual_dir", None)
+        default = os.path.join(os.fspath(dl_manager.download_dir), "manual")
+        if given is not None and os.fspath(given) != default:
+            raise download.ManualFilesMissingError(
+                f"manual_dir {given} does not exist or is empty. " + instructions, []) from None
+        return None
 
 
 @dataclasses.dataclass
@@ -155,29 +171,14 @@ class DprRetriever(tfds.core.GeneratorBasedBuilder, skip_registration=__name__ =
                 "validation": prepare.select(cfg.dataset, "dev"),
                 "test": prepare.select(cfg.dataset, "test")}
 
-    @staticmethod
-    def _manual_dir(dl_manager) -> str | None:
-        """The user's manual_dir, or None to download (TFDS' default one is absent/empty)."""
-        try:
-            return os.fspath(dl_manager.manual_dir)
-        except AssertionError:
-            # TFDS raises this for a missing/empty manual dir; an explicitly given one (not the
-            # default <download_dir>/manual) must not silently turn into a download.
-            given = getattr(dl_manager, "_manual_dir", None)
-            default = os.path.join(os.fspath(dl_manager.download_dir), "manual")
-            if given is not None and os.fspath(given) != default:
-                raise download.ManualFilesMissingError(
-                    f"manual_dir {given} does not exist or is empty. "
-                    + DprRetriever.MANUAL_DOWNLOAD_INSTRUCTIONS, []) from None
-            return None
-
     def _split_generators(self, dl_manager):
         resources = self._split_resources()
         raw_dir = self._raw_dir or os.path.join(os.fspath(dl_manager.download_dir), "dpr")
         base = prepare.resolve_base_url(self._base_url)
         specs = {s: prepare.file_specs(rs, base) for s, rs in resources.items()}
         paths = download.fetch_all([sp for ss in specs.values() for sp in ss], raw_dir,
-                                   manual_dir=self._manual_dir(dl_manager),
+                                   manual_dir=manual_dir_or_none(
+                                       dl_manager, self.MANUAL_DOWNLOAD_INSTRUCTIONS),
                                    opts=self._download_options)
         return {split: self._generate_examples(paths[ss[0].name], split)
                 for split, ss in specs.items()}
