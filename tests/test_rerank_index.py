@@ -313,5 +313,6 @@ def test_jax_kind_shares_the_wiring_and_refuses_rerank(tmp_path, data):
     np.testing.assert_allclose(again.search(data[1], 10)[0], flat.search(data[1], 10)[0],
                                rtol=1e-5, atol=1e-5)
     assert type(open_saved_index(ix_dir, emb, None)) is type(index)
+    assert type(load_index(ix_dir)) is type(index)  # the package's one loader opens jax too
     with pytest.raises(ValueError, match="eval.rerank"):
         load_or_build_index(emb, ix_dir, "jax", manifest, rerank=100)

@@ -410,8 +410,9 @@ def build_jax_index_from_dir(emb_dir: str, spec: JaxSearchSpec | None = None, *,
     return _build(_ShardRows(source), ids, spec or JaxSearchSpec(), mesh, progress, record)
 
 
-def load_index(directory: str) -> DenseIndex | JaxIndex:
-    """The index saved in ``directory``, whichever kind wrote it (faiss or jax)."""
+def load_index(directory: str, **kwargs: Any) -> DenseIndex | JaxIndex:
+    """The index saved in ``directory``, whichever kind wrote it (faiss or jax); ``kwargs`` go
+    to ``DenseIndex.load``. ``index.load_index`` (index/rerank.py) also opens re-rank indexes."""
     path = os.path.join(directory, MANIFEST_NAME)
     try:
         with open(path) as f:
@@ -420,4 +421,4 @@ def load_index(directory: str) -> DenseIndex | JaxIndex:
         raise FileNotFoundError(f"no readable {MANIFEST_NAME} in {directory}: {e}") from e
     if fmt == _FORMAT:
         return JaxIndex.load(directory)
-    return DenseIndex.load(directory)
+    return DenseIndex.load(directory, **kwargs)

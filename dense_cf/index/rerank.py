@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dense_cf import files
+from dense_cf.index import jax_search
 from dense_cf.index.faiss_index import (
     _GPU_MAX_K,
     DenseIndex,
@@ -37,6 +38,7 @@ from dense_cf.index.faiss_index import (
     list_embedding_shards,
     merge_topk,
 )
+from dense_cf.index.jax_search import JaxIndex
 
 __all__ = ["RERANK_NAME", "RerankIndex", "ShardRows", "build_rerank_index", "load_index",
            "projected_bytes", "rerank_topk", "source_fingerprint"]
@@ -285,13 +287,14 @@ def build_rerank_index(emb_dir: str, spec: IndexSpec, depth: int, *,
     return RerankIndex(build_index_from_dir(emb_dir, spec, progress=progress), emb_dir, depth)
 
 
-def load_index(directory: str, **kwargs: Any) -> DenseIndex | RerankIndex:
-    """A saved index: a :class:`RerankIndex` when ``directory`` has ``rerank.json``, else a
-    ``DenseIndex`` (``kwargs`` go to its ``load``)."""
+def load_index(directory: str, **kwargs: Any) -> DenseIndex | JaxIndex | RerankIndex:
+    """Any saved index: a :class:`RerankIndex` when ``directory`` has ``rerank.json``, else
+    what ``jax_search.load_index`` opens (a jax or faiss index; ``kwargs`` go to
+    ``DenseIndex.load``)."""
     if os.path.exists(os.path.join(directory, RERANK_NAME)):
         return RerankIndex.load(directory, **kwargs)
     kwargs.pop("source_dir", None)
-    return DenseIndex.load(directory, **kwargs)
+    return jax_search.load_index(directory, **kwargs)
 
 
 def projected_bytes(spec: IndexSpec, n: int, dim: int, *, stored_bytes: int = 2

@@ -26,8 +26,8 @@ from absl import logging
 from dense_cf.files import write_json
 from dense_cf.index import jax_search
 from dense_cf.index.faiss_index import IndexSpec, build_index_from_dir, is_saved_index
-from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir, load_index
-from dense_cf.index.rerank import RerankIndex
+from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir
+from dense_cf.index.rerank import RerankIndex, load_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import Corpus
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve, rank_passages
