@@ -151,6 +151,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.index_nprobe = 32                    # IVF lists searched (search-time: no rebuild)
     c.eval.rerank = 0                           # >0: re-rank this many candidates exactly from
                                                 # the memory-mapped export (docs/scale.md)
+    c.eval.corpus_store = ""                    # passage store of the corpus ("": in the run
+                                                # dir); one directory can serve many runs
     c.eval.k = 100                              # passages retrieved per question
     c.eval.ks = (1, 5, 20, 100)
     c.eval.batch_size = 128                     # encoding batch (questions and passages)

@@ -15,6 +15,11 @@ corpora, never reused. The index records the export it was built from (``export_
 corpus fingerprint, settings, row count) and is rebuilt when that differs (or is missing, as
 in indexes built before it existed).
 
+The corpus is read through its passage store (``DIR/corpus_store/``, or ``eval.corpus_store`` to
+share one between runs), written in one streamed pass on first use: export streams its rows and
+the results read the retrieved passages from the memory-mapped store, so memory does not grow
+with the corpus's text (docs/scale.md "End to end at scale").
+
 Sentence-level runs (DCSR, docs/method.md §4) go through the same command and reports: the export
 holds one vector per contextual sentence, the top ``ceil(k · k̄)`` sentences are retrieved
 (k̄ = mean sentences per passage), softmaxed per question and aggregated into passage scores
@@ -36,9 +41,18 @@ from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
 from dense_cf.eval import stats
-from dense_cf.retrieval.corpus import load_corpus, load_qa
+from dense_cf.retrieval.corpus import StoredCorpus, load_qa, open_corpus
 from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.train.run import RunDir, load_run
+
+
+def run_corpus(workdir: str, cfg, corpus_path: str | None = None) -> tuple[RunDir, StoredCorpus]:
+    """The directories of a run's artifacts for a corpus (``corpus_path``, default the config's)
+    and the corpus, streamed through its passage store (``eval.corpus_store``, default in those
+    directories): a 21M-passage corpus is never held in memory."""
+    corpus_file = resolve_data_file(cfg.data, "corpus_file", corpus_path)
+    rd = RunDir(workdir).for_corpus(cfg, corpus_file)  # another corpus: its own directories
+    return rd, open_corpus(corpus_file, cfg.eval.corpus_store or rd.corpus_store())
 
 
 def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str | None = None,
@@ -50,10 +64,8 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     kind = index_kind or cfg.eval.index
     k = k or cfg.eval.k
     ks = tuple(int(x) for x in cfg.eval.ks)
-    corpus_file = resolve_data_file(cfg.data, "corpus_file", corpus_path)
-    corpus = load_corpus(corpus_file)
+    rd, corpus = run_corpus(workdir, cfg, corpus_path)
     questions, answers = load_qa(resolve_data_file(cfg.data, "test_file", qa_path))
-    rd = RunDir(workdir).for_corpus(cfg, corpus_file)  # another corpus: its own directories
     retriever = retriever_for_run(run, corpus, rd.root, kind=kind, k=k)
     timing, extra = retriever.timing, retriever.extra
     t0 = time.perf_counter()

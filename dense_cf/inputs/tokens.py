@@ -139,22 +139,28 @@ def passage_head(title: str, title_ids: Sequence[int], cls_id: int, sep_id: int)
     return [cls_id, *title_ids, sep_id] if title else [cls_id]
 
 
-def passage_rows(tokenizer, titles: Sequence[str], texts: Sequence[str], *, keep: int
+def passage_rows(tokenizer, titles: Sequence[str], texts: Sequence[str], *, keep: int,
+                 sentences: bool = True
                  ) -> tuple[list[list[int]], list[list[int]], list[int], list]:
     """Unpadded passage rows without the final [SEP]: ``head + text`` word pieces truncated to
-    ``keep``; per token its sentence id (-1 on the head); the head lengths; the text encodings
-    (for answer offsets)."""
+    ``keep``; per token its sentence id (-1 on the head; empty lists when not ``sentences``);
+    the head lengths; the text encodings (for answer offsets)."""
     cls_id, sep_id = special_ids(tokenizer)
     t_enc = encode_texts(tokenizer, titles)
     x_enc = encode_texts(tokenizer, texts)
     bodies, sents, heads = [], [], []
     for title, text, t, x in zip(titles, texts, t_enc, x_enc):
-        offsets = np.asarray(x.offsets, dtype=np.int64).reshape(-1, 2)
-        sid = token_sentence_ids(offsets, split_sentences(text))
         head = passage_head(title, t.ids, cls_id, sep_id)
         heads.append(len(head))
         bodies.append((head + x.ids)[:keep])
-        sents.append(([-1] * len(head) + sid.tolist())[:keep])
+        if sentences:
+            # Sentence splitting (pysbd) costs ~10x the word-piece tokenisation: only the
+            # callers that use sentence ids (training inputs, DCSR markers) pay for it.
+            offsets = np.asarray(x.offsets, dtype=np.int64).reshape(-1, 2)
+            sid = token_sentence_ids(offsets, split_sentences(text))
+            sents.append(([-1] * len(head) + sid.tolist())[:keep])
+        else:
+            sents.append([])
     return bodies, sents, heads, x_enc
 
 
@@ -186,7 +192,7 @@ def tokenize_hop2_queries(tokenizer, questions: Sequence[str], titles: Sequence[
     cls_id, sep_id = special_ids(tokenizer)
     q_rows = [question_row(e.ids, max_q_len, cls_id, sep_id)
               for e in encode_texts(tokenizer, questions)]
-    bodies, _, _, _ = passage_rows(tokenizer, titles, texts, keep=max_len)
+    bodies, _, _, _ = passage_rows(tokenizer, titles, texts, keep=max_len, sentences=False)
     rows = [hop2_query_row(q, b, max_len, sep_id) for q, b in zip(q_rows, bodies)]
     return pad_rows(rows, max_len, pad_id, None)
 
@@ -208,7 +214,7 @@ def tokenize_passages(tokenizer, titles: Sequence[str], texts: Sequence[str], ma
                       pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Padded passage inputs (module docstring), the training format."""
     _, sep_id = special_ids(tokenizer)
-    bodies, _, _, _ = passage_rows(tokenizer, titles, texts, keep=max_len)
+    bodies, _, _, _ = passage_rows(tokenizer, titles, texts, keep=max_len, sentences=False)
     return pad_rows(bodies, max_len, pad_id, sep_id)
 
 

@@ -37,28 +37,13 @@ from absl import logging
 
 from dense_cf.datasets import formats
 from dense_cf.datasets.dpr import resolve_data_file
-from dense_cf.mining.negatives import PassageStore, corpus_fingerprint, mine_file, open_store
+from dense_cf.mining.negatives import corpus_fingerprint, mine_file, open_store
 from dense_cf.retrieval import export
+from dense_cf.retrieval.corpus import StoredCorpus
 from dense_cf.retrieval.retriever import ensure_index
 from dense_cf.train.run import RunDir, load_run
 
 __all__ = ["mine_model"]
-
-
-class _StoreCorpus:
-    """The ``Corpus`` interface :func:`ensure_index` needs (len, rows, path), streamed from a
-    store. ``ensure_index`` keys reuse of ``RUN/export/step_N`` by the rows' content (sha256 of
-    ids, titles and texts), so an export of another corpus is never used for this one."""
-
-    def __init__(self, store: PassageStore, path: str | None = None) -> None:
-        self.store = store
-        self.path = path
-
-    def __len__(self) -> int:
-        return len(self.store)
-
-    def rows(self):
-        return self.store.rows()
 
 
 def mine_model(workdir: str, input_path: str, output: str, *, corpus: str | None = None,
@@ -90,7 +75,7 @@ def mine_model(workdir: str, input_path: str, output: str, *, corpus: str | None
     if store_report.total:
         store_report.log()
     encoder = export.Encoder(run, cfg.eval.batch_size)
-    index, timing = ensure_index(run, _StoreCorpus(store, os.path.abspath(corpus)), workdir,
+    index, timing = ensure_index(run, StoredCorpus(store, os.path.abspath(corpus)), workdir,
                                  kind=kind, batch_size=cfg.eval.batch_size,
                                  dtype=cfg.eval.embedding_dtype, shard_size=cfg.eval.shard_size,
                                  encoder=encoder)

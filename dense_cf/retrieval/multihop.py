@@ -157,7 +157,8 @@ class Hop2Queries:
         new = sorted({int(r) for r in p_rows} - set(self._passages))
         if new:
             bodies, _, _, _ = passage_rows(self.tokenizer, [self.titles[r] for r in new],
-                                           [self.texts[r] for r in new], keep=self.max_len)
+                                           [self.texts[r] for r in new], keep=self.max_len,
+                                           sentences=False)
             self._passages.update(zip(new, bodies))
         return [hop2_query_row(self.q_rows[int(q)], self._passages[int(r)], self.max_len,
                                self.sep_id) for q, r in zip(q_idx, p_rows)]

@@ -29,7 +29,7 @@ from dense_cf.index.faiss_index import IndexSpec, build_index_from_dir, is_saved
 from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir
 from dense_cf.index.rerank import RerankIndex, load_index
 from dense_cf.retrieval import export
-from dense_cf.retrieval.corpus import Corpus
+from dense_cf.retrieval.corpus import Corpus, StoredCorpus
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve, rank_passages
 from dense_cf.train.run import Run, RunDir
 
@@ -144,21 +144,32 @@ def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: di
     return _searchable(index, export_dir, spec, rerank), reused
 
 
-def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, batch_size: int,
-                      dtype: str, shard_size: int, encoder):
-    """Exports ``corpus`` into ``workdir/export/step_N`` (resumable, content-keyed) and loads or
-    builds its index in ``workdir/index/step_N_<kind>``; returns ``(index, timing, manifest)``."""
+def export_corpus(run, corpus, workdir: str, *, sentences: bool, batch_size: int, dtype: str,
+                  shard_size: int, encoder=None) -> tuple[dict, float]:
+    """Exports ``corpus`` (``len`` and streamed ``rows()``) into ``workdir/export/step_N``, the
+    run's passage or sentence vectors by its unit (resumable, content-keyed); returns
+    ``(manifest, seconds)``."""
     export_dir = RunDir(workdir).export(run.step)
-    index_dir = RunDir(workdir).index(run.step, kind)
     fn = export.export_sentences if sentences else export.export_passages
     t0 = time.perf_counter()
     manifest = fn(run, corpus.rows(), export_dir, shard_size=shard_size, batch_size=batch_size,
                   dtype=dtype, encoder=encoder, source=getattr(corpus, "path", None),
                   num_rows=len(corpus))
-    export_s = time.perf_counter() - t0
     if manifest["corpus"]["passages"] != len(corpus):
         raise RuntimeError(f"export in {export_dir} has {manifest['corpus']['passages']} "
                            f"passages, corpus {len(corpus)}")
+    return manifest, time.perf_counter() - t0
+
+
+def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, batch_size: int,
+                      dtype: str, shard_size: int, encoder):
+    """Exports ``corpus`` (:func:`export_corpus`) and loads or builds its index in
+    ``workdir/index/step_N_<kind>``; returns ``(index, timing, manifest)``."""
+    export_dir = RunDir(workdir).export(run.step)
+    index_dir = RunDir(workdir).index(run.step, kind)
+    manifest, export_s = export_corpus(run, corpus, workdir, sentences=sentences,
+                                       batch_size=batch_size, dtype=dtype,
+                                       shard_size=shard_size, encoder=encoder)
     t0 = time.perf_counter()
     cfg = run.config.eval
     index, reused = load_or_build_index(export_dir, index_dir, kind, manifest,
@@ -170,7 +181,7 @@ def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, 
     return index, timing, manifest
 
 
-def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: int,
+def ensure_index(run, corpus: Corpus | StoredCorpus, workdir: str, *, kind: str, batch_size: int,
                  dtype: str, shard_size: int, encoder=None):
     """Exports the corpus (resumable) and builds or loads the index for this checkpoint.
 
@@ -183,7 +194,7 @@ def ensure_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: in
     return index, timing
 
 
-def ensure_sentence_index(run, corpus: Corpus, workdir: str, *, kind: str, batch_size: int,
+def ensure_sentence_index(run, corpus: Corpus | StoredCorpus, workdir: str, *, kind: str, batch_size: int,
                           dtype: str, shard_size: int, encoder=None):
     """DCSR: exports every contextual sentence (resumable) and builds or loads their index.
 
@@ -197,23 +208,23 @@ def ensure_sentence_index(run, corpus: Corpus, workdir: str, *, kind: str, batch
     return index, timing, sentence_passage, float(manifest["mean_sentences_per_passage"])
 
 
-def retrieve_by_sentences(index, q_emb: np.ndarray, corpus: Corpus, k: int,
+def retrieve_by_sentences(index, q_emb: np.ndarray, corpus: Corpus | StoredCorpus, k: int,
                           sentence_passage: np.ndarray, n_sentences: int
                           ) -> list[list[tuple[str, str, str, float]]]:
     """DCSR: top-k (id, title, text, HasAns) per question from the top ``n_sentences``."""
     scores, rows = index.search(np.asarray(q_emb, np.float32), n_sentences)
     p_rows, vals = rank_passages(scores, rows, sentence_passage, k)
-    return [[(corpus.ids[r], corpus.titles[r], corpus.texts[r], float(v)) for r, v in zip(pr, pv)]
+    return [[(*corpus.get(int(r)), float(v)) for r, v in zip(pr, pv)]
             for pr, pv in zip(p_rows, vals)]
 
 
-def retrieve(index, q_emb: np.ndarray, corpus: Corpus, k: int) -> list[list[tuple[str, str, str, float]]]:
+def retrieve(index, q_emb: np.ndarray, corpus: Corpus | StoredCorpus, k: int
+             ) -> list[list[tuple[str, str, str, float]]]:
     """Top-k (id, title, text, score) per question."""
     scores, rows = index.search(np.asarray(q_emb, np.float32), k)
     out = []
     for s_row, r_row in zip(scores, rows):
-        out.append([(corpus.ids[r], corpus.titles[r], corpus.texts[r], float(s))
-                    for s, r in zip(s_row, r_row) if r >= 0])
+        out.append([(*corpus.get(int(r)), float(s)) for s, r in zip(s_row, r_row) if r >= 0])
     return out
 
 
@@ -225,7 +236,7 @@ class Retriever:
 
     unit = "passage"
 
-    def __init__(self, run: Run, corpus: Corpus, root: str, *, kind: str, k: int,
+    def __init__(self, run: Run, corpus: Corpus | StoredCorpus, root: str, *, kind: str, k: int,
                  encoder: export.Encoder | None = None):
         cfg = run.config.eval
         self.run, self.corpus = run, corpus
@@ -265,7 +276,7 @@ class SentenceRetriever(Retriever):
                                      self.n_sentences)
 
 
-def retriever_for_run(run: Run, corpus: Corpus, root: str, *, kind: str, k: int,
+def retriever_for_run(run: Run, corpus: Corpus | StoredCorpus, root: str, *, kind: str, k: int,
                       encoder: export.Encoder | None = None) -> Retriever:
     """The retriever of the run's method unit (passage or sentence) over ``corpus``, with its
     export and index under ``root`` (reused when they hold this corpus)."""

@@ -81,6 +81,10 @@ class RunDir:
         """A retriever's results on the ``split`` questions, the reader's training input."""
         return os.path.join(self.root, "reader_data", f"step_{step}", split)
 
+    def corpus_store(self) -> str:
+        """The corpus's passage store for retrieval evaluation (``retrieval.corpus.open_corpus``)."""
+        return os.path.join(self.root, "corpus_store")
+
     def mine(self) -> str:
         return os.path.join(self.workdir, "mine")
 
