@@ -112,3 +112,46 @@ def test_jax_index_without_faiss():
     for message in errors:
         assert 'pip install -e ".[cpu]"' in message and "faiss-cpu" in message, message
         assert "eval.index=jax" in message, message
+
+
+_EVAL_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    index_kind, root = sys.argv[1], sys.argv[2]
+    if index_kind == "jax":
+        sys.modules["faiss"] = None
+    sys.path.insert(0, "tests")
+    from helpers import sharded_params, tiny_synthetic_config
+    from dense_cf.eval.retrieval import evaluate_run
+    from dense_cf.train.run import Run, build_model, run_tokenizer
+
+    cfg = tiny_synthetic_config(os.path.join(root, "synth"), **{"eval.embedding_dtype": "float32"})
+    model, _, tok_dir = build_model(cfg, load_pretrained=False)
+    mesh, rules, params, _ = sharded_params(model, cfg.data.max_p_len, 2, 1)
+    run = Run(config=cfg, model=model, params=params, tokenizer=run_tokenizer(cfg, tok_dir),
+              step=0, mesh=mesh, rules=rules)
+    rep = evaluate_run(os.path.join(root, "run-" + index_kind), run=run, index_kind=index_kind,
+                       out_dir=os.path.join(root, "e-" + index_kind))
+    ranks = json.load(open(os.path.join(rep["out_dir"], "report.json")))["first_hit_rank"]
+    print("REPORT " + json.dumps({"index": rep["index"], "top_k": rep["top_k"], "mrr": rep["mrr"],
+                                  "first_hit_rank": ranks}))
+""")
+
+
+def test_retrieval_eval_with_jax_index_without_faiss(tmp_path):
+    """``eval.retrieval`` with ``eval.index=jax`` end to end (export, index, search, report) in
+    a process without faiss gives the per-question ranks of a faiss flat evaluation of the same
+    untrained tiny run in a process with faiss."""
+    from dense_cf.synthetic import generate as synthetic
+    synthetic.generate(str(tmp_path / "synth"), num_passages=300, seed=1)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    reports = {}
+    for kind in ("jax", "flat"):
+        p = subprocess.run([sys.executable, "-c", _EVAL_SCRIPT, kind, str(tmp_path)],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("REPORT ")]
+        assert p.returncode == 0 and lines, p.stdout[-2000:] + p.stderr[-4000:]
+        reports[kind] = json.loads(lines[-1][len("REPORT "):])
+    assert reports["jax"]["index"] == "jax" and reports["flat"]["index"] == "flat"
+    assert reports["jax"]["first_hit_rank"] == reports["flat"]["first_hit_rank"]
+    assert reports["jax"]["top_k"] == reports["flat"]["top_k"]
