@@ -70,6 +70,7 @@ from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.files import human_bytes
 from dense_cf.index import IndexSpec, build_index
 from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index, memory_per_device
 from dense_cf.models.bert import BertConfig, axis_rules_for
@@ -599,14 +600,13 @@ def search_summary(se: dict[str, Any] | None) -> str:
     """The search part of :func:`summary`: one line per searcher."""
     if not se:
         return "search: skipped"
-    gib = 2.0**30
     lines = [f"search: {se['n']} x {se['dim']} corpus, {se['queries']} queries, batch "
              f"{se['batch']}, k={se['k']}"]
     for r in se["runs"]:
         lines.append(
             f"  jax {r['dtype']:<8} {r['devices']} device(s)  {r['qps']:.0f} q/s  compile "
-            f"{r['compile_s']:.2f}s  load {r['load_s']:.2f}s  corpus {r['device_bytes'] / gib:.3f}"
-            f" GiB on devices  R@{se['k']} vs float32 {r['recall_at_k_vs_float32']:.4f}")
+            f"{r['compile_s']:.2f}s  load {r['load_s']:.2f}s  corpus "
+            f"{human_bytes(r['device_bytes'])} on devices  R@{se['k']} vs float32 {r['recall_at_k_vs_float32']:.4f}")
     peer = se["peer"]
     if "skipped" in peer:
         lines.append(f"  faiss flat peer skipped: {peer['skipped']}")
