@@ -48,16 +48,19 @@ def _finite_positive(x) -> bool:
 
 
 def test_cli_small_shapes_writes_json(tmp_path):
-    """The CLI end to end (2 simulated devices: sharding check included), TensorFlow blocked."""
+    """The CLI end to end (2 simulated devices: sharding check included), TensorFlow and faiss
+    blocked as on the GPU hosts: JAX search runs, its faiss peer is skipped with the reason."""
     out = tmp_path / "accel.json"
     code = ("import runpy, sys\n"
             "sys.modules['tensorflow'] = sys.modules['tensorflow_datasets'] = None\n"
+            "sys.modules['faiss'] = None\n"
             "sys.argv = ['accelerator'] + sys.argv[1:]\n"
             "runpy.run_module('dense_cf.bench.accelerator', run_name='__main__')\n")
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
     p = subprocess.run([sys.executable, "-c", code, "--shapes=small", "--steps=1", "--warmup=1",
-                        "--export_batches=1", "--matmul_peak=false", f"--out={out}"],
+                        "--export_batches=1", "--matmul_peak=false", "--search_n=300",
+                        "--search_queries=20", "--search_k=7", f"--out={out}"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert p.returncode == 0, p.stderr[-4000:]
     res = json.loads(out.read_text())
@@ -72,7 +75,17 @@ def test_cli_small_shapes_writes_json(tmp_path):
         assert _finite_positive(ex[k]), (k, ex[k])
     assert ex["embedding_finite"]
     assert tr["mfu"] is None and res["peak_bf16_flops_per_device"] is None  # CPU: no table entry
-    assert res["search"]["status"] == "present, not benchmarked"  # index/jax_search.py exists
+    se = res["search"]
+    assert (se["n"], se["dim"], se["queries"], se["k"]) == (300, 32, 20, 7)
+    assert [r["dtype"] for r in se["runs"]] == ["float32", "bfloat16"]
+    for r in se["runs"]:
+        assert r["devices"] == 2 and r["device_bytes"] == 2 * r["per_device"]["corpus_bytes"]
+        for k in ("load_s", "compile_s", "search_s", "qps"):
+            assert _finite_positive(r[k]), (k, r[k])
+        assert 0.0 <= r["recall_at_k_vs_float32"] <= 1.0
+    assert se["runs"][0]["recall_at_k_vs_float32"] == 1.0  # float32 is the reference
+    assert "faiss is not importable" in se["peer"]["skipped"], se["peer"]
+    assert "faiss flat peer skipped" in p.stdout
     assert res["sharding_check"]["ok"], res["sharding_check"]
     assert "train :" in p.stdout and "export:" in p.stdout
 
@@ -89,3 +102,16 @@ def test_host_init_equals_device_init():
     for a, b in zip(jax.tree.leaves(on_host), jax.tree.leaves(on_device)):
         assert a.sharding == b.sharding
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_search_with_faiss_peer():
+    """With faiss importable the Flat peer runs on the same vectors and queries."""
+    opts = acc.BenchOptions(shapes="small", search_n=256, search_queries=8, search_k=5)
+    se = acc.bench_search(opts, 16)
+    assert (se["n"], se["dim"], se["k"]) == (256, 16, 5)
+    peer = se["peer"]
+    assert peer["searcher"] == "faiss flat" and "skipped" not in peer
+    assert _finite_positive(peer["qps"]) and _finite_positive(peer["search_s"])
+    # Exact float32 both: the same top-5 up to float32 near-ties at the 5th place.
+    assert peer["recall_at_k_vs_float32"] >= 0.9, peer
+    assert "faiss flat (CPU)" in acc.search_summary(se)

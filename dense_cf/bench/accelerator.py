@@ -27,8 +27,17 @@ omits custom calls (on GPU the cuBLAS matmuls and cuDNN attention: 2.24e12 of 5.
 H100) and counts a ``lax.scan`` body once (GradCache), so it is reported as ``None`` for
 chunks > 1 and is not used for MFU.
 
-Imports no TensorFlow (``tests/test_tf_free.py``): the state and batches are built here from
-``train.step``/``train.state``/``bench.common``, not through ``train.loop``.
+JAX search (``eval.index=jax``, docs/scale.md): exact inner-product top-k over clustered random
+vectors (``bench.index``'s mixture; N rows of the model's hidden size D, paper shapes 2^20 x 768)
+sharded over every device, float32 and bfloat16 corpora: load seconds, compile seconds (the
+first batch), queries/s of one ``search`` in batches (``bench.jax_search.time_search``), device
+bytes of the corpus, ``memory_stats`` after the search, and R@k of bfloat16 against float32.
+Its peer, faiss Flat over the same vectors and queries in this process, runs where faiss imports
+and is skipped with the reason otherwise (GPU hosts without the ``[gpu]`` extra).
+
+Imports no TensorFlow (``tests/test_tf_free.py``) and no faiss (``tests/test_no_faiss.py``): the
+state and batches are built here from ``train.step``/``train.state``/``bench.common``, not
+through ``train.loop``.
 """
 
 from __future__ import annotations
@@ -53,13 +62,17 @@ import optax
 from absl import flags
 from flax import linen as nn
 
-import dense_cf
 from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, random_batch
+from dense_cf.bench.index import clustered_queries, clustered_vectors, recall_at
+from dense_cf.bench.jax_search import peer_skipped, time_search
 from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.files import human_bytes
+from dense_cf.index import IndexSpec, build_index
+from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index, memory_per_device
 from dense_cf.models.bert import BertConfig, axis_rules_for
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib
@@ -91,7 +104,7 @@ PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = (
 )
 
 PICL = methods.get("picl")  # the paper's batch: questions, hard negatives, counterfactuals
-JAX_SEARCH_MODULE = "dense_cf.index.jax_search"  # no JAX search module exists yet
+SEARCH_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +129,10 @@ class BenchOptions:
     check_sharding: bool = True
     matmul_peak: bool = True
     export: bool = True
+    search: bool = True
+    search_n: int = 0  # 0: the shapes' default (paper 2^20 corpus rows)
+    search_queries: int = 0  # 0: the shapes' default (paper 1024)
+    search_k: int = 100
     rng_impl: str = ""  # dropout key's PRNG implementation; "": jax's default (the loop's)
     seed: int = 0
 
@@ -131,15 +148,19 @@ def peak_bf16_flops(device_kind: str) -> tuple[float | None, str | None]:
 
 def _shape_defaults(opts: BenchOptions) -> dict[str, int]:
     if opts.shapes == "paper":
-        d = dict(b=128, lq=64, lp=256, export_batch=1024)
+        d = dict(b=128, lq=64, lp=256, export_batch=1024, search_n=1 << 20, search_queries=1024,
+                 search_batch=256)
     elif opts.shapes == "small":
-        d = dict(b=8, lq=16, lp=32, export_batch=16)
+        d = dict(b=8, lq=16, lp=32, export_batch=16, search_n=4096, search_queries=64,
+                 search_batch=32)
     else:
         raise ValueError(f"--shapes must be small or paper, got {opts.shapes!r}")
     d["b"] = opts.global_batch or d["b"]
     d["lq"] = opts.max_q_len or d["lq"]
     d["lp"] = opts.max_p_len or d["lp"]
     d["export_batch"] = opts.export_batch or d["export_batch"]
+    d["search_n"] = opts.search_n or d["search_n"]
+    d["search_queries"] = opts.search_queries or d["search_queries"]
     return d
 
 
@@ -440,6 +461,54 @@ def bench_export(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
     }
 
 
+def bench_search(opts: BenchOptions, dim: int) -> dict[str, Any]:
+    """JAX search over every device, float32 and bfloat16, and the faiss Flat peer where faiss
+    imports (module docstring). R@k: bfloat16 and faiss against float32 jax."""
+    d = _shape_defaults(opts)
+    n, nq, batch = d["search_n"], d["search_queries"], d["search_batch"]
+    k = min(opts.search_k, n)
+    dev = jax.devices()[0]
+    t0 = time.perf_counter()
+    vectors = clustered_vectors(n, dim, seed=opts.seed)
+    queries = clustered_queries(nq, dim, seed=opts.seed)
+    out: dict[str, Any] = {"n": n, "dim": dim, "queries": nq, "batch": batch, "k": k,
+                           "data": "bench.index clustered mixture, float32",
+                           "data_s": time.perf_counter() - t0, "runs": []}
+    ref_ids = None
+    for dtype in SEARCH_DTYPES:
+        spec = JaxSearchSpec(dtype=dtype, query_batch_size=batch)
+        t0 = time.perf_counter()
+        index = build_jax_index(vectors, spec=spec)
+        load_s = time.perf_counter() - t0
+        in_use = _memory(dev)["bytes_in_use"]
+        timing, _, ids = time_search(index, queries, k, batch, compile_first=True)
+        ref_ids = ids if ref_ids is None else ref_ids
+        run = {"searcher": "jax", "dtype": dtype, "approx": spec.approx,
+               "devices": index.num_shards, "load_s": load_s, **timing,
+               "device_bytes": index.device_bytes,
+               "per_device": memory_per_device(n, dim, index.num_shards, spec),
+               "bytes_in_use_after_load": in_use, "memory_stats_after": _memory(dev),
+               "recall_at_k_vs_float32": recall_at(ids, ref_ids, k)}
+        out["runs"].append(run)
+        _log(f"search: jax {dtype} {n} x {dim} on {index.num_shards} device(s): "
+             f"{run['qps']:.0f} q/s (compile {run['compile_s']:.1f}s)")
+        del index
+    skipped = peer_skipped()
+    if skipped is None:
+        t0 = time.perf_counter()
+        index = build_index(vectors, None, IndexSpec(kind="flat", query_batch_size=batch))
+        build_s = time.perf_counter() - t0
+        timing, _, ids = time_search(index, queries, k, batch, compile_first=False)
+        out["peer"] = {"searcher": "faiss flat", "dtype": "float32", "on_gpu": index.on_gpu,
+                       "build_s": build_s, **timing, "recall_at_k_vs_float32": recall_at(ids, ref_ids, k)}
+        _log(f"search: faiss flat {out['peer']['qps']:.0f} q/s")
+        del index
+    else:
+        out["peer"] = {"searcher": "faiss flat", "skipped": skipped}
+        _log(f"search: faiss flat peer skipped: {skipped}")
+    return out
+
+
 def check_sharding(opts: BenchOptions) -> dict[str, Any]:
     """One train step on all devices vs on one device from the same state and batch: loss and
     updated params (and the gradient norm). float32 compute and no dropout, so the two differ
@@ -505,13 +574,9 @@ def run_benchmark(opts: BenchOptions) -> dict[str, Any]:
                                 if peak else None)
     else:
         out["export"] = None
-    # A file check, not find_spec: finding a submodule imports its package (dense_cf.index
-    # imports faiss, absent on accelerator hosts without the [gpu] extra).
-
-    root = os.path.dirname(os.path.dirname(dense_cf.__file__))
-    found = os.path.exists(os.path.join(root, *JAX_SEARCH_MODULE.split(".")) + ".py")
-    out["search"] = {"status": "present, not benchmarked" if found else "not present",
-                     "module": JAX_SEARCH_MODULE}
+    # After the export: the corpus is freed before the next one, but peak_bytes_in_use is
+    # the process's running peak, so the search reports bytes_in_use after loading.
+    out["search"] = bench_search(opts, setup.cfg.hidden_size) if opts.search else None
     if opts.matmul_peak:
 
         n = 8192 if inv["backend"] in ("gpu", "tpu") else 512
@@ -529,6 +594,27 @@ def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
     return str(x)
+
+
+def search_summary(se: dict[str, Any] | None) -> str:
+    """The search part of :func:`summary`: one line per searcher."""
+    if not se:
+        return "search: skipped"
+    lines = [f"search: {se['n']} x {se['dim']} corpus, {se['queries']} queries, batch "
+             f"{se['batch']}, k={se['k']}"]
+    for r in se["runs"]:
+        lines.append(
+            f"  jax {r['dtype']:<8} {r['devices']} device(s)  {r['qps']:.0f} q/s  compile "
+            f"{r['compile_s']:.2f}s  load {r['load_s']:.2f}s  corpus "
+            f"{human_bytes(r['device_bytes'])} on devices  R@{se['k']} vs float32 {r['recall_at_k_vs_float32']:.4f}")
+    peer = se["peer"]
+    if "skipped" in peer:
+        lines.append(f"  faiss flat peer skipped: {peer['skipped']}")
+    else:
+        lines.append(f"  faiss flat ({'GPU' if peer['on_gpu'] else 'CPU'})  {peer['qps']:.0f} q/s"
+                     f"  build {peer['build_s']:.2f}s  R@{se['k']} vs jax float32 "
+                     f"{peer['recall_at_k_vs_float32']:.4f}")
+    return "\n".join(lines)
 
 
 def summary(res: dict[str, Any]) -> str:
@@ -554,7 +640,7 @@ def summary(res: dict[str, Any]) -> str:
         f"  {ex['passages_per_s']:.0f} p/s  {ex['achieved_flops_model'] / 1e12:.1f} TFLOP/s"
         + (f"  MFU {ex['mfu'] * 100:.1f}%" if ex["mfu"] is not None else "")
         + f"  | Encoder.passages {ex['encoder_passages_per_s']:.0f} p/s")
-    lines.append(f"search: {res['search']['status']}")
+    lines.append(search_summary(res["search"]))
     if "matmul_peak_bf16_flops_measured" in res:
         lines.append(f"measured bf16 matmul peak ({res['matmul_n']}^3): "
                      f"{res['matmul_peak_bf16_flops_measured'] / 1e12:.1f} TFLOP/s")
@@ -587,6 +673,12 @@ _EXPORT_BATCHES = flags.DEFINE_integer("export_batches", 8, "Batches through Enc
 _CHECK = flags.DEFINE_bool("check_sharding", True, "With >1 device: sharded == single-device.", flag_values=FLAGS)
 _MATMUL = flags.DEFINE_bool("matmul_peak", True, "Also measure a bf16 matmul's FLOP/s.", flag_values=FLAGS)
 _EXPORT = flags.DEFINE_bool("export", True, "Also time passage encoding (export).", flag_values=FLAGS)
+_SEARCH = flags.DEFINE_bool("search", True, "Also time JAX search (eval.index=jax).", flag_values=FLAGS)
+_SEARCH_N = flags.DEFINE_integer("search_n", 0, "Search corpus rows; 0: the shapes' default "
+                                 "(paper 2^20).", flag_values=FLAGS)
+_SEARCH_QUERIES = flags.DEFINE_integer("search_queries", 0, "Search queries; 0: the shapes' "
+                                       "default (paper 1024).", flag_values=FLAGS)
+_SEARCH_K = flags.DEFINE_integer("search_k", 100, "Search depth k.", flag_values=FLAGS)
 _RNG = flags.DEFINE_enum("rng_impl", "", ["", "threefry2x32", "rbg", "unsafe_rbg"],
                          "PRNG of the dropout key; '' = jax's default (what the training loop "
                          "uses).", flag_values=FLAGS)
@@ -605,7 +697,9 @@ def main(argv) -> None:
         global_batch=_BATCH.value, max_q_len=_LQ.value, max_p_len=_LP.value, steps=_STEPS.value,
         warmup=_WARMUP.value, export_batch=_EXPORT_BATCH.value,
         export_batches=_EXPORT_BATCHES.value, check_sharding=_CHECK.value,
-        matmul_peak=_MATMUL.value, export=_EXPORT.value, rng_impl=_RNG.value)
+        matmul_peak=_MATMUL.value, export=_EXPORT.value, search=_SEARCH.value,
+        search_n=_SEARCH_N.value, search_queries=_SEARCH_QUERIES.value, search_k=_SEARCH_K.value,
+        rng_impl=_RNG.value)
     res = run_benchmark(opts)
     print(json.dumps(res["inventory"], indent=1))
     print(summary(res))

@@ -15,6 +15,10 @@ increase (psutil sampling + ru_maxrss, as ``bench.index``), corpus bytes held (f
 vector; jax: the device buffers, padding included; both + 8 bytes per id), recall@k and
 exact-id agreement against the first flat run's results. Ends with the memory per device of
 ``eval.index=jax`` for DPR's 21M passages over N devices (``memory_per_device``).
+
+Without faiss (docs/scale.md, "Without faiss") the flat peer is skipped with its reason printed,
+and R@k / ids are against the first ``jax`` (exact float32) run. :func:`time_search` and
+:func:`peer_skipped` are what ``bench.accelerator`` reuses.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from absl import flags, logging
 from dense_cf.bench.index import BLOCK, PeakRSS, clustered_block, make_centers, recall_at
 from dense_cf.cli import _app
 from dense_cf.files import human_bytes
-from dense_cf.index import IndexSpec, build_index_from_dir
+from dense_cf.index import FAISS_INSTALL, IndexSpec, build_index_from_dir, faiss_available
 from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir, memory_per_device
 
 FLAGS = flags.FlagValues()
@@ -60,6 +64,35 @@ _JSON = flags.DEFINE_string("json_out", "", "Also write the results to this JSON
 VARIANTS = ("flat", "jax", "jax-bf16", "jax-approx")
 PROJECT_N = 21_015_324  # DPR's psgs_w100 passages
 PROJECT_DEVICES = (1, 8, 16, 64, 256)
+
+
+def peer_skipped() -> str | None:
+    """Why the faiss Flat peer cannot run in this process (None: it can)."""
+    if faiss_available():
+        return None
+    return f"faiss is not importable here; install it with {FAISS_INSTALL}"
+
+
+def time_search(index: Any, queries: np.ndarray, k: int, batch: int, *, compile_first: bool
+                ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """One ``index.search(queries, k)`` in batches of ``batch``, timed: ({compile_s, search_s,
+    qps}, scores, ids). ``compile_first``: one batch is searched first and timed apart as
+    ``compile_s`` (a JaxIndex compiles its program there); else ``compile_s`` is None."""
+    compile_s = None
+    if compile_first:
+        t0 = time.perf_counter()
+        index.search(queries[:batch], k, batch_size=batch)
+        compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scores, ids = index.search(queries, k, batch_size=batch)
+    search_s = time.perf_counter() - t0
+    return ({"compile_s": compile_s, "search_s": search_s, "qps": len(queries) / search_s},
+            scores, ids)
+
+
+def _reference_variant() -> str:
+    """What R@k and ids are measured against: faiss Flat, or exact float32 jax without faiss."""
+    return "flat" if peer_skipped() is None else "jax"
 
 
 def _spec(variant: str) -> JaxSearchSpec:
@@ -105,8 +138,9 @@ def _run_dim(workdir: str, dim: int, failures: list[str]) -> list[dict[str, Any]
     _prepare(workdir, dim)
     logging.info("bench: wrote %d x %d float32 vectors in %.1fs", _N.value, dim,
                  time.perf_counter() - t0)
+    pair = ("flat", "jax") if peer_skipped() is None else ("jax",)
     plan = [(r, v) for r in range(_ROUNDS.value)  # flat first in round 0: the reference
-            for v in (("flat", "jax") if r % 2 == 0 else ("jax", "flat"))]
+            for v in (pair if r % 2 == 0 else pair[::-1])]
     for variant in [v.strip() for v in _EXTRA.value.split(",") if v.strip()]:
         if variant not in VARIANTS:
             raise ValueError(f"--extra: unknown variant {variant!r} (known: {VARIANTS})")
@@ -143,8 +177,9 @@ def _median_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _table(rows: list[dict[str, Any]], k: int) -> str:
+    ids_ref = f"ids={_reference_variant()}"
     head = (f"{'dim':>4} {'variant':<10} {'runs':>4} {'build s':>8} {'compile s':>9} {'QPS':>7} "
-            f"{'QPS/flat':>8} {'peak RSS +':>10} {'corpus':>9} {f'R@{k}':>6} {'ids=flat':>8} "
+            f"{'QPS/flat':>8} {'peak RSS +':>10} {'corpus':>9} {f'R@{k}':>6} {ids_ref:>8} "
             f"{'max|ds|':>8}  QPS per run")
     out = [head, "-" * len(head)]
     flat_qps = {r["dim"]: r["qps"] for r in rows if r["variant"] == "flat"}
@@ -183,12 +218,14 @@ def _projection(dims: list[int]) -> str:
 # ------------------------------------------------------------------------------------------
 
 def _run_single(variant: str) -> dict[str, Any]:
-    import faiss
+    threads = None
+    if faiss_available():  # the peer's thread count, for the table header
+        import faiss
+        threads = faiss.omp_get_max_threads()
 
     workdir, dim, k = _WORKDIR.value, _DIM.value, min(_K.value, _N.value)
     emb_dir = os.path.join(workdir, f"emb-{dim}")
     queries = np.load(os.path.join(workdir, f"queries-{dim}.npy"))
-    compile_s = None
     with PeakRSS() as mem:
         t0 = time.perf_counter()
         if variant == "flat":
@@ -200,26 +237,20 @@ def _run_single(variant: str) -> dict[str, Any]:
             index = build_jax_index_from_dir(emb_dir, _spec(variant), progress=False)
             corpus_bytes = index.device_bytes + 8 * index.ntotal
         build_s = time.perf_counter() - t0
-        if variant != "flat":
-            t0 = time.perf_counter()
-            index.search(queries[:_BATCH.value], k)  # compiles
-            compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        scores, ids = index.search(queries, k, batch_size=_BATCH.value)
-        search_s = time.perf_counter() - t0
-    ref_path = os.path.join(workdir, f"flat-{dim}.npz")
-    if variant == "flat" and not os.path.exists(ref_path):
+        timing, scores, ids = time_search(index, queries, k, _BATCH.value,
+                                          compile_first=variant != "flat")
+    ref_path = os.path.join(workdir, f"ref-{dim}.npz")
+    if variant == _reference_variant() and not os.path.exists(ref_path):
         np.savez(ref_path, scores=scores, ids=ids)
     ref = np.load(ref_path)
     return {"variant": variant, "dim": dim, "n": index.ntotal, "k": k, "queries": len(queries),
-            "batch": _BATCH.value, "build_s": build_s, "compile_s": compile_s,
-            "search_s": search_s, "qps": len(queries) / search_s,
+            "batch": _BATCH.value, "build_s": build_s, **timing,
             "peak_rss_increase": mem.peak - mem.base, "corpus_bytes": corpus_bytes,
             f"recall@{k}": recall_at(ids, ref["ids"], k),
             "ids_equal": float(np.mean(ids == ref["ids"])),
             "max_abs_score_diff": float(np.max(np.abs(scores - ref["scores"]))),
             "devices": jax.device_count(), "cpus": os.cpu_count(),
-            "faiss_threads": faiss.omp_get_max_threads()}
+            "faiss_threads": threads}
 
 
 def main(argv: list[str]) -> None:
@@ -245,8 +276,10 @@ def main(argv: list[str]) -> None:
           f"rounds={_ROUNDS.value} cpus={os.cpu_count()} "
           f"jax devices={results[0]['devices'] if results else '?'} "
           f"faiss threads={results[0]['faiss_threads'] if results else '?'} "
-          f"total {time.perf_counter() - t0:.0f}s; medians over runs; R@k and ids=flat against "
-          "the first flat run")
+          f"total {time.perf_counter() - t0:.0f}s; medians over runs; R@k and ids=ref against "
+          f"the first {_reference_variant()} run")
+    if peer_skipped() is not None:
+        print(f"faiss Flat peer skipped: {peer_skipped()}")
     print(_table(rows, k))
     for failure in failures:
         print(f"FAILED: {failure}")

@@ -1,6 +1,8 @@
-"""Retrieval index (FAISS) over exported passage embeddings; see ``faiss_index``."""
+"""Retrieval indexes over exported passage embeddings: faiss (``faiss_index``), JAX
+(``jax_search``), re-ranking (``rerank``). Imports without faiss (docs/scale.md, "Without faiss")."""
 
 from dense_cf.index.faiss_index import (
+    FAISS_INSTALL,
     GPU_KINDS,
     KINDS,
     MANIFEST_NAME,
@@ -12,9 +14,11 @@ from dense_cf.index.faiss_index import (
     build_index_from_dir,
     bytes_per_vector,
     default_pq_m,
+    faiss_available,
     is_saved_index,
     list_embedding_shards,
     merge_topk,
+    require_faiss,
 )
 from dense_cf.index.rerank import (
     RERANK_NAME,
@@ -28,6 +32,7 @@ from dense_cf.index.rerank import (
 )
 
 __all__ = [
+    "FAISS_INSTALL",
     "GPU_KINDS",
     "KINDS",
     "MANIFEST_NAME",
@@ -39,9 +44,11 @@ __all__ = [
     "build_index_from_dir",
     "bytes_per_vector",
     "default_pq_m",
+    "faiss_available",
     "is_saved_index",
     "list_embedding_shards",
     "merge_topk",
+    "require_faiss",
     "RERANK_NAME",
     "RerankIndex",
     "ShardRows",

@@ -29,6 +29,11 @@ index keeps is faiss's choice (it keeps the earliest inserted).
 GPU: with ``use_gpu="auto"`` (default) and a faiss build with GPUs, flat / ivfpq / ivfsq are
 moved with ``faiss.index_cpu_to_all_gpus`` (sharded over the GPUs); hnsw and sq8 have no faiss
 GPU implementation and stay on the CPU. ``save`` always writes CPU indexes.
+
+Without faiss (an accelerator host without the ``[cpu]``/``[tpu]``/``[gpu]`` extra) this module
+still imports: the specs, ``merge_topk``, the argument checks and the export-directory reader
+serve ``jax_search`` and ``rerank``; building or loading a faiss index raises ImportError
+(:func:`require_faiss`; docs/scale.md, "Without faiss").
 """
 
 from __future__ import annotations
@@ -41,14 +46,22 @@ import re
 import time
 from typing import IO, Any, Iterable, Iterator, Sequence
 
-import faiss
 import numpy as np
 from absl import logging
 
 from dense_cf import files
 from dense_cf.progress import Progress, timed
 
+try:
+    import faiss
+except ImportError as _err:  # jax search needs none of it: see require_faiss
+    faiss = None
+    _FAISS_IMPORT_ERROR: ImportError | None = _err
+else:
+    _FAISS_IMPORT_ERROR = None
+
 __all__ = [
+    "FAISS_INSTALL",
     "GPU_KINDS",
     "KINDS",
     "MANIFEST_NAME",
@@ -60,9 +73,11 @@ __all__ = [
     "build_index_from_dir",
     "bytes_per_vector",
     "default_pq_m",
+    "faiss_available",
     "is_saved_index",
     "list_embedding_shards",
     "merge_topk",
+    "require_faiss",
 ]
 
 KINDS: tuple[str, ...] = ("flat", "hnsw", "ivfpq", "sq8", "ivfsq")
@@ -73,6 +88,9 @@ _GPU_MAX_K = 2048  # faiss GPU k-selection limit (also the nprobe limit)
 _GPU_MAX_PQ_BYTES = 96  # largest GPU IVFPQ code size (needs float16 lookup tables)
 
 MANIFEST_NAME = "index.json"
+# setup.py's extras: one faiss build per machine (README "Install").
+FAISS_INSTALL = ('pip install -e ".[cpu]" (faiss-cpu; [tpu] brings it too) or '
+                 'pip install -e ".[gpu]" (faiss-gpu-cu12)')
 _FORMAT = "dense_cf.index"
 _FORMAT_VERSION = 1
 _EMB_RE = re.compile(r"^embeddings-(\d+)\.npy$")
@@ -202,6 +220,20 @@ def _resolve(spec: IndexSpec, n: int | None, dim: int, n_train: int | None) -> I
 # --------------------------------------------------------------------------------------------
 # faiss index construction and placement
 # --------------------------------------------------------------------------------------------
+
+def faiss_available() -> bool:
+    """Whether ``import faiss`` succeeded when this module was imported."""
+    return faiss is not None
+
+
+def require_faiss(what: str) -> None:
+    """Raises ImportError naming the package and its install line when faiss is absent."""
+    if faiss is None:
+        raise ImportError(f"{what} needs faiss, which does not import here "
+                          f"({_FAISS_IMPORT_ERROR}); install it with {FAISS_INSTALL}, or use "
+                          "eval.index=jax (dense_cf.index.jax_search), which needs no faiss",
+                          name="faiss") from _FAISS_IMPORT_ERROR
+
 
 def _new_cpu_index(spec: IndexSpec, dim: int) -> faiss.Index:
     ip = faiss.METRIC_INNER_PRODUCT
@@ -467,6 +499,7 @@ class DenseIndex:
         if manifest.get("format") != _FORMAT or manifest.get("version") != _FORMAT_VERSION:
             raise ValueError(f"{path}: unsupported index format "
                              f"{manifest.get('format')!r} v{manifest.get('version')!r}")
+        require_faiss(f"loading the faiss {manifest.get('kind')!r} index in {directory}")
         spec = IndexSpec.from_dict(manifest["spec"])
         changes: dict[str, Any] = {}
         if use_gpu is not None:
@@ -713,6 +746,7 @@ def _shard_bounds(n: int, shards: int) -> list[int]:
 
 
 def _build(source: Any, spec: IndexSpec, progress: bool) -> DenseIndex:
+    require_faiss(f"building a faiss {spec.kind!r} index")
     if spec.omp_threads:
         faiss.omp_set_num_threads(int(spec.omp_threads))
     use_gpu = _want_gpu(spec)
