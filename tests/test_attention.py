@@ -115,10 +115,11 @@ def test_attention_impl_round_trips_through_run_config_and_dict():
     assert model.config.attention_impl == "dot_product"
     assert model.config.attention_dropout_rate == 0.0 and model.config.dropout_rate == 0.1
     assert BertConfig(**model.config.to_dict()) == model.config
-    # Old run configs without the fields keep today's behaviour (loaders merge over the base).
+    # Old run configs without the fields take the base's defaults (loaders merge over the base).
     del reloaded.model["attention_impl"], reloaded.model["attention_dropout"]
     model, _ = model_from_config(merge_over_base(reloaded))
-    assert model.config.attention_impl == "einsum" and model.config.attention_dropout_rate == 0.1
+    assert model.config.attention_impl == base_config().model.attention_impl == "dot_product"
+    assert model.config.attention_dropout_rate == 0.1
 
 
 def test_accelerator_config_builds_bf16_fused_attention_model():

@@ -25,15 +25,14 @@ def test_project_two_point_line_and_hosts():
     assert p["store"]["one_host_s"] == pytest.approx(505.0)
     assert p["store"]["hosts_s"] == pytest.approx(505.0)
     assert p["store"]["disk_bytes"] == pytest.approx(100_000)
-    assert p["store"]["peak_rss_bytes"] == pytest.approx(500)
+    assert p["store"]["peak_rss_measured"] == [[100, 500], [1_000, 500]]
     # export: 10 + 0.2 n s, data-parallel: each of 4 hosts gets 2,500 passages.
     assert p["export"]["one_host_s"] == pytest.approx(2_010.0)
     assert p["export"]["hosts_s"] == pytest.approx(510.0)
     assert p["export"]["disk_bytes_per_host"] == pytest.approx(5_000)
-    assert p["export"]["peak_rss_bytes"] == pytest.approx(800 + 1.0 * 10_000)
-    assert p["export"]["peak_rss_bytes_per_host"] == pytest.approx(800 + 1.0 * 2_500)
+    assert p["export"]["peak_rss_measured"] == [[100, 900], [1_000, 1_800]]  # not extrapolated
     # training runs a fixed number of steps: carried over as measured.
-    assert p["train"]["one_host_s"] == 52.0 and p["train"]["peak_rss_bytes"] == 1_100
+    assert p["train"]["one_host_s"] == 52.0 and p["train"]["disk_bytes"] == 7
     assert {r["fit"] for r in p.values()} == {"two-point"}
 
 
@@ -42,7 +41,7 @@ def test_project_without_baseline_is_proportional():
     assert p["fit"] == "proportional"
     assert p["one_host_s"] == pytest.approx(100.0) and p["hosts_s"] == pytest.approx(50.0)
     assert p["disk_bytes"] == pytest.approx(20_000)
-    assert p["peak_rss_bytes"] == 300  # one point says nothing about growth
+    assert p["peak_rss_measured"] == [[1_000, 300]]
 
 
 def test_bench_scale_runs_every_stage_and_resumes(tmp_path):

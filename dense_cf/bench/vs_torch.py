@@ -86,8 +86,10 @@ _ROUNDS = flags.DEFINE_integer("rounds", 12, "Timed train-step rounds (one step 
                                flag_values=FLAGS)
 _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps per side after compilation.",
                                flag_values=FLAGS)
-_ATTN = flags.DEFINE_enum("attention_impl", "einsum", ["einsum", "dot_product", "xla"],
-                          "Our attention kernel (model.attention_impl).", flag_values=FLAGS)
+_ATTN = flags.DEFINE_enum("attention_impl", base_config().model.attention_impl,
+                          ["einsum", "dot_product", "xla"],
+                          "Our attention kernel (model.attention_impl; default the config's).",
+                          flag_values=FLAGS)
 _TORCH_ATTN = flags.DEFINE_string("torch_attention", "sdpa",
                                   "transformers attn_implementation of the peer (sdpa | eager).",
                                   flag_values=FLAGS)
@@ -175,14 +177,14 @@ def trim_to_longest(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def step_config(model: str, *, global_batch: int, max_q_len: int, max_p_len: int, num_hard: int,
-                counterfactual: bool, attention_impl: str = "einsum"):
+                counterfactual: bool, attention_impl: str | None = None):
     """The base config at the benchmark's shapes: PiCL's loss weights with ``counterfactual``,
     DPR's without; learning rate from step 0 (no warm-up), so the first update is a real one on
     both sides."""
     cfg = base_config()
     cfg.method = "picl" if counterfactual else "dpr"
     cfg.model.name_or_path = model
-    cfg.model.attention_impl = attention_impl
+    cfg.model.attention_impl = attention_impl or cfg.model.attention_impl
     cfg.data.max_q_len, cfg.data.max_p_len = max_q_len, max_p_len
     cfg.data.num_hard = num_hard
     cfg.train.global_batch = global_batch
