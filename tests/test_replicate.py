@@ -224,3 +224,29 @@ def test_data_stats_claims_are_tested_inside_the_data_efficiency_study(tmp_path,
     assert "train: compiling" not in caplog.text
     assert caplog.text.count("checkpoint: restored step") >= 3
     assert again["claims"][0]["per_seed"][0]["checks"] == forty["checks"]
+
+
+def test_seed_summary_mean_spread_and_verdict_counts():
+    def chk(metric, diff, verdict, expect="up"):
+        return {"metric": metric, "expect": expect, "diff": diff, "verdict": verdict}
+
+    claims_ = [
+        {"id": "c1", "per_seed": {
+            0: {"checks": [chk("AAR", 3.0, "reproduced"), chk("top-5", -1.0, "reproduced", "not_worse")]},
+            1: {"checks": [chk("AAR", 1.0, "not significant"), chk("top-5", 0.0, "reproduced", "not_worse")]},
+            2: {"checks": [chk("AAR", 5.0, "reproduced"), chk("top-5", -5.0, "reversed", "not_worse")]}}},
+        {"id": "one-seed", "per_seed": {0: {"checks": [chk("AAR", 9.0, "reproduced")]}}},
+    ]
+    rows = rep.seed_summary(claims_)
+    assert [(r["claim"], r["metric"]) for r in rows] == [("c1", "AAR"), ("c1", "top-5")]
+    aar, top5 = rows
+    # AAR: mean 3, sample std 2 (ddof=1), range [1, 5]
+    assert aar["B − A over seeds"] == "+3.00 ± 2.00 [+1.00, +5.00]" and aar["seeds"] == 3
+    assert aar["verdicts"] == "reproduced 2/3, not significant 1/3"
+    assert top5["spread"]["mean"] == pytest.approx(-2.0) and top5["expect"] == "not_worse"
+    assert top5["verdicts"] == "reproduced 2/3, reversed 1/3"
+    md = rep.markdown({"setup": {"steps": 2, "seeds": [0, 1, 2], "n_resamples": 10, "minutes": 0,
+                                 "out": "x", "runs": {}, "minutes_per_run": {}},
+                       "claims": [], "over_seeds": rows})
+    assert "## Over seeds" in md and "| c1 | AAR | up | 3 | +3.00 ± 2.00 [+1.00, +5.00] |" in md
+    assert rep.seed_summary(claims_[1:]) == []

@@ -470,12 +470,41 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
     # A study's own table (e.g. data-stats: statistics and marginals per fraction).
     tables = {f"{name} (seed {seed})": res["table_markdown"]
               for (name, seed), res in studies.items() if res.get("table_markdown")}
-    result = {"setup": setup, "claims": claims, "study_tables": tables}
+    result = {"setup": setup, "claims": claims, "study_tables": tables,
+              "over_seeds": seed_summary(claims)}
     result["markdown"] = markdown(result)
     with atomic_open(os.path.join(out, "replicate.md")) as f:
         f.write(result["markdown"])
     write_json(os.path.join(out, "replicate.json"), result)
     return result
+
+
+def seed_summary(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per claim and check over its seeds (claims with two or more): B − A as ``mean ± std
+    [min, max]`` (``stats.seed_spread``; points for rates, raw for gaps) and how many seeds
+    gave each verdict. Empty when every claim has one seed."""
+    rows = []
+    for c in claims:
+        if len(c["per_seed"]) < 2:
+            continue
+        by_metric: dict[str, list[dict[str, Any]]] = {}
+        for e in c["per_seed"].values():
+            for chk in e["checks"]:
+                by_metric.setdefault(chk["metric"], []).append(chk)
+        for metric, checks in by_metric.items():
+            diffs = [chk["diff"] for chk in checks if "diff" in chk]
+            sp = stats.seed_spread(diffs) if diffs else None
+            counts = {v: sum(chk["verdict"] == v for chk in checks)
+                      for v in dict.fromkeys(chk["verdict"] for chk in checks)}
+            rows.append({"claim": c["id"], "metric": metric, "expect": checks[0]["expect"],
+                         "seeds": len(checks),
+                         "B − A over seeds": (f"{sp['mean']:+.2f} ± {sp['std']:.2f} "
+                                              f"[{sp['min']:+.2f}, {sp['max']:+.2f}]"
+                                              if sp else "—"),
+                         "verdicts": ", ".join(f"{v} {n}/{len(checks)}"
+                                               for v, n in counts.items()),
+                         "spread": sp})
+    return rows
 
 
 def _summary_cell(checks: Sequence[dict[str, Any]]) -> str:
@@ -516,6 +545,13 @@ def markdown(result: dict[str, Any]) -> str:
               "note": v["note"]} for r, v in s["runs"].items()],
             ["run", "study", "row", "method preset", "overrides", "world", "minutes", "note"]),
     ]
+    if result.get("over_seeds"):
+        parts.append("## Over seeds\n\nB − A per check over the training seeds: mean ± sample "
+                     "std [min, max] (points for rates, raw for score gaps), and the verdicts "
+                     "the seeds gave (each seed tested on its own, as in the table above).\n\n"
+                     + report_lib.markdown_table(
+                         result["over_seeds"], ["claim", "metric", "expect", "seeds",
+                                                "B − A over seeds", "verdicts"]))
     if s.get("studies"):
         parts.append("## Studies\n\n" + report_lib.markdown_table(
             [{"study": n, "parameters": ", ".join(f"{k}={x}" for k, x in v["params"]),
