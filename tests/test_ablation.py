@@ -135,3 +135,18 @@ def test_finished_eval_dir_reads_fields_added_since_at_their_defaults(tmp_path):
     c.data.synthetic.world = "mixed"                             # not the default: refused
     with pytest.raises(ValueError, match="data.synthetic.world"):
         bench.finished_eval_dir(str(tmp_path), c)
+
+
+def test_finished_eval_dir_reuses_a_run_that_differs_only_in_implementation(tmp_path):
+    # The attention kernel is an implementation choice (same math): a finished run is reused.
+    from dense_cf.configs.base import base_config, resolve_paths
+    from dense_cf.files import write_json
+    c = resolve_paths(base_config())
+    saved = json.loads(c.to_json_best_effort())
+    saved["model"]["attention_impl"] = "einsum"
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    assert c.model.attention_impl != "einsum"
+    assert bench.finished_eval_dir(str(tmp_path), c) is None   # reusable, not trained yet
+    c.model.dropout = 0.0                                        # a real difference: refused
+    with pytest.raises(ValueError, match="model.dropout"):
+        bench.finished_eval_dir(str(tmp_path), c)

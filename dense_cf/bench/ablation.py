@@ -94,6 +94,13 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
+# Fields that choose how the same math is computed, not what is computed: a finished run that
+# differs only in them is reused. model.attention_impl: the einsum and jax.nn.dot_product_attention
+# paths agree within float tolerance (tests/test_attention.py), training under attention
+# dropout takes the einsum path either way, and the demo's figures came out the same with both.
+IMPLEMENTATION_FIELDS = ("model.attention_impl",)
+
+
 def with_new_defaults(saved: Any, defaults: Any) -> Any:
     """``saved`` (a run's config as JSON) plus every field of ``defaults`` it lacks.
 
@@ -122,7 +129,8 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     # a relative --out finds its own finished runs. Fields added since it was saved count at
     # their defaults, so finished runs stay reusable when the config grows.
     saved = with_new_defaults(saved, _as_json(base_config()))
-    diff = _diff_keys(saved, _as_json(resolve_paths(config)))
+    diff = [k for k in _diff_keys(saved, _as_json(resolve_paths(config)))
+            if k not in IMPLEMENTATION_FIELDS]
     if diff:
         raise ValueError(f"{workdir} holds a run trained with another config (differs in "
                          f"{', '.join(diff)}); use another --out")
