@@ -250,3 +250,14 @@ def test_seed_summary_mean_spread_and_verdict_counts():
                        "claims": [], "over_seeds": rows})
     assert "## Over seeds" in md and "| c1 | AAR | up | 3 | +3.00 ± 2.00 [+1.00, +5.00] |" in md
     assert rep.seed_summary(claims_[1:]) == []
+
+
+def test_seed_summary_uses_the_units_of_the_b_minus_a_column():
+    # Rates are fractions in "diff" but points in "B − A": the summary follows the column.
+    def chk(diff):
+        return {"metric": "AAR", "expect": "up", "diff": diff, "diff_shown": 100 * diff,
+                "verdict": "reproduced"}
+    (row,) = rep.seed_summary([{"id": "c", "per_seed": {0: {"checks": [chk(0.5)]},
+                                                        1: {"checks": [chk(0.3)]}}}])
+    assert row["spread"]["mean"] == pytest.approx(40.0)
+    assert row["B − A over seeds"].startswith("+40.00 ± 14.14 [+30.00, +50.00]")

@@ -492,7 +492,8 @@ def seed_summary(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             for chk in e["checks"]:
                 by_metric.setdefault(chk["metric"], []).append(chk)
         for metric, checks in by_metric.items():
-            diffs = [chk["diff"] for chk in checks if "diff" in chk]
+            # In the units of the "B − A" column: points for rates, x100 for MRR, raw gaps.
+            diffs = [chk.get("diff_shown", chk.get("diff")) for chk in checks if "diff" in chk]
             sp = stats.seed_spread(diffs) if diffs else None
             counts = {v: sum(chk["verdict"] == v for chk in checks)
                       for v in dict.fromkeys(chk["verdict"] for chk in checks)}

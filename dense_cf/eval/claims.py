@@ -76,6 +76,7 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
         s = r["stats"]
         out.append({"metric": r["metric"], "expect": check.expect, "A": r[names[0]],
                     "B": r[names[1]], "B − A": r["B − A"], "diff": s["diff"],
+                    "diff_shown": s["diff"] * r.get("scale", 1.0),  # as "B − A" shows it
                     "p": f"{s['p_value']:.3g}", "p_value": s["p_value"], "test": r["test"],
                     "verdict": check_verdict(s["diff"], s["p_value"], check.expect)})
     return out

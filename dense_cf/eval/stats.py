@@ -324,4 +324,4 @@ def compare_outcomes(metric: str, a: Any, b: Any, *, kind: str | None = None,
             f"significant at {alpha:g}": "yes" if significant else "no",
             "sentence": significance_sentence(metric, na, nb, scale * diff, p,
                                               test_cell.split(" (")[0], unit, alpha),
-            "stats": raw}
+            "stats": raw, "scale": scale}
