@@ -38,7 +38,7 @@ import numpy as np
 __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "atomic_write",
            "content_sha256", "file_key", "is_tmp_name", "read_json", "remove_if_exists",
            "sha256_hex", "tmp_path", "to_jsonable", "write_json", "LOCK_NAME", "UserError", "WorkdirLockedError",
-           "DiskFullError", "is_disk_full", "human_bytes",
+           "DiskFullError", "is_disk_full", "human_bytes", "tree_bytes",
            "workdir_lock"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
@@ -77,6 +77,21 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
+
+
+def tree_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the regular files under ``path`` (a file: its size; absent: 0). Symbolic links
+    are not followed or counted; entries that vanish or cannot be read count as 0."""
+    if os.path.isfile(path) and not os.path.islink(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            p = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if not os.path.islink(p):
+                    total += os.path.getsize(p)
+    return total
 
 
 class DiskFullError(UserError):

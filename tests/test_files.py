@@ -108,3 +108,14 @@ def test_file_key_and_hashes(tmp_path):
     assert files.content_sha256([b"a", b"bc"]) == \
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # sha256("abc")
     assert files.sha256_hex({"b": 1, "a": 2}) == files.sha256_hex({"a": 2, "b": 1})
+
+
+def test_tree_bytes_counts_regular_files_only(tmp_path):
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.bin").write_bytes(b"x" * 10)
+    (d / "sub" / "b.bin").write_bytes(b"y" * 5)
+    os.symlink(d / "a.bin", d / "link.bin")       # a link is not counted twice
+    assert files.tree_bytes(d) == 15
+    assert files.tree_bytes(d / "a.bin") == 10      # a file: its size
+    assert files.tree_bytes(tmp_path / "absent") == 0

@@ -45,7 +45,7 @@ from dense_cf.eval import report as report_lib
 from dense_cf.eval.retrieval import evaluate_run, run_corpus
 from dense_cf.retrieval.retriever import ensure_index, export_corpus
 from dense_cf.synthetic import generate as synthetic
-from dense_cf.train.run import load_run
+from dense_cf.train.run import load_config, load_run
 
 FLAGS = flags.FlagValues()
 _OUT = flags.DEFINE_string("out", "runs/scale_1m", "Output directory (resumable).",
@@ -90,19 +90,6 @@ def _paths(out: str) -> dict[str, str]:
             "stages": os.path.join(out, "stages")}
 
 
-def dir_bytes(path: str) -> int:
-    """Bytes of the regular files under ``path`` (0 if absent)."""
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    total = 0
-    for root, _, names in os.walk(path):
-        for name in names:
-            p = os.path.join(root, name)
-            if not os.path.islink(p):
-                total += os.path.getsize(p)
-    return total
-
-
 # ------------------------------------------------------------------------------------------
 # Children: one stage each
 # ------------------------------------------------------------------------------------------
@@ -125,7 +112,7 @@ def _run_and_corpus(out: str):
 
 
 def _stage_store(out: str) -> dict[str, Any]:
-    cfg = load_run(_paths(out)["run"]).config
+    cfg = load_config(_paths(out)["run"])  # the store needs the config, not the model
     rd, corpus = run_corpus(_paths(out)["run"], cfg)
     return {"output": cfg.eval.corpus_store or rd.corpus_store(), "passages": len(corpus),
             "skipped": corpus.skipped}
@@ -199,8 +186,8 @@ def run_stage(stage: str, out: str) -> dict[str, Any]:
         with open(detail_path) as f:
             detail = json.load(f)
     rec = {"stage": stage, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-           "peak_rss_bytes": usage.ru_maxrss * 1024, "disk_bytes": dir_bytes(detail["output"]),
-           "passages": _N.value, **detail}
+           "peak_rss_bytes": usage.ru_maxrss * 1024,
+           "disk_bytes": files.tree_bytes(detail["output"]), "passages": _N.value, **detail}
     files.write_json(record_path, rec)
     logging.info("scale: stage %s: %.1f s, peak RSS %.2f GB, disk %.2f GB", stage, wall,
                  rec["peak_rss_bytes"] / 1e9, rec["disk_bytes"] / 1e9)

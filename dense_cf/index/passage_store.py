@@ -131,23 +131,11 @@ def build_atomically(directory: str, build: Callable[[str], None]) -> None:
             os.rmdir(directory)
         os.rename(tmp, directory)
     except BaseException as e:
-        written = _tree_bytes(tmp)
+        written = files.tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, Exception) and files.is_disk_full(e):
             raise files.DiskFullError.for_path(directory, written, what=directory) from e
         raise
-
-
-def _tree_bytes(directory: str) -> int:
-    """Bytes under ``directory`` (what a failed build had written), 0 if unreadable."""
-    total = 0
-    for root, _, names in os.walk(directory):
-        for name in names:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass
-    return total
 
 
 def open_store(corpus: str, directory: str, *, skip_bad: bool = True,
