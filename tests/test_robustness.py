@@ -211,3 +211,20 @@ def test_counts_beyond_max_are_rejected(robust):
     workdir, run, _ = robust
     with pytest.raises(ValueError, match="counts"):
         evaluate_robustness(workdir, counts=(0, 5), max_distractors=3, run=run)
+
+
+def test_jax_index_gives_the_flat_ranks(robust, tmp_path):
+    # eval.index=jax (hosts without faiss) searches exactly too: every question's first hit, at
+    # every K, is where faiss Flat put it, and the report says which index ran.
+    from dense_cf.eval.robustness import evaluate_robustness
+    workdir, run, result = robust
+    assert result["index"] == "flat"
+    got = evaluate_robustness(workdir, counts=COUNTS, max_distractors=3, run=run, k=K_DEPTH,
+                              ks=KS, out_dir=str(tmp_path), index_kind="jax")
+    assert got["index"] == "jax" and got["export"]["encoded_this_run"] == 0
+    assert got["questions"] == result["questions"]
+    for K in COUNTS:
+        assert got["first_hit_rank"][K] == result["first_hit_rank"][K]
+        assert got["first_corpus_hit_rank"][K] == result["first_corpus_hit_rank"][K]
+        assert got["table"][K]["corpus_size"] == result["table"][K]["corpus_size"]
+    assert "exact jax index" in open(tmp_path / "robustness.md").read()

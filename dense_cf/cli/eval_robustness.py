@@ -1,7 +1,7 @@
 """Robustness of a trained run to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
 
     python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \\
-        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0]
+        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax]
 
 Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
 and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
@@ -40,6 +40,9 @@ _QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: co
 _CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).", flag_values=FLAGS)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.",
                              flag_values=FLAGS)
+_INDEX = flags.DEFINE_string("index", None, "jax: exact JaxIndex search (no faiss needed); any "
+                             "faiss kind: faiss Flat (default: the config's eval.index).",
+                             flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -51,7 +54,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     with workdir_lock(workdir, "eval_robustness", warn=logging.warning):
         res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],
                                   max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
-                                  qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value)
+                                  qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value,
+                                  index_kind=_INDEX.value)
         table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
                      "distractors_per_question_actual": e["distractors_per_question_actual"]}
                  for K, e in res["table"].items()}

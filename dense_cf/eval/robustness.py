@@ -25,7 +25,8 @@ Set-up and decisions:
 * Base corpus embeddings are the run's export (``DIR/export/step_<N>``, shared with
   ``retrieval.ensure_index``; finished shards are never re-encoded). Distractors (title = the
   gold title) are encoded once, rounded to the export dtype, and the first K of every question
-  are added to an exact Flat index (ids: base rows 0..N-1, distractors N..). All vectors are
+  are added to an exact index (faiss Flat, or a JaxIndex when ``eval.index = jax``; ids: base
+  rows 0..N-1, distractors N..). All vectors are
   held in RAM: meant for test sets and corpora that fit (not the 21M-passage Wikipedia).
 * Metrics are DPR's (docs/method.md §6) on the retrieved TEXTS, distractors included: ``top_k``/``mrr``.
   A question's own distractors never bear its answer (checked; an error otherwise), but
@@ -59,7 +60,7 @@ from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import aar, aar_math, stats
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
-from dense_cf.index.faiss_index import IndexSpec, build_index
+from dense_cf.index.jax_search import exact_index
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
@@ -203,7 +204,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                         qa_path: str | None = None, corpus_path: str | None = None,
                         out_dir: str | None = None, ks: Sequence[int] | None = None,
                         k: int | None = None, seed: int = 0,
-                        window_words: int = 5) -> dict[str, Any]:
+                        window_words: int = 5, index_kind: str | None = None) -> dict[str, Any]:
     """Top-k / MRR vs. K near-duplicate distractors per question (docs/method.md §5, EADPR Fig. 5).
 
     Returns (and writes as ``robustness.json``) ``{"table": {K: {"top_k", "mrr",
@@ -211,6 +212,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     "retrieved_distractors_with_answer", "top_k_ci", "mrr_ci", ...}}, "first_hit_rank": {K: [...]},
     "first_corpus_hit_rank": {K: [...]}, "questions", "distractor_stats", ...}`` (top-k in %,
     per-question ranks in ``questions`` order). ``k`` = retrieval depth (default config).
+    ``index_kind`` (default ``eval.index``): ``jax`` searches with an exact JaxIndex, any faiss
+    kind with faiss Flat (exact, so a distractor's effect is not mixed with approximation error).
     """
 
     counts = _check_counts(counts, max_distractors)
@@ -219,6 +222,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     ks = tuple(int(x) for x in (ks or cfg.eval.ks))
     k = max(int(k or cfg.eval.k), max(ks))
     mode = cfg.data.answer_mode
+    index_kind = index_kind or cfg.eval.index
     timing: dict[str, float] = {}
 
     triplets = aar.load_triplets(resolve_data_file(cfg.data, "gold_file", gold_path),
@@ -277,7 +281,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
         sel = np.concatenate([offsets[q] + np.arange(min(K, n)) for q, n in enumerate(n_var)]
                              ).astype(np.int64)
         vectors = np.concatenate([base, d_emb[sel]]) if len(sel) else base
-        index = build_index(vectors, None, IndexSpec(kind="flat"))
+        index = exact_index(vectors, index_kind)
         scores, rows = index.search(q_emb, k)
         all_ids = corpus.ids + [d_ids[j] for j in sel]
         all_titles = corpus.titles + [d_titles[j] for j in sel]
@@ -310,7 +314,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
 
     result = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
               "k": k, "ks": list(ks), "counts": counts, "max_distractors": max_distractors,
-              "seed": seed, "mode": mode, "base_corpus_size": n_base,
+              "seed": seed, "mode": mode, "index": "jax" if index_kind == "jax" else "flat",
+              "base_corpus_size": n_base,
               "n_questions": len(dset.questions), "triplet_stats": triplets.stats,
               "triplet_join": triplets.join.to_json() if triplets.join else None,
               "triplet_fates": dset.fates.to_json(),
@@ -350,7 +355,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                    f"(variants per question "
                    f"{s['variants_per_question']}; {s['questions_below_max']} questions below "
                    f"{max_distractors}; {s['dropped_with_answer']} candidates dropped because "
-                   f"they still contained an answer); Flat index, k={k}, seed={seed}."),
+                   f"they still contained an answer); exact {result['index']} index, k={k}, "
+                   f"seed={seed}."),
          ("Triplets (every gold record counted once)",
           aar_math.reason_table({"questions": dset.fates}, triplets.join)),
          report_lib.columns_section(["K", "top-k", "MRR", "corpus", "distractors/q",

@@ -56,7 +56,7 @@ from dense_cf.parallel.mesh import make_mesh
 from dense_cf.progress import Progress
 
 __all__ = ["ALL_KINDS", "DTYPES", "KIND", "JaxIndex", "JaxSearchSpec", "build_jax_index",
-           "build_jax_index_from_dir", "load_index", "memory_per_device"]
+           "build_jax_index_from_dir", "exact_index", "load_index", "memory_per_device"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
@@ -396,6 +396,17 @@ def build_jax_index(vectors: np.ndarray, ids: np.ndarray | None = None,
         raise ValueError(f"build_jax_index: {len(ids)} ids for {rows.n} vectors")
     faiss_index._check_unique(ids, "build_jax_index")
     return _build(rows, ids, spec or JaxSearchSpec(), mesh, progress, None)
+
+
+def exact_index(vectors: np.ndarray, kind: str) -> DenseIndex | JaxIndex:
+    """An exact inner-product index over [N, D] ``vectors`` (ids 0..N-1) for an ``eval.index``
+    value: a float32 JaxIndex for ``jax``, faiss Flat for every faiss kind (their exact peer), so
+    evaluations that must be exact follow the run's choice of library and run without faiss."""
+    if kind == KIND:
+        return build_jax_index(vectors)
+    if kind not in faiss_index.KINDS:
+        raise ValueError(f"unknown index kind {kind!r}; kinds: {', '.join(ALL_KINDS)}")
+    return faiss_index.build_index(vectors, None, faiss_index.IndexSpec(kind="flat"))
 
 
 def build_jax_index_from_dir(emb_dir: str, spec: JaxSearchSpec | None = None, *,
