@@ -2,7 +2,7 @@
 
 ``python -m dense_cf.bench.data_stats [--fractions 0.1,0.25,0.4,0.7,1.0] [--steps 100]
 [--passages 2000] [--test_questions 300] [--world mixed] [--qpp 3] [--model minilm]
-[--out runs/bench_data_stats]``
+[--seeds 0] [--out runs/bench_data_stats]``
 
 The attribution paper's §10 (Fig. 3/4, Tables 3/4) on one synthetic world:
 
@@ -10,7 +10,7 @@ The attribution paper's §10 (Fig. 3/4, Tables 3/4) on one synthetic world:
    paragraphs; ``--qpp 3``: up to three questions per positive passage, as SQuAD asks per
    paragraph);
 2. trains DPR on nested random fractions of its training set (``config.data.train_fraction``,
-   seed = ``--seed``; ``bench.marginalize.domain_config``'s lengths and optimiser). Epochs as in
+   the study's seed; ``bench.marginalize.domain_config``'s lengths and optimiser). Epochs as in
    the paper: fraction f trains ``round(f × --steps)`` steps, so every run sees the same number
    of epochs of its own subset;
 3. computes the training-data statistics of every fraction (``mining.stats.file_stats`` on the
@@ -27,6 +27,12 @@ The attribution paper's §10 (Fig. 3/4, Tables 3/4) on one synthetic world:
 
 Resumable: the world, finished runs (checkpoints), exports and indexes are reused when the
 command is run again with the same ``--out``. Writes ``summary.json`` and ``report.md``.
+
+``--seeds`` runs the study once per seed (the world's, the subsets' and the training seed):
+seed 0 in ``--out``, seed N > 0 in ``<out>_seedN`` beside it (``bench.replicate``'s layout of a
+study over seeds). With several seeds it then prints, and writes to
+``<out>/over_seeds.{json,md}``, the per-fraction table and the claim rows' B − A (40 % vs 100 %
+in points, ρ) as mean ± std [min, max] over the seeds.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from dense_cf.bench import marginalize as marginalize_lib
 from dense_cf.cli import _app
 from dense_cf.eval import marginalize as mg
 from dense_cf.eval import report as report_lib
+from dense_cf.eval import stats
 from dense_cf.eval.stats import ALPHA
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import atomic_open, write_json
@@ -69,7 +76,9 @@ _MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tin
 _BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
 _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
 _KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
-_SEED = flags.DEFINE_integer("seed", 0, "Data, subset and training seed.", flag_values=FLAGS)
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Data, subset and training seeds: the study once per "
+                           "seed (seed N > 0 in <out>_seedN); with several, the mean and spread "
+                           "over seeds too.", flag_values=FLAGS)
 _THRESHOLD = flags.DEFINE_integer("threshold", 2, "Overlap: positives of >= this many questions.",
                                   flag_values=FLAGS)
 _ALPHA = flags.DEFINE_float("alpha", 1.3, "Unique coverage exponent.", flag_values=FLAGS)
@@ -224,14 +233,62 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
     return result
 
 
+def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± std [min, max] over the seeds' :func:`run_study` results: the per-fraction table
+    (``seed_spread``) and the claim rows' B − A (``seed_diff``: 40 % − 100 % in points, ρ);
+    ``markdown`` holds both tables."""
+    seeds = [r["params"]["seed"] for r in results]
+    rows = [{**row, "seed": r["params"]["seed"]} for r in results for row in r["table"]]
+    metrics = [m for m in rows[0] if m not in ("fraction", "seed")]
+    spread = stats.seed_table(rows, ("fraction",), metrics)
+    diff = stats.seed_diff_table([row for r in results for row in r["contrast_rows"]])
+    md = (f"## Mean ± std [min, max] over seeds {seeds}\n\n"
+          "Per fraction: the data statistics and the tandem, P and Q marginal top-k (%) of the "
+          "seed's world and runs.\n\n"
+          + report_lib.markdown_table(spread, ["fraction", "seeds", *metrics])
+          + f"\n\n## Claim rows over seeds {seeds}\n\n"
+          f"top-k: B − A = {SWAP_NAMES[1]} − {SWAP_NAMES[0]} passage encoder in points (both "
+          "with the 100 % question encoder); ρ rows: B − A = Spearman's ρ. Each seed tested on "
+          "its own.\n\n"
+          + report_lib.markdown_table(diff, ["metric", "seeds", "B − A",
+                                             f"significant at {ALPHA:g}"]) + "\n")
+    return {"seeds": seeds, "seed_spread": spread, "seed_diff": diff, "markdown": md}
+
+
+def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
+    """:func:`run_study` (``kw``: its keyword arguments but ``seed``) once per seed into
+    ``bench.marginalize.seed_out``; with one seed its result, with several :func:`over_seeds`
+    of them, also written to ``out/over_seeds.{json,md}``, and the seeds' results under
+    ``per_seed``."""
+    results = [run_study(marginalize_lib.seed_out(out, int(s)), seed=int(s), **kw)
+               for s in seeds]
+    if len(results) == 1:
+        return results[0]
+    res = over_seeds(results)
+    res["summaries"] = {s: os.path.join(os.path.abspath(marginalize_lib.seed_out(out, s)),
+                                        "summary.json") for s in res["seeds"]}
+    write_json(os.path.join(out, "over_seeds.json"),
+               {k: v for k, v in res.items() if k != "markdown"})
+    with atomic_open(os.path.join(out, "over_seeds.md")) as f:
+        f.write(res["markdown"])
+    return {**res, "per_seed": results}
+
+
 def main(argv) -> None:
     del argv
-    run_study(_OUT.value, fractions=[float(f) for f in _FRACTIONS.value], steps=_STEPS.value,
-              passages=_PASSAGES.value, test_questions=_TEST.value, world=_WORLD.value,
-              qpp=_QPP.value, model=_MODEL.value, batch=_BATCH.value, lr=_LR.value,
-              ks=[int(k) for k in _KS.value], seed=_SEED.value, threshold=_THRESHOLD.value,
-              alpha=_ALPHA.value)
-    print(json.dumps({"summary": os.path.join(os.path.abspath(_OUT.value), "summary.json")}))
+    seeds = [int(s) for s in _SEEDS.value]
+    res = run_seeds(_OUT.value, seeds, fractions=[float(f) for f in _FRACTIONS.value],
+                    steps=_STEPS.value, passages=_PASSAGES.value, test_questions=_TEST.value,
+                    world=_WORLD.value, qpp=_QPP.value, model=_MODEL.value, batch=_BATCH.value,
+                    lr=_LR.value, ks=[int(k) for k in _KS.value], threshold=_THRESHOLD.value,
+                    alpha=_ALPHA.value)
+    summary = os.path.join(os.path.abspath(_OUT.value), "summary.json")
+    if len(seeds) == 1:
+        print(json.dumps({"summary": summary}))
+        return
+    print("\n" + res["markdown"])
+    print(json.dumps({"summary": summary, "summaries": res["summaries"],
+                      "over_seeds": os.path.join(os.path.abspath(_OUT.value), "over_seeds.json")}))
 
 
 if __name__ == "__main__":

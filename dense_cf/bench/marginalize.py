@@ -1,7 +1,8 @@
 """Encoder-marginalisation benchmark on the multi-domain synthetic world (docs/method.md §7).
 
 ``python -m dense_cf.bench.marginalize [--domains 3] [--steps 100] [--passages 1000]
-[--worlds entity,mixed,entity] [--qpp 1,3,1] [--model minilm] [--out runs/bench_marginalize]``
+[--worlds entity,mixed,entity] [--qpp 1,3,1] [--model minilm] [--seeds 0]
+[--out runs/bench_marginalize]``
 
 1. generates ``--domains`` template-disjoint synthetic domains (``synthetic.generate_domains``:
    different entity types, passage styles and question templates), each in DPR layout;
@@ -19,6 +20,12 @@
 
 Everything is resumable: existing data, finished runs (checkpoints), exports and indexes are
 reused when the command is run again with the same ``--out``.
+
+``--seeds`` runs the study once per seed (the domains' data, the training and the bootstrap
+seed): seed 0 in ``--out``, seed N > 0 in ``<out>_seedN`` beside it (``bench.replicate``'s
+layout of a study over seeds). With several seeds it then prints, and writes to
+``<out>/over_seeds.{json,md}``, the summary figures and the in-domain P − Q as mean ± std
+[min, max] over the seeds.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from absl import flags
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.eval import marginalize as mg
-from dense_cf.eval.report import write_json
+from dense_cf.eval import stats
+from dense_cf.eval.report import atomic_open, markdown_table, write_json
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.synthetic import generate as synthetic
 
@@ -51,7 +59,9 @@ _MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tin
 _BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
 _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
 _KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
-_SEED = flags.DEFINE_integer("seed", 0, "Data and training seed.", flag_values=FLAGS)
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Data and training seeds: the study once per seed "
+                           "(seed N > 0 in <out>_seedN); with several, the mean and spread over "
+                           "seeds too.", flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", "runs/bench_marginalize", "Output directory.", flag_values=FLAGS)
 
 
@@ -179,13 +189,66 @@ def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1
     return result
 
 
+SUMMARY_METRICS = ("tandem", "Q_in_domain_%", "P_in_domain_%", "mean_off_diagonal")
+
+
+def seed_out(out: str, seed: int) -> str:
+    """Seed ``seed``'s study directory: ``out`` for seed 0, ``<out>_seedN`` beside it for N > 0."""
+    return os.path.normpath(out) + (f"_seed{seed}" if seed else "")
+
+
+def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± std [min, max] over the seeds' :func:`run_study` results: the summary figures per
+    test domain and k (``seed_spread``) and the in-domain P − Q in points (``seed_diff``);
+    ``markdown`` holds both tables."""
+    seeds = [r["params"]["seed"] for r in results]
+    rows = [{**row, "seed": r["params"]["seed"]} for r in results for row in r["summary"]]
+    spread = stats.seed_table(rows, ("test_domain", "k"), SUMMARY_METRICS)
+    diff = stats.seed_diff_table([row for r in results for row in r["contrast_rows"]])
+    md = (f"## Mean ± std [min, max] over seeds {seeds}\n\n"
+          "Top-k (%) of the in-domain tandem model, the in-domain question (Q) and passage (P) "
+          "encoders' marginals in % of it, the mean off-diagonal cell (%); n/a where a seed's "
+          "figure is not finite (a tandem of 0, or one domain).\n\n"
+          + markdown_table(spread, ["test_domain", "k", "seeds", *SUMMARY_METRICS])
+          + f"\n\n## In-domain P − Q over seeds {seeds}\n\n"
+          "B − A = P marginal − Q marginal in points, each seed tested on its own (paired "
+          "bootstrap over its test questions).\n\n"
+          + markdown_table(diff, ["metric", "seeds", "B − A",
+                                  f"significant at {stats.ALPHA:g}"]) + "\n")
+    return {"seeds": seeds, "seed_spread": spread, "seed_diff": diff, "markdown": md}
+
+
+def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
+    """:func:`run_study` (``kw``: its keyword arguments but ``seed``) once per seed into
+    :func:`seed_out`; with one seed its result, with several :func:`over_seeds` of them, also
+    written to ``out/over_seeds.{json,md}``, and the seeds' results under ``per_seed``."""
+    results = [run_study(seed_out(out, int(s)), seed=int(s), **kw) for s in seeds]
+    if len(results) == 1:
+        return results[0]
+    res = over_seeds(results)
+    res["summaries"] = {s: os.path.join(os.path.abspath(seed_out(out, s)), "summary.json")
+                        for s in res["seeds"]}
+    write_json(os.path.join(out, "over_seeds.json"),
+               {k: v for k, v in res.items() if k != "markdown"})
+    with atomic_open(os.path.join(out, "over_seeds.md")) as f:
+        f.write(res["markdown"])
+    return {**res, "per_seed": results}
+
+
 def main(argv) -> None:
     del argv
-    run_study(_OUT.value, domains=_DOMAINS.value, steps=_STEPS.value,
-              passages=_PASSAGES.value, test_questions=_TEST.value, worlds=_WORLDS.value,
-              qpp=[int(q) for q in _QPP.value], model=_MODEL.value, batch=_BATCH.value,
-              lr=_LR.value, ks=[int(k) for k in _KS.value], seed=_SEED.value)
-    print(json.dumps({"summary": os.path.join(os.path.abspath(_OUT.value), "summary.json")}))
+    seeds = [int(s) for s in _SEEDS.value]
+    res = run_seeds(_OUT.value, seeds, domains=_DOMAINS.value, steps=_STEPS.value,
+                    passages=_PASSAGES.value, test_questions=_TEST.value, worlds=_WORLDS.value,
+                    qpp=[int(q) for q in _QPP.value], model=_MODEL.value, batch=_BATCH.value,
+                    lr=_LR.value, ks=[int(k) for k in _KS.value])
+    summary = os.path.join(os.path.abspath(_OUT.value), "summary.json")
+    if len(seeds) == 1:
+        print(json.dumps({"summary": summary}))
+        return
+    print("\n" + res["markdown"])
+    print(json.dumps({"summary": summary, "summaries": res["summaries"],
+                      "over_seeds": os.path.join(os.path.abspath(_OUT.value), "over_seeds.json")}))
 
 
 if __name__ == "__main__":

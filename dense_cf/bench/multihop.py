@@ -1,8 +1,8 @@
 """MDR + DPR vs MDR + EADPR on the synthetic two-hop world (EADPR §4.3 Table 4; docs/multihop.md).
 
 ``python -m dense_cf.bench.multihop [--steps 60] [--batch 16] [--num_questions 1500]
-[--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--out DIR] [--zero_shot]
-[--noreader] [--reader_steps 300] [--reader_questions 400]``
+[--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--seeds 0] [--out DIR]
+[--zero_shot] [--model minilm] [--noreader] [--reader_steps 300] [--reader_questions 400]``
 
 Generates the two-hop world once (``dense_cf.synthetic.multihop``, reused when its meta.json
 records the same settings, refused otherwise), trains MDR with the DPR loss and with EADPR's
@@ -19,6 +19,12 @@ chains, with exact McNemar on EM and a paired bootstrap on F1 between the two lo
 ``--zero_shot`` adds the untrained MiniLM (step 0) as a third row. Runs are kept
 in ``--out`` (resumable; a finished run is evaluated again from its checkpoint, its export and
 index reused). Writes ``bench_multihop.json`` and ``bench_multihop.md`` in ``--out``.
+
+``--seeds`` runs all of it once per training seed (``config.seed``; the world stays the one of
+seed 0): seed N > 0 in ``mdr_seedN``, ``mdr-eadpr_seedN``, ``zero-shot_seedN`` and
+``reader_seedN``, its report in ``bench_multihop_seedN.{json,md}``. With several seeds,
+``bench_multihop_over_seeds.{json,md}`` add every run's figures and the paired B − A as
+mean ± std [min, max] over the seeds.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from absl import flags, logging
@@ -58,7 +64,11 @@ _NUM_HARD = flags.DEFINE_integer("num_hard", 0, "Distractor paragraphs per quest
 _BEAM = flags.DEFINE_integer("beam_size", 10, "Hop-1 passages expanded.", flag_values=FLAGS)
 _HOP2_K = flags.DEFINE_integer("hop2_k", 10, "Hop-2 passages per beam.", flag_values=FLAGS)
 _LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both runs).", flag_values=FLAGS)
-_SEED = flags.DEFINE_integer("seed", 0, "Training seed (config.seed).", flag_values=FLAGS)
+_SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): every run is trained "
+                           "once per seed; with several, the mean and spread over seeds too.",
+                           flag_values=FLAGS)
+_MODEL = flags.DEFINE_string("model", "minilm", "The retrievers' model.name_or_path (minilm, "
+                             "tiny, a HF dir).", flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).",
                            flag_values=FLAGS)
 _ZERO = flags.DEFINE_bool("zero_shot", False, "Also evaluate the untrained MiniLM.",
@@ -73,14 +83,16 @@ _READER_Q = flags.DEFINE_integer("reader_questions", MDR_READER["train_questions
 
 NAMES = {"mdr": "MDR+DPR", "mdr-eadpr": "MDR+EADPR",
          "zero-shot": "MiniLM untrained (its mean pooling)"}
+MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2"}  # the setup line's name of --model
 DEV_FRAC = 0.1
 
 
 def bench_config(method: str, data_dir: str, *, steps: int, batch: int, num_hard: int,
-                 beam_size: int, hop2_k: int, lr: float, seed: int):
+                 beam_size: int, hop2_k: int, lr: float, seed: int, model: str = "minilm"):
     """``presets.mdr_demo_config(method)`` over ``data_dir`` with the benchmark's budget."""
     c = mdr_demo_config(method)
     c.seed = seed
+    c.model.name_or_path = model
     c.data.data_dir = data_dir
     c.data.synthetic.generate = False          # generated (and checked) by the benchmark
     c.multihop.synthetic_questions = 0
@@ -163,6 +175,10 @@ def paired_rows(a: dict[str, Any], b: dict[str, Any], aar_a: dict, aar_b: dict,
     return rows
 
 
+def _seed_name(name: str, seed: int) -> str:
+    return name + (f"_seed{seed}" if seed else "")
+
+
 def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, Any]],
                  corpus_path: str, *, steps: int, questions: int, seed: int) -> dict[str, Any]:
     """Trains the reader on ``mdr_dir``'s train chains (reused when there) and reads every
@@ -177,7 +193,7 @@ def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, A
     cfg.seed = seed
     cfg.train.num_steps = steps
     cfg.train.checkpoint_every = cfg.train.eval_every = steps
-    reader_dir = os.path.join(out, "reader")
+    reader_dir = os.path.join(out, _seed_name("reader", seed))
     summary = train_and_evaluate(cfg, reader_dir)
     run = summary.pop("run")
     corpus = load_corpus(corpus_path)
@@ -197,21 +213,40 @@ def _reader_cells(fig: dict[str, Any]) -> dict[str, str]:
             for k in fig["ks"]} | {f"F1@{k}": f"{fig['f1'][k]:.1f}" for k in fig["ks"]}
 
 
-def main(argv) -> dict[str, Any]:
-    _app.no_positional(argv)
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
-    out = _OUT.value or tempfile.mkdtemp(prefix="mdr_bench_")
+def figures(report: dict[str, Any], reader: dict[str, Any] | None = None) -> dict[str, float]:
+    """A report's headline figures as numbers (percent): recall per metric label of the table,
+    AAR per hop and EM@k / F1@k of ``reader`` (``add_reader``'s figures on it), the over-seeds
+    table's input."""
+    out = {label: 100 * float(v.mean()) for label, v in _outcomes(report).items() if v.size}
+    for hop in ("hop1", "hop2"):
+        a = report["multihop"]["aar"][hop]
+        if "aar" in a:
+            out[f"AAR {hop}"] = 100 * float(a["aar"])
+    for k in reader["ks"] if reader else ():
+        out[f"EM@{k}"], out[f"F1@{k}"] = float(reader["em"][k]), float(reader["f1"][k])
+    return out
+
+
+def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
+             num_questions: int = 1500, test_frac: float = 0.2, num_hard: int = 0,
+             beam_size: int = 10, hop2_k: int = 10, lr: float = 5e-5, zero_shot: bool = False,
+             reader: bool = True, reader_steps: int = 300,
+             reader_questions: int = MDR_READER["train_questions"], model: str = "minilm"
+             ) -> dict[str, Any]:
+    """The benchmark at one training seed (module docstring) in ``out``: runs ``<method>``,
+    ``zero-shot`` and ``reader`` (``_seedN`` for seed N > 0), writes
+    ``bench_multihop[_seedN].{json,md}``, prints the markdown and returns what the JSON holds
+    plus ``markdown``. ``model``: the retrievers' ``model.name_or_path`` (tests: ``tiny``)."""
     data_dir = os.path.join(out, "data")
-    synthetic_multihop.generate_or_check(data_dir, _NUM_Q.value, seed=0, dev_frac=DEV_FRAC,
-                                         test_frac=_TEST_FRAC.value)
-    kw = dict(steps=_STEPS.value, batch=_BATCH.value, num_hard=_NUM_HARD.value,
-              beam_size=_BEAM.value, hop2_k=_HOP2_K.value, lr=_LR.value, seed=_SEED.value)
+    synthetic_multihop.generate_or_check(data_dir, num_questions, seed=0, dev_frac=DEV_FRAC,
+                                         test_frac=test_frac)
+    kw = dict(steps=steps, batch=batch, num_hard=num_hard, beam_size=beam_size, hop2_k=hop2_k,
+              lr=lr, seed=seed, model=model)
     reports, minutes, summaries, workdirs = {}, {}, {}, {}
     t_all = time.perf_counter()
     for method in ("mdr", "mdr-eadpr"):
         cfg = bench_config(method, data_dir, **kw)
-        workdir = os.path.join(out, method + (f"_seed{_SEED.value}" if _SEED.value else ""))
+        workdir = os.path.join(out, _seed_name(method, seed))
         workdirs[method] = workdir
         t0 = time.perf_counter()
         summaries[method] = train_and_evaluate(cfg, workdir)
@@ -220,50 +255,53 @@ def main(argv) -> dict[str, Any]:
         with open(os.path.join(ev["out_dir"], "report.json")) as f:
             reports[method] = json.load(f)
         logging.info("%s: chain R@k %s in %.1f min", method, ev["top_k"], minutes[method])
-    if _ZERO.value:  # MiniLM as published: its own (mean, normalised) pooling
+    if zero_shot:  # MiniLM as published: its own (mean, normalised) pooling
         cfg = bench_config("mdr", data_dir, **kw)
         cfg.model.pooling = "auto"
         t0 = time.perf_counter()
-        workdir = model_workdir(cfg, os.path.join(out, "zero-shot"))
+        # Per seed although untrained: each seed's reader writes its answers beside the report.
+        workdir = model_workdir(cfg, os.path.join(out, _seed_name("zero-shot", seed)))
         ev = evaluate_multihop(workdir, run=pretrained_run(cfg))
         minutes["zero-shot"] = round((time.perf_counter() - t0) / 60, 1)
         with open(os.path.join(ev["out_dir"], "report.json")) as f:
             reports["zero-shot"] = json.load(f)
 
     names = (NAMES["mdr"], NAMES["mdr-eadpr"])
-    reader: dict[str, Any] = {}
+    reader_res: dict[str, Any] = {}
     reader_md = ""
-    if _READER.value:
-        reader = reader_stage(out, workdirs["mdr"], summaries["mdr"]["run"], reports,
-                              os.path.join(data_dir, synthetic_multihop.FILES["corpus"]),
-                              steps=_READER_STEPS.value, questions=_READER_Q.value,
-                              seed=_SEED.value)
+    if reader:
+        reader_res = reader_stage(out, workdirs["mdr"], summaries["mdr"]["run"], reports,
+                                  os.path.join(data_dir, synthetic_multihop.FILES["corpus"]),
+                                  steps=reader_steps, questions=reader_questions, seed=seed)
         e2e = {m: dict(s, retriever=NAMES[m], **{o: {int(k): v for k, v in s[o].items()}
                                                  for o in ("em_outcomes", "f1_outcomes")})
-               for m, s in reader["e2e"].items()}   # ks back to ints (JSON made them strings)
-        reader["paired"] = e2e_lib.paired_rows(e2e["mdr"], e2e["mdr-eadpr"])
+               for m, s in reader_res["e2e"].items()}   # ks back to ints (JSON made them strings)
+        reader_res["paired"] = e2e_lib.paired_rows(e2e["mdr"], e2e["mdr-eadpr"])
         rtable = [{"run": NAMES[m], "questions": f["n"], **_reader_cells(f)}
-                  for m, f in reader["figures"].items()]
+                  for m, f in reader_res["figures"].items()]
         type_rows = [{"run": NAMES[m], "type": t, "count": e["count"],
                       **{f"EM@{k}": f"{f['by_type'][k][t]['em']:.1f}" for k in f["ks"]}}
-                     for m, f in reader["figures"].items() for t, e in f["by_type"][f["ks"][0]].items()]
-        first = next(iter(reader["figures"].values()))
+                     for m, f in reader_res["figures"].items()
+                     for t, e in f["by_type"][f["ks"][0]].items()]
+        first = next(iter(reader_res["figures"].values()))
         pcols_r = ["metric", "n", *names, "B − A", "test", "p", f"significant at {stats.ALPHA:g}"]
         reader_md = (
             "\n\n## Reader: answer EM / F1 (%) over the top-k chains (EADPR Table 5 answer columns)"
-            f"\n\nOne reader (MiniLM's first 3 layers, {reader['step']} steps of 4 questions, "
+            f"\n\nOne reader (MiniLM's first 3 layers, {reader_res['step']} steps of 4 questions, "
             f"trained on MDR+DPR's top-{MDR_READER['k']} chains for "
-            f"{reader['data'].get('kept')} of {reader['data'].get('questions')} train questions; "
-            f"{reader['minutes']} min with its data) reads each run's test chains; "
+            f"{reader_res['data'].get('kept')} of {reader_res['data'].get('questions')} train "
+            f"questions; {reader_res['minutes']} min with its data) reads each run's test chains; "
             f"{first['left_out']['yes_no_or_empty']} yes/no questions left out (no yes/no "
             "head); supporting-fact EM/F1 not reported (no sentence labels). EM with Wilson "
             "95 % intervals.\n\n" + report_lib.markdown_table(rtable, list(rtable[0]))
-            + "\n\nEM by question type:\n\n" + report_lib.markdown_table(type_rows, list(type_rows[0]))
+            + "\n\nEM by question type:\n\n"
+            + report_lib.markdown_table(type_rows, list(type_rows[0]))
             + "\n\nPaired on the same questions (A = MDR+DPR, B = MDR+EADPR): exact McNemar on "
-            "EM, paired bootstrap on F1.\n\n" + report_lib.markdown_table(reader["paired"], pcols_r)
-            + "\n\n" + "\n".join(f"- {r['sentence']}" for r in reader["paired"]))
+            "EM, paired bootstrap on F1.\n\n"
+            + report_lib.markdown_table(reader_res["paired"], pcols_r)
+            + "\n\n" + "\n".join(f"- {r['sentence']}" for r in reader_res["paired"]))
         for m, rep in reports.items():
-            rep["reader"] = reader["figures"][m]
+            rep["reader"] = reader_res["figures"][m]
     table = [_row(NAMES[m], r, minutes.get(m)) for m, r in reports.items()]
     cols = list(table[0])
     paired = paired_rows(reports["mdr"], reports["mdr-eadpr"],
@@ -275,12 +313,12 @@ def main(argv) -> dict[str, Any]:
                                                 "l_chn", "l_cpp", "step_time_s")}
                   for m, s in summaries.items()}
     base = bench_config("mdr", data_dir, **kw)
-    setup = (f"all-MiniLM-L6-v2, shared encoder, {_STEPS.value} steps x {_BATCH.value} questions "
-             f"(lr {_LR.value}, seed {_SEED.value}, {_NUM_HARD.value} hard negatives), lengths "
+    setup = (f"{MODEL_NAMES.get(model, model)}, shared encoder, {steps} steps x {batch} "
+             f"questions (lr {lr}, seed {seed}, {num_hard} hard negatives), lengths "
              f"q {base.data.max_q_len} / p {base.data.max_p_len} / hop-2 "
              f"{base.multihop.max_hop2_len}; world: "
-             f"{_NUM_Q.value} questions (test {reports['mdr']['n_questions']}), "
-             f"{reports['mdr']['corpus_size']} passages; beam {_BEAM.value} x {_HOP2_K.value}, "
+             f"{num_questions} questions (test {reports['mdr']['n_questions']}), "
+             f"{reports['mdr']['corpus_size']} passages; beam {beam_size} x {hop2_k}, "
              f"top 20 chains; total {round((time.perf_counter() - t_all) / 60, 1)} min")
     md = (f"# MDR+DPR vs MDR+EADPR on the synthetic two-hop world\n\n{setup}\n\n"
           "## Recall (%) and AAR (%) with 95 % Wilson intervals\n\n"
@@ -291,12 +329,68 @@ def main(argv) -> dict[str, Any]:
           + "\n\n## Last training metrics\n\n```\n" + json.dumps(train_cols, indent=1) + "\n```\n")
     result = {"setup": setup, "table": table, "paired": paired, "train": train_cols,
               "runs": {m: r["out_dir"] for m, r in reports.items()},
-              "reader": {k: v for k, v in reader.items() if k != "e2e"}}
-    report_lib.write_json(os.path.join(out, "bench_multihop.json"), result)
-    with report_lib.atomic_open(os.path.join(out, "bench_multihop.md")) as f:
+              "reader": {k: v for k, v in reader_res.items() if k != "e2e"},
+              "seed": seed, "figures": {NAMES[m]: figures(r, reader_res.get("figures", {}).get(m))
+                          for m, r in reports.items()}}
+    report_lib.write_json(os.path.join(out, _seed_name("bench_multihop", seed) + ".json"), result)
+    with report_lib.atomic_open(os.path.join(out, _seed_name("bench_multihop", seed) + ".md")) as f:
         f.write(md)
     print(md)
-    return result
+    return {**result, "markdown": md}
+
+
+def over_seeds(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± std [min, max] over the seeds' results (:func:`run_seed`) of every run's headline
+    figures (``seed_spread``) and of the paired B − A rows, retrieval and reader
+    (``seed_diff``); ``markdown`` holds both tables."""
+    seeds = [r["seed"] for r in results]
+    rows = [{"run": run, "seed": r["seed"], **f} for r in results
+            for run, f in r["figures"].items()]
+    metrics = [m for m in dict.fromkeys(m for r in rows for m in r) if m not in ("run", "seed")]
+    spread = stats.seed_table(rows, ("run",), metrics)
+    diff = stats.seed_diff_table([p for r in results
+                                  for p in r["paired"] + r["reader"].get("paired", [])])
+    sig = f"significant at {stats.ALPHA:g}"
+    md = (f"# MDR+DPR vs MDR+EADPR over seeds {seeds}\n\n"
+          f"## Mean ± std [min, max] over seeds {seeds}\n\n"
+          "Recall, AAR and reader EM / F1 in %, sample std over the training seeds.\n\n"
+          + report_lib.markdown_table(spread, ["run", "seeds", *metrics])
+          + f"\n\n## B − A over seeds {seeds} (A = MDR+DPR, B = MDR+EADPR)\n\n"
+          "Points; each seed tested on its own (paired tables of the seeds above).\n\n"
+          + report_lib.markdown_table(diff, ["metric", "seeds", "B − A", sig]) + "\n")
+    return {"seeds": seeds, "seed_spread": spread, "seed_diff": diff, "markdown": md}
+
+
+def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
+    """:func:`run_seed` (``kw``: its keyword arguments) for every seed; with one seed its
+    result, with several :func:`over_seeds` of them, written to
+    ``out/bench_multihop_over_seeds.{json,md}``, printed, and the seeds' results under
+    ``per_seed``."""
+    results = [run_seed(out, int(seed), **kw) for seed in seeds]
+    if len(results) == 1:
+        return results[0]
+    res = over_seeds(results)
+    res["reports"] = {s: os.path.join(out, _seed_name("bench_multihop", s) + ".json")
+                      for s in res["seeds"]}
+    report_lib.write_json(os.path.join(out, "bench_multihop_over_seeds.json"),
+                          {k: v for k, v in res.items() if k != "markdown"})
+    with report_lib.atomic_open(os.path.join(out, "bench_multihop_over_seeds.md")) as f:
+        f.write(res["markdown"])
+    print(res["markdown"])
+    return {**res, "per_seed": results}
+
+
+def main(argv) -> dict[str, Any]:
+    _app.no_positional(argv)
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+    return run_seeds(_OUT.value or tempfile.mkdtemp(prefix="mdr_bench_"),
+                     [int(x) for x in _SEEDS.value], steps=_STEPS.value, batch=_BATCH.value,
+                     num_questions=_NUM_Q.value, test_frac=_TEST_FRAC.value,
+                     num_hard=_NUM_HARD.value, beam_size=_BEAM.value, hop2_k=_HOP2_K.value,
+                     lr=_LR.value, zero_shot=_ZERO.value, reader=_READER.value,
+                     reader_steps=_READER_STEPS.value, reader_questions=_READER_Q.value,
+                     model=_MODEL.value)
 
 
 if __name__ == "__main__":

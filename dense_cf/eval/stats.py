@@ -32,6 +32,7 @@ __all__ = [
     "mcnemar_exact",
     "paired_bootstrap_ci",
     "rank_intervals",
+    "seed_diff_table",
     "seed_spread",
     "seed_table",
     "significance_sentence",
@@ -193,7 +194,8 @@ def seed_table(rows: Sequence[dict[str, Any]], by: Sequence[str], metrics: Seque
                digits: int = 2) -> list[dict[str, Any]]:
     """One row per group of ``rows`` (grouped by the ``by`` keys, in first-seen order): the
     number of seeds and, per metric, ``mean ± std [min, max]`` over the group's rows (one row
-    per seed; :func:`seed_spread`)."""
+    per seed; :func:`seed_spread`), or ``n/a`` where a row lacks it or it is not finite (e.g.
+    a share of a tandem figure of 0)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in by), []).append(r)
@@ -202,9 +204,41 @@ def seed_table(rows: Sequence[dict[str, Any]], by: Sequence[str], metrics: Seque
         row: dict[str, Any] = dict(zip(by, key))
         row["seeds"] = len(members)
         for m in metrics:
-            sp = seed_spread([r[m] for r in members])
+            values = [r.get(m) for r in members]
+            if any(v is None or not math.isfinite(float(v)) for v in values):
+                row[m] = "n/a"
+                continue
+            sp = seed_spread(values)
             row[m] = (f"{sp['mean']:.{digits}f} ± {sp['std']:.{digits}f} "
                       f"[{sp['min']:.{digits}f}, {sp['max']:.{digits}f}]")
+        out.append(row)
+    return out
+
+
+def seed_diff_table(rows: Sequence[dict[str, Any]], by: Sequence[str] = ("metric",),
+                    digits: int = 2, alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """One row per group of paired report rows (:func:`compare_outcomes` rows of several seeds,
+    or any with ``stats["diff"]``, ``stats["p_value"]`` and optionally ``scale``), grouped by
+    the ``by`` keys in first-seen order: the number of seeds, ``B − A`` as ``mean ± std [min,
+    max]`` in the units of the rows' "B − A" column (``diff × scale``; :func:`seed_spread`, its
+    numbers under ``spread``) and in how many seeds it is significant at ``alpha``; ``n/a``
+    where a seed's difference is missing or not finite (ρ of a constant series)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in by), []).append(r)
+    out = []
+    for key, members in groups.items():
+        diffs = [None if m["stats"]["diff"] is None
+                 else float(m["stats"]["diff"]) * float(m.get("scale", 1.0)) for m in members]
+        ok = all(d is not None and math.isfinite(d) for d in diffs)
+        sp = seed_spread(diffs) if ok else None
+        row: dict[str, Any] = dict(zip(by, key))
+        row["seeds"] = len(members)
+        row["B − A"] = (f"{sp['mean']:+.{digits}f} ± {sp['std']:.{digits}f} "
+                        f"[{sp['min']:+.{digits}f}, {sp['max']:+.{digits}f}]" if sp else "n/a")
+        n_sig = sum(float(m["stats"]["p_value"]) < alpha for m in members)
+        row[f"significant at {alpha:g}"] = f"{n_sig} of {len(members)}"
+        row["spread"] = sp
         out.append(row)
     return out
 
