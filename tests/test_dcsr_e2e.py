@@ -133,6 +133,15 @@ def test_embed_fn_gathers_marker_vectors(trained, run):
     np.testing.assert_array_equal(emb.neg_valid, batch["neg_valid"])
     loss, metrics = contrastive_loss(q, pos, hard, batch["neg_valid"], None, None)
     assert np.isfinite(float(loss)) and float(loss) > 0
+    # model.normalize: training's sentence vectors are the export's, unit norm like q.
+    unit = run.model.clone(normalize=True)
+    emb_u = jax.jit(lambda p, b: embed_sentences(unit, p, b, deterministic=True))(run.params, batch)
+    at_u = jax.jit(lambda p, ids, mask, where: unit.apply(
+        {"params": p}, ids, mask, where, method=unit.encode_passage_at))(
+        run.params, batch["pos_ids"], batch["pos_mask"], batch["pos_pos"][:, None])[:, 0]
+    np.testing.assert_allclose(emb_u.pos, at_u, rtol=1e-4, atol=1e-5)
+    for v in (emb_u.q, emb_u.pos, emb_u.neg.reshape(-1, 32)):
+        np.testing.assert_allclose(np.linalg.norm(v, axis=-1), 1.0, rtol=1e-5)
 
 
 def test_retrieval_binary_reuses_export_and_aar_fails_clearly(trained, run):

@@ -36,7 +36,8 @@ def embed_sentences(model, params, batch: dict[str, jax.Array], *, deterministic
     hid = hid.reshape(b, (1 + h) * lp, hid.shape[-1])
     where = jnp.concatenate([batch["pos_pos"][:, None],
                              batch["neg_src"] * lp + batch["neg_pos"]], axis=1)
-    vec = gather_positions(hid, where)
+    # Scaled as the question and as the export's ``encode_passage_at`` (model.normalize).
+    vec = model.apply({"params": params}, gather_positions(hid, where), method=model.unit)
     return Embeddings(q=q, pos=vec[:, 0], neg=vec[:, 1:], neg_valid=batch["neg_valid"])
 
 

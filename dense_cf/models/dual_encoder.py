@@ -77,6 +77,10 @@ class DualEncoder(nn.Module):
         # eps as in torch.nn.functional.normalize (sentence-transformers' Normalize module).
         return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
+    def unit(self, x: jax.Array) -> jax.Array:
+        """``x`` [..., H] scaled as this model's embeddings are (unit norm when ``normalize``)."""
+        return self._unit(x)
+
     def _encode(self, tower: BertEncoder, ids, mask, deterministic: bool) -> jax.Array:
         return self._unit(pool(tower(ids, mask, deterministic=deterministic), mask, self.pooling))
 
