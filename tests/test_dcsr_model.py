@@ -48,7 +48,7 @@ def test_minilm_gets_a_sent_row(tmp_path):
     np.testing.assert_array_equal(params["question"]["embeddings"]["word_embeddings"]["embedding"], emb)
     assert emb.shape == (30523, 384)
     np.testing.assert_allclose(emb[30522], emb[:30522].mean(axis=0), rtol=1e-5, atol=1e-6)
-    c.dcsr.sent_init = "cls"  # the default: a copy of [CLS]'s row (id 101)
+    c.dcsr.sent_init = "cls"  # the former default: a copy of [CLS]'s row (id 101)
     emb = run_lib.build_model(c)[1]["passage"]["embeddings"]["word_embeddings"]["embedding"]
     np.testing.assert_array_equal(emb[30522], emb[101])
     tok = run_lib.run_tokenizer(c, model_dir, str(tmp_path), save=True)
@@ -78,3 +78,44 @@ def test_saved_run_tokenizer_must_match(tmp_path):
     json.dump(j, open(path, "w"))
     with pytest.raises(ValueError, match="differ"):
         tokenizer_for_run((SENT_TOKEN,), d, str(tmp_path))
+
+
+def _marker_cosines(init: str) -> tuple[float, float]:
+    """Untrained MiniLM with ``dcsr.sent_init = init`` on three synthetic-style passages: mean
+    cosine between the marker outputs of one passage, and between a marker and [CLS]."""
+    import jax
+
+    from dense_cf.inputs import tokens
+    c = base_config()
+    c.method, c.model.name_or_path, c.dcsr.sent_init = "dcsr", "minilm", init
+    model, params, model_dir = run_lib.build_model(c)
+    tok = run_lib.run_tokenizer(c, model_dir)
+    texts = ["Dahlton remained active as a geologist. Dahlton died in Fenmere in 1958. "
+             "Dahlton was awarded the Lindler Fellowship in 1977. Dahlton kept a diary.",
+             "The Silent Carriage is a 1965 play. The play received mixed reviews at first. "
+             "The play was written by Helga Bellini over several winters.",
+             "The society is based in Cranford. In 1938, the society merged with a bank. "
+             "Visitors often remarked on generous pensions."]
+    t = tokens.tokenize_marked_passages(tok, ["A", "B", "C"], texts, max_len=64, max_sents=8,
+                                        sent_token=SENT_TOKEN)
+    hid = np.asarray(jax.jit(lambda p, i, m: model.apply(
+        {"params": p}, i, m, method=model.encode_passage_tokens))(params, t["ids"], t["mask"]))
+    unit = hid / np.linalg.norm(hid, axis=-1, keepdims=True)
+    between, to_cls = [], []
+    for i in range(3):
+        m = unit[i, t["positions"][i][t["valid"][i]]]
+        assert len(m) >= 3
+        c_ = m @ m.T
+        between.append(c_[np.triu_indices(len(m), 1)].mean())
+        to_cls.append((m @ unit[i, 0]).mean())
+    return float(np.mean(between)), float(np.mean(to_cls))
+
+
+def test_default_sent_init_gives_sentence_specific_vectors():
+    # A <sent> row copied from [CLS] makes every marker output the passage's [CLS] output on
+    # MiniLM (cosine > 0.9999), so "sentence" vectors are one passage vector; the default must
+    # start the markers apart (docs/dcsr.md, "Sentence vectors collapse with sent_init=cls").
+    between, to_cls = _marker_cosines("cls")
+    assert between > 0.9999 and to_cls > 0.9999
+    between, to_cls = _marker_cosines(base_config().dcsr.sent_init)
+    assert between < 0.99 and to_cls < 0.9

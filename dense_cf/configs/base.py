@@ -80,7 +80,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.dcsr.negatives = "in_passage"             # Table 4: in_passage | bm25 | bm25x2 | in_batch
     c.dcsr.question_prefix = True               # "[CLS] <sent> q [SEP]" (the authors' code)
     c.dcsr.title = True                         # "[CLS] title [SEP] <sent> s1 ..."; False: no title
-    c.dcsr.sent_init = "cls"                    # <sent> embedding row: cls | mean | sep | normal
+    # <sent> embedding row: normal (an untrained row, as the authors' [unused0]) | mean | sep |
+    # cls (a [CLS] copy: every marker output then equals [CLS]'s on MiniLM; docs/dcsr.md)
+    c.dcsr.sent_init = "normal"
     c.dcsr.max_sents = 32                       # sentence vectors per passage at export (rest counted)
     c.dcsr.retrieve_sentences = 0               # 0: ceil(eval.k * mean sentences/passage) (paper)
 
