@@ -6,6 +6,7 @@ sentence→passage mapping survives export + FAISS (brute force re-ranking gives
 passages), the extended vocabulary is rebuilt by ``load_run``, AAR fails with a clear message.
 """
 
+import dataclasses
 import json
 import os
 
@@ -153,3 +154,22 @@ def test_retrieval_binary_reuses_export_and_aar_fails_clearly(trained, run):
     assert again["top_k"] == summary["eval"]["retrieval"]["top_k"]
     with pytest.raises(NotImplementedError, match="sentence-level run"):
         evaluate_aar(workdir, run=run)
+
+
+def test_localisation_binary(trained, run):
+    # Every gold record is scored or counted; the rate lies in its Wilson interval; chance is
+    # answer sentences / sentences; a passage-unit run is refused.
+    from dense_cf.cli import eval_localisation
+    from dense_cf.eval.localisation import localisation
+    workdir, _ = trained
+    res = eval_localisation.run_cli(["--workdir", workdir])
+    assert res["records"] > 0 and res["scored"] + res["no_answer_sentence"] == res["records"]
+    lo, hi = res["top_sentence_is_answer_ci"]
+    assert lo <= res["top_sentence_is_answer"] <= hi and 0 < res["chance"] <= 100
+    assert -1 <= res["mean_sentence_cosine"] <= 1 + 1e-6
+    saved = json.load(open(os.path.join(workdir, "eval", f"step_{run.step}", "localisation.json")))
+    assert saved["scored"] == res["scored"]
+    with pytest.raises(ValueError, match="sentence-unit"):
+        cfg = run.config.copy_and_resolve_references()
+        cfg.method = "dpr"
+        localisation(dataclasses.replace(run, config=cfg), [], [])
