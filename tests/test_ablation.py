@@ -150,3 +150,21 @@ def test_finished_eval_dir_reuses_a_run_that_differs_only_in_implementation(tmp_
     c.model.dropout = 0.0                                        # a real difference: refused
     with pytest.raises(ValueError, match="model.dropout"):
         bench.finished_eval_dir(str(tmp_path), c)
+
+
+def test_finished_eval_dir_ignores_added_token_init_for_methods_without_added_tokens(tmp_path):
+    # dcsr.sent_init initialises DCSR's <sent> row only: a DPR run saved under another value is
+    # reused; a DCSR run is refused, since for it the field changes the model.
+    from dense_cf.configs.base import base_config, resolve_paths
+    from dense_cf.files import write_json
+    c = resolve_paths(base_config())
+    saved = json.loads(c.to_json_best_effort())
+    saved["dcsr"]["sent_init"] = "cls"
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    assert c.method == "dpr" and c.dcsr.sent_init != "cls"
+    assert bench.finished_eval_dir(str(tmp_path), c) is None
+    c.method = "dcsr"
+    saved["method"] = "dcsr"
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    with pytest.raises(ValueError, match="dcsr.sent_init"):
+        bench.finished_eval_dir(str(tmp_path), c)

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import ml_collections
 from absl import flags, logging
 
+from dense_cf import methods
 from dense_cf.cli import _app
 from dense_cf.configs.ablation import ROWS, ablation_config
 from dense_cf.configs.base import base_config, resolve_paths
@@ -99,6 +100,16 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 # paths agree within float tolerance (tests/test_attention.py), training under attention
 # dropout takes the einsum path either way, and the demo's figures came out the same with both.
 IMPLEMENTATION_FIELDS = ("model.attention_impl",)
+# Fields that only initialise rows of tokens a method adds (dcsr.sent_init: DCSR's <sent>): for
+# a method that adds no token they change nothing, so a finished run is reused across them (DPR
+# runs saved before sent_init's default changed from cls to normal).
+ADDED_TOKEN_FIELDS = ("dcsr.sent_init",)
+
+
+def _ignored_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """Config fields whose difference does not change ``config``'s run."""
+    unused = () if methods.get(config.method).added_tokens else ADDED_TOKEN_FIELDS
+    return IMPLEMENTATION_FIELDS + unused
 
 
 def with_new_defaults(saved: Any, defaults: Any) -> Any:
@@ -130,7 +141,7 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     # their defaults, so finished runs stay reusable when the config grows.
     saved = with_new_defaults(saved, _as_json(base_config()))
     diff = [k for k in _diff_keys(saved, _as_json(resolve_paths(config)))
-            if k not in IMPLEMENTATION_FIELDS]
+            if k not in _ignored_fields(config)]
     if diff:
         raise ValueError(f"{workdir} holds a run trained with another config (differs in "
                          f"{', '.join(diff)}); use another --out")
