@@ -37,7 +37,6 @@ in points, ρ) as mean ± std [min, max] over the seeds.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Sequence
@@ -256,22 +255,9 @@ def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
-    """:func:`run_study` (``kw``: its keyword arguments but ``seed``) once per seed into
-    ``bench.marginalize.seed_out``; with one seed its result, with several :func:`over_seeds`
-    of them, also written to ``out/over_seeds.{json,md}``, and the seeds' results under
-    ``per_seed``."""
-    results = [run_study(marginalize_lib.seed_out(out, int(s)), seed=int(s), **kw)
-               for s in seeds]
-    if len(results) == 1:
-        return results[0]
-    res = over_seeds(results)
-    res["summaries"] = {s: os.path.join(os.path.abspath(marginalize_lib.seed_out(out, s)),
-                                        "summary.json") for s in res["seeds"]}
-    write_json(os.path.join(out, "over_seeds.json"),
-               {k: v for k, v in res.items() if k != "markdown"})
-    with atomic_open(os.path.join(out, "over_seeds.md")) as f:
-        f.write(res["markdown"])
-    return {**res, "per_seed": results}
+    """:func:`run_study` once per seed, summarised by :func:`over_seeds`
+    (``bench.marginalize.study_over_seeds``: seed N > 0 in ``<out>_seedN``)."""
+    return marginalize_lib.study_over_seeds(run_study, over_seeds, out, seeds, **kw)
 
 
 def main(argv) -> None:
@@ -282,13 +268,7 @@ def main(argv) -> None:
                     world=_WORLD.value, qpp=_QPP.value, model=_MODEL.value, batch=_BATCH.value,
                     lr=_LR.value, ks=[int(k) for k in _KS.value], threshold=_THRESHOLD.value,
                     alpha=_ALPHA.value)
-    summary = os.path.join(os.path.abspath(_OUT.value), "summary.json")
-    if len(seeds) == 1:
-        print(json.dumps({"summary": summary}))
-        return
-    print("\n" + res["markdown"])
-    print(json.dumps({"summary": summary, "summaries": res["summaries"],
-                      "over_seeds": os.path.join(os.path.abspath(_OUT.value), "over_seeds.json")}))
+    marginalize_lib.print_over_seeds(_OUT.value, seeds, res)
 
 
 if __name__ == "__main__":

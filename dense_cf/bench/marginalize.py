@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from absl import flags
@@ -218,14 +218,17 @@ def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"seeds": seeds, "seed_spread": spread, "seed_diff": diff, "markdown": md}
 
 
-def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
-    """:func:`run_study` (``kw``: its keyword arguments but ``seed``) once per seed into
-    :func:`seed_out`; with one seed its result, with several :func:`over_seeds` of them, also
-    written to ``out/over_seeds.{json,md}``, and the seeds' results under ``per_seed``."""
-    results = [run_study(seed_out(out, int(s)), seed=int(s), **kw) for s in seeds]
+def study_over_seeds(study: Callable[..., dict[str, Any]],
+                     summarise: Callable[[Sequence[dict[str, Any]]], dict[str, Any]], out: str,
+                     seeds: Sequence[int], **kw: Any) -> dict[str, Any]:
+    """``study`` (a ``run_study``; ``kw``: its keyword arguments but ``seed``) once per seed into
+    :func:`seed_out`; with one seed its result, with several ``summarise`` of them, also written
+    to ``out/over_seeds.{json,md}``, with each seed's ``summary.json`` under ``summaries`` and
+    the seeds' results under ``per_seed``."""
+    results = [study(seed_out(out, int(s)), seed=int(s), **kw) for s in seeds]
     if len(results) == 1:
         return results[0]
-    res = over_seeds(results)
+    res = summarise(results)
     res["summaries"] = {s: os.path.join(os.path.abspath(seed_out(out, s)), "summary.json")
                         for s in res["seeds"]}
     write_json(os.path.join(out, "over_seeds.json"),
@@ -235,6 +238,24 @@ def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any
     return {**res, "per_seed": results}
 
 
+def print_over_seeds(out: str, seeds: Sequence[int], res: dict[str, Any]) -> None:
+    """A study command's output: its ``summary.json`` path as JSON; with several seeds first
+    the over-seeds tables, and the JSON adds the seeds' summaries and ``over_seeds.json``."""
+    summary = os.path.join(os.path.abspath(out), "summary.json")
+    if len(seeds) == 1:
+        print(json.dumps({"summary": summary}))
+        return
+    print("\n" + res["markdown"])
+    print(json.dumps({"summary": summary, "summaries": res["summaries"],
+                      "over_seeds": os.path.join(os.path.abspath(out), "over_seeds.json")}))
+
+
+def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
+    """:func:`run_study` once per seed, summarised by :func:`over_seeds`
+    (:func:`study_over_seeds`)."""
+    return study_over_seeds(run_study, over_seeds, out, seeds, **kw)
+
+
 def main(argv) -> None:
     del argv
     seeds = [int(s) for s in _SEEDS.value]
@@ -242,13 +263,7 @@ def main(argv) -> None:
                     passages=_PASSAGES.value, test_questions=_TEST.value, worlds=_WORLDS.value,
                     qpp=[int(q) for q in _QPP.value], model=_MODEL.value, batch=_BATCH.value,
                     lr=_LR.value, ks=[int(k) for k in _KS.value])
-    summary = os.path.join(os.path.abspath(_OUT.value), "summary.json")
-    if len(seeds) == 1:
-        print(json.dumps({"summary": summary}))
-        return
-    print("\n" + res["markdown"])
-    print(json.dumps({"summary": summary, "summaries": res["summaries"],
-                      "over_seeds": os.path.join(os.path.abspath(_OUT.value), "over_seeds.json")}))
+    print_over_seeds(_OUT.value, seeds, res)
 
 
 if __name__ == "__main__":
