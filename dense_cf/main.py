@@ -51,9 +51,10 @@ def main(argv) -> None:
     distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
                            local_device_ids=local_ids)
-    # tf.data must not grab accelerators that JAX owns.
-    tf = import_tensorflow()
-    tf.config.set_visible_devices([], "GPU")
+    if _CONFIG.value.data.pipeline == "tfdata":  # grain runs without TensorFlow
+        # tf.data must not grab accelerators that JAX owns.
+        tf = import_tensorflow()
+        tf.config.set_visible_devices([], "GPU")
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:

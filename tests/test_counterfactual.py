@@ -8,7 +8,7 @@ from dense_cf.inputs import cf_masks as cf
 
 def _mask(sent, ans, strategy, **kw):
     drop, valid = cf.drop_mask(np.asarray(sent, np.int32), np.asarray(ans, np.int8), strategy, **kw)
-    return drop.numpy().astype(int).tolist(), bool(valid.numpy())
+    return drop.astype(int).tolist(), bool(valid)
 
 
 # tokens:    CLS  t   SEP | s0 s0 s0 | s1  s1(ans) s1(ans) s1 | s2 s2

@@ -26,8 +26,10 @@ import numpy as np
 from absl import flags
 from flax import linen as nn
 
+from dense_cf.bench import accelerator as accel
 from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
+from dense_cf.files import write_json
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.tokenizer import load_tokenizer
@@ -51,6 +53,11 @@ _BUCKETS = flags.DEFINE_string("length_buckets", "default", "Encoder length buck
 _COMPARE = flags.DEFINE_bool("compare", False, "Time full padding against --length_buckets, "
                              "alternating A/B.", flag_values=FLAGS)
 _REPEATS = flags.DEFINE_integer("repeats", 3, "A/B rounds of --compare.", flag_values=FLAGS)
+_TINY = flags.DEFINE_list("tiny", [], "With --model=tiny: hidden,layers,heads of the random BERT "
+                          "(768,12,12 = BERT-base); default the base config's.", flag_values=FLAGS)
+_ATTN = flags.DEFINE_string("attention_impl", "", "model.attention_impl ('' = the base "
+                            "config's).", flag_values=FLAGS)
+_JSON = flags.DEFINE_string("out", "", "Also write the result as JSON here.", flag_values=FLAGS)
 _TRAIN_BATCH = flags.DEFINE_integer("train_rows", 48, "--compare: passage rows of a training "
                                     "batch (global_batch x (1 + hard + cf)) for the training "
                                     "padding share.", flag_values=FLAGS)
@@ -135,6 +142,10 @@ def main(argv) -> None:
     cfg.model.name_or_path = _MODEL.value
     cfg.model.dtype = _DTYPE.value
     cfg.data.max_p_len = _LP.value
+    if _TINY.value:
+        cfg.model.tiny_hidden, cfg.model.tiny_layers, cfg.model.tiny_heads = map(int, _TINY.value)
+    if _ATTN.value:
+        cfg.model.attention_impl = _ATTN.value
     mesh = mesh_lib.make_mesh(-1, 1)
     model, hf_params, tok_dir = loop.build_model(cfg)
     rules = axis_rules_for(model.config, 1)
@@ -175,8 +186,20 @@ def main(argv) -> None:
            "tokenize_share": round(tok_s / total_s, 3),
            "mean_tokens": round(float(mask.sum(1).mean()), 1),
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    # Model FLOPs at each row's bucket length (what length-bucketed encoding must compute; rows
+    # padded further by their batch-mates are not counted), against the chip's bf16 peak.
+    lengths = bucket_lib.row_lengths(mask)
+    cuts = bucket_lib.bucket_lengths(buckets, _LP.value)
+    flops = sum(accel.encoder_flops(model.config, 1, bucket_lib.fit_bucket(int(n), cuts))
+                for n in lengths)
+    peak, peak_name = accel.peak_bf16_flops(jax.devices()[0].device_kind)
+    out.update({"device": jax.devices()[0].device_kind, "model_tflops_per_s":
+                round(flops / total_s / 1e12, 2),
+                "mfu": round(flops / total_s / peak, 4) if peak else None, "peak": peak_name})
     for k, v in out.items():
-        print(f"{k:>16}: {v}")
+        print(f"{k:>18}: {v}", flush=True)
+    if _JSON.value:
+        write_json(_JSON.value, out)
 
 
 if __name__ == "__main__":

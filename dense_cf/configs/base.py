@@ -45,6 +45,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.train_file = "biencoder-nq-train.json.gz"
     c.data.dev_file = "biencoder-nq-dev.json.gz"
     c.data.cache_dir = ""                       # default: <data_dir>/.cache
+    c.data.pipeline = "tfdata"                  # tfdata | grain (TensorFlow-free); the same batches
+    c.data.grain_threads = 8                    # grain: threads building batches in parallel
+    c.data.grain_prefetch = 16                  # grain: batches read ahead
     c.data.max_q_len = 64
     c.data.max_p_len = 256
     c.data.length_buckets = ()                  # training: pad each batch to the smallest of these

@@ -138,13 +138,13 @@ def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
     n = len(examples)
     # Building p* runs example by example in tf.data: tens of seconds per strategy.
     with Progress(f"AAR {strategy}: building counterfactuals", n, unit="triplets") as progress:
-        for batch in pipeline.make_eval_dataset(data, spec).as_numpy_iterator():
+        for batch in pipeline.make_eval_dataset(data, spec):
             for key in ("q_ids", "q_mask", "pos_ids", "pos_mask", "cf_ids", "cf_mask", "cf_valid"):
                 cols.setdefault(key, []).append(batch[key])
             progress.update(len(batch["q_ids"]))
     arr = {k: np.concatenate(v) for k, v in cols.items()}
     cf_valid = arr["cf_valid"].astype(bool)
-    # p+ is cut to its first max_p_len - 1 body word pieces plus [SEP] (pipeline._fix_len).
+    # p+ is cut to its first max_p_len - 1 body word pieces plus [SEP] (inputs.source.fix_len).
     seen = cfg.data.max_p_len - 1
     fates = triplets.fate_counts(aar_math.AAR_FATES)
     valid = np.zeros(n, bool)

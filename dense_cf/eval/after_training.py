@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 from absl import logging
 
@@ -20,9 +21,19 @@ def evaluate_after_training(run: Run, workdir: str) -> dict[str, Any]:
         logging.warning("retrieval evaluation skipped: %s is a %s", run.method.name,
                         run.method.kind)
         return {"skipped": f"{run.method.kind} run: no retrieval evaluation"}
+    wall: dict[str, float] = {}  # seconds per stage (retrieval: export + index + search + report)
+
+    def timed(stage: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        result = fn()
+        wall[stage] = time.perf_counter() - t0
+        return result
+
     if run.method.hops == 2:  # MDR: the two-hop evaluation holds its own AAR per hop
-        return {"multihop": evaluate_multihop(workdir, run=run)}
-    out: dict[str, Any] = {"retrieval": evaluate_run(workdir, run=run)}
+        return {"multihop": timed("multihop", lambda: evaluate_multihop(workdir, run=run)),
+                "wall_s": wall}
+    out: dict[str, Any] = {"retrieval": timed("retrieval", lambda: evaluate_run(workdir, run=run)),
+                           "wall_s": wall}
     if not run.config.data.get("gold_file"):
         return out
     if run.method.unit != "passage":
@@ -31,9 +42,9 @@ def evaluate_after_training(run: Run, workdir: str) -> dict[str, Any]:
         out["aar"] = {"skipped": f"{run.method.unit}-level run: passage-level AAR is not "
                                  f"supported"}
         return out
-    out["aar"] = evaluate_aar(workdir, run=run)
+    out["aar"] = timed("aar", lambda: evaluate_aar(workdir, run=run))
     counts = tuple(int(c) for c in run.config.eval.robustness_counts)
     if counts:
-        out["robustness"] = evaluate_robustness(workdir, run=run, counts=counts,
-                                                max_distractors=max(counts))
+        out["robustness"] = timed("robustness", lambda: evaluate_robustness(
+            workdir, run=run, counts=counts, max_distractors=max(counts)))
     return out

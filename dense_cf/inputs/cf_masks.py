@@ -5,7 +5,7 @@ The work is split so that tokenisation happens once:
 * host side, at preprocessing time, every passage token gets a sentence id
   (:func:`token_sentence_ids`) and, for a (question, positive) pair, an answer flag
   (:func:`token_answer_flags`, DPR ``has_answer`` normalisation via ``answers.py``);
-* inside tf.data, :func:`drop_mask` turns those per-token features into the mask of tokens
+* in the input pipeline (``inputs.source``), :func:`drop_mask` turns those per-token features into the mask of tokens
   to drop for the configured strategy, on the fly, so one cache serves every strategy.
 
 Strategies (PiCL Table 4):
@@ -22,14 +22,15 @@ counterfactual (``cf_valid`` False) and trains with the plain DPR terms.
 
 from __future__ import annotations
 
-from dense_cf.inputs.lazy import tf
+import numpy as np
+
 from dense_cf.inputs.tokens import token_answer_flags, token_sentence_ids  # noqa: F401 (re-export)
 
 STRATEGIES = ("sentence", "window", "answer", "evidence")
 
 
-def drop_mask(sent_ids: tf.Tensor, ans_flags: tf.Tensor, strategy: str, *, window: int = 0,
-              evidence_sent: tf.Tensor | int = -1) -> tuple[tf.Tensor, tf.Tensor]:
+def drop_mask(sent_ids: np.ndarray, ans_flags: np.ndarray, strategy: str, *, window: int = 0,
+              evidence_sent: int = -1) -> tuple[np.ndarray, bool]:
     """Tokens to drop from p+ to make p*, and whether a counterfactual exists.
 
     Args:
@@ -39,27 +40,25 @@ def drop_mask(sent_ids: tf.Tensor, ans_flags: tf.Tensor, strategy: str, *, windo
       window: word pieces kept around the answer for ``window``.
       evidence_sent: sentence id chosen by the QA model for ``evidence`` (-1: none).
     Returns:
-      (drop [L] bool, valid scalar bool).
+      (drop [L] bool, valid bool).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown counterfactual strategy {strategy!r}; expected one of {STRATEGIES}")
-    sent_ids = tf.cast(sent_ids, tf.int32)
-    ans = tf.cast(ans_flags, tf.bool) & (sent_ids >= 0)
+    sent_ids = np.asarray(sent_ids, np.int32)
     in_text = sent_ids >= 0
+    ans = np.asarray(ans_flags).astype(bool) & in_text
     if strategy == "answer":
         drop = ans
     elif strategy == "sentence":
-        evidence = tf.boolean_mask(sent_ids, ans)
-        drop = tf.reduce_any(sent_ids[:, None] == evidence[None, :], axis=1) & in_text
+        drop = np.isin(sent_ids, sent_ids[ans]) & in_text
     elif strategy == "window":
-        pos = tf.range(tf.shape(sent_ids)[0])
-        ans_pos = tf.boolean_mask(pos, ans)
-        near = tf.abs(pos[:, None] - ans_pos[None, :]) <= window
-        drop = tf.reduce_any(near, axis=1) & in_text
+        pos = np.arange(len(sent_ids))
+        near = np.abs(pos[:, None] - pos[ans][None, :]) <= window  # [L, answer tokens]
+        drop = near.any(axis=1) & in_text
     else:  # evidence
-        ev = tf.cast(evidence_sent, tf.int32)
+        ev = int(evidence_sent)
         drop = (sent_ids == ev) & (ev >= 0) & in_text
     # A counterfactual exists only if something is dropped and some text remains: an empty p*
     # would just be "[CLS] title [SEP]", a degenerate pivot.
-    valid = tf.reduce_any(drop) & tf.reduce_any(in_text & ~drop)
+    valid = bool(drop.any() and (in_text & ~drop).any())
     return drop, valid

@@ -51,13 +51,14 @@ Batch layout (host-local numpy; passages are encoded once, sentence vectors are 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
 import numpy as np
 from absl import logging
 
 from dense_cf.inputs import dpr as pipeline
-from dense_cf.inputs.dpr import Preprocessed, _fix_len
-from dense_cf.inputs.lazy import tf
+from dense_cf.inputs import source
+from dense_cf.inputs.dpr import Preprocessed
 from dense_cf.inputs.tokens import Ragged, insert_markers, marker_valid  # noqa: F401
 from dense_cf.models.tokenizer import SENT_TOKEN
 
@@ -130,7 +131,7 @@ def from_preprocessed(base: Preprocessed, sent_id: int, *, max_p_len: int, title
                     ans_marker=Ragged.from_rows(ans_rows), stats=stats)
 
 
-# --------------------------------------------------------------------------- tf.data
+# --------------------------------------------------------------------------- batches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,112 +194,98 @@ def prepare(config, tokenizer, data: Preprocessed | None) -> DcsrData | None:
                              title=config.dcsr.title)
 
 
-def _question(q, spec: DcsrSpec):
+def _question(q: np.ndarray, spec: DcsrSpec) -> tuple[np.ndarray, np.ndarray]:
     if spec.question_prefix:  # the authors' code prefixes questions with "<sent> " (docs/method.md §4)
-        q = tf.concat([q[:1], [spec.sent_id], q[1:-1]], axis=0)
-        return _fix_len(q, spec.max_q_len, spec.pad_id, spec.sep_id)
-    return _fix_len(q, spec.max_q_len, spec.pad_id, None)
+        q = np.concatenate([q[:1], np.asarray([spec.sent_id], q.dtype), q[1:-1]])
+        return source.fix_len(q, spec.max_q_len, spec.pad_id, spec.sep_id)
+    return source.fix_len(q, spec.max_q_len, spec.pad_id, None)
 
 
-def _example_fn(data: DcsrData, spec: DcsrSpec):
-    q_rt = data.base.q.to_tf()
-    body_rt, mpos_rt = data.body.to_tf(), data.marker_pos.to_tf()
-    ans_rt, hard_rt = data.ans_marker.to_tf(), data.base.hard.to_tf()
-    pos_pid = tf.constant(data.base.pos_pid)
+def _choose(mask: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of a uniformly random True entry of ``mask`` (-1 if none)."""
+    idx = np.flatnonzero(mask)
+    return int(idx[rng.integers(len(idx))]) if len(idx) else -1
+
+
+def example_fn(data: DcsrData, spec: DcsrSpec) -> Callable[[int, int], dict[str, np.ndarray]]:
+    """``(epoch, i) -> example i's arrays`` (numpy; module docstring's sampling)."""
     h, lp = spec.num_hard, spec.max_p_len
-    seed = tf.constant(spec.seed, tf.int64)
 
-    def choose(mask, key):
-        """Index of a uniformly random True entry of ``mask`` (-1 if none)."""
-        idx = tf.concat([tf.where(mask)[:, 0], [-1]], axis=0)
-        n = tf.shape(idx, out_type=tf.int64)[0] - 1
-        r = tf.random.stateless_uniform([], seed=key, minval=0,
-                                      maxval=tf.maximum(n, 1), dtype=tf.int64)
-        return tf.where(n > 0, idx[r], idx[n])
-
-    def fn(epoch, i):
-        def key(salt):
-            return tf.stack([seed * 1_000_003 + epoch, i * 16 + salt])
+    def fn(epoch: int, i: int) -> dict[str, np.ndarray]:
+        def rng(salt: int) -> np.random.Generator:
+            return source.example_rng(spec.seed, epoch, i, salt)
 
         out = {}
-        out["q_ids"], out["q_mask"] = _question(q_rt[i], spec)
-        pid = pos_pid[i]
-        out["pos_ids"], out["pos_mask"] = _fix_len(body_rt[pid], lp, spec.pad_id, spec.sep_id)
-        mpos = mpos_rt[pid]
+        out["q_ids"], out["q_mask"] = _question(data.base.q.row(i), spec)
+        pid = int(data.base.pos_pid[i])
+        out["pos_ids"], out["pos_mask"] = source.fix_len(data.body.row(pid), lp, spec.pad_id,
+                                                         spec.sep_id)
+        mpos = data.marker_pos.row(pid)
         valid = marker_valid(mpos, lp)
-        n_m = tf.shape(mpos)[0]
-        ans = tf.cast(ans_rt[i], tf.int32)
-        is_ans = tf.reduce_any(tf.equal(tf.range(n_m)[:, None], ans[None, :]), axis=1)
-        k_pos = choose(valid & is_ans, key(0))
-        mpos_p = tf.concat([mpos, [0]], axis=0)  # index -1 -> position 0 ([CLS])
-        first_valid = tf.where(tf.reduce_any(valid), mpos_p[0], 0)
-        out["pos_pos"] = tf.where(k_pos >= 0, tf.gather(mpos_p, tf.maximum(k_pos, 0)), first_valid)
+        is_ans = np.isin(np.arange(len(mpos)), data.ans_marker.row(i))
+        k_pos = _choose(valid & is_ans, rng(0))
+        mpos_p = np.concatenate([mpos, [0]]).astype(np.int32)  # index -1 -> position 0 ([CLS])
+        first_valid = int(mpos_p[0]) if valid.any() else 0
+        out["pos_pos"] = np.int32(mpos_p[k_pos] if k_pos >= 0 else first_valid)
 
         # BM25 passages (shuffled per epoch as DPR does, then the first h).
-        cand = hard_rt[i]
+        cand = data.base.hard.row(i)
         if spec.shuffle:
-            cand = tf.random.experimental.stateless_shuffle(cand, seed=key(1))
-        n_h = tf.minimum(tf.shape(cand)[0], h)
-        chosen = tf.pad(cand[:n_h], [[0, h - n_h]])
-        if h:
-            ids, masks = tf.map_fn(lambda p: _fix_len(body_rt[p], lp, spec.pad_id, spec.sep_id),
-                                   chosen, fn_output_signature=(tf.int32, tf.int32))
-        else:
-            ids, masks = tf.zeros([0, lp], tf.int32), tf.zeros([0, lp], tf.int32)
-        out["hard_ids"], out["hard_mask"] = ids, masks
+            cand = cand[rng(1).permutation(len(cand))]
+        n_h = min(len(cand), h)
+        chosen = np.zeros(h, np.int64)
+        chosen[:n_h] = cand[:n_h]
+        out["hard_ids"], out["hard_mask"] = source.fix_rows(
+            [data.body.row(int(p)) for p in chosen], lp, spec.pad_id, spec.sep_id)
 
-        def hard_pick(j, salt, exclude=-1):
+        def hard_pick(j: int, salt: int, exclude: int = -1) -> tuple[int, int, bool]:
             """(src, position, valid) of a random valid sentence of BM25 passage j."""
             if j >= h:
-                return tf.constant(0, tf.int32), tf.constant(0, tf.int32), tf.constant(False)
-            hp = mpos_rt[chosen[j]]
-            ok = marker_valid(hp, lp) & tf.not_equal(hp, exclude) & (j < n_h)
-            k = choose(ok, key(salt))
-            pos = tf.gather(tf.concat([hp, [0]], axis=0), tf.maximum(k, 0))
-            return tf.constant(j + 1, tf.int32), tf.where(k >= 0, pos, 0), k >= 0
+                return 0, 0, False
+            hp = data.marker_pos.row(int(chosen[j]))
+            ok = marker_valid(hp, lp) & (hp != exclude) & (j < n_h)
+            k = _choose(ok, rng(salt))
+            return j + 1, int(hp[k]) if k >= 0 else 0, k >= 0
 
         slots = []
         if spec.negatives == "in_passage":
             bm_src, bm_pos, bm_ok = hard_pick(0, 2)
             # In-passage negatives only when the answer sentence is known (else "non-answer"
             # is undefined), from p+'s valid non-answer sentences.
-            k_in = choose(valid & ~is_ans & (k_pos >= 0), key(3))
+            k_in = _choose(valid & ~is_ans & (k_pos >= 0), rng(3))
             fb_src, fb_pos, fb_ok = hard_pick(0, 4, exclude=bm_pos)
-            in_pos = tf.gather(mpos_p, tf.maximum(k_in, 0))
             has_in = k_in >= 0
-            slots.append((tf.where(has_in, 0, fb_src), tf.where(has_in, in_pos, fb_pos),
-                          has_in | fb_ok))
+            slots.append((0 if has_in else fb_src, int(mpos_p[k_in]) if has_in else fb_pos,
+                          has_in or fb_ok))
             slots.append((bm_src, bm_pos, bm_ok))
         elif spec.negatives in ("bm25", "bm25x2"):
             for j in range(h):
                 slots.append(hard_pick(j, 2 + j))
-        if slots:
-            out["neg_src"] = tf.stack([tf.cast(s[0], tf.int32) for s in slots])
-            out["neg_pos"] = tf.stack([tf.cast(s[1], tf.int32) for s in slots])
-            out["neg_valid"] = tf.stack([s[2] for s in slots])
-        else:
-            out["neg_src"] = tf.zeros([0], tf.int32)
-            out["neg_pos"] = tf.zeros([0], tf.int32)
-            out["neg_valid"] = tf.zeros([0], tf.bool)
-        out["pos_pos"] = tf.cast(out["pos_pos"], tf.int32)
+        out["neg_src"] = np.asarray([sl[0] for sl in slots], np.int32)
+        out["neg_pos"] = np.asarray([sl[1] for sl in slots], np.int32)
+        out["neg_valid"] = np.asarray([sl[2] for sl in slots], bool)
         return out
 
     return fn
 
 
+def batch_source(data: DcsrData, spec: DcsrSpec, process_index: int = 0,
+                 process_count: int = 1) -> source.BatchSource:
+    """Host ``process_index``'s DCSR batch of each global step (the order and resume contract of
+    :mod:`dense_cf.inputs.source`, as the DPR pipeline)."""
+    return source.BatchSource(data.num_examples, spec.global_batch, spec.seed, spec.shuffle,
+                              source.stack_examples(example_fn(data, spec)),
+                              process_index=process_index, process_count=process_count)
+
+
 def make_dataset(data: DcsrData, spec: DcsrSpec, *, start_step: int = 0, process_index: int = 0,
-                 process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
-    """Host-local DCSR batches from global step ``start_step``: the same example order and resume
-    contract as :func:`dense_cf.inputs.dpr.make_dataset` (both are
-    :func:`dense_cf.inputs.dpr.global_batches`)."""
-    return pipeline.global_batches(data.num_examples, spec.global_batch,
-                                   lambda: _example_fn(data, spec), seed=spec.seed,
-                                   shuffle=spec.shuffle, start_step=start_step,
-                                   process_index=process_index, process_count=process_count,
-                                   repeat=repeat)
+                 process_count: int = 1, repeat: bool = True, pipeline: str = "tfdata") -> Any:
+    """Host-local DCSR batches from global step ``start_step`` (``as_numpy_iterator()``)."""
+    return source.make_dataset(batch_source(data, spec, process_index, process_count),
+                               start_step=start_step, repeat=repeat, pipeline=pipeline)
 
 
-class BatchIterator(pipeline.BatchIterator):
-    """Resumable DCSR batches (state = global step, as the DPR iterator)."""
+class BatchIterator(source.BatchIterator):
+    """Resumable DCSR batches (``inputs.source.BatchIterator``)."""
 
-    _make_dataset = staticmethod(make_dataset)
+    _source = staticmethod(batch_source)

@@ -1,16 +1,14 @@
-"""Training input pipeline: tokenise once on the host, then a deterministic tf.data pipeline.
+"""Training inputs of DPR/PiCL/EADPR: tokenise once on the host, then deterministic batches.
 
 Preprocessing (:func:`preprocess`) turns DPR biencoder examples into ragged token arrays, cached
 as ``.npz``: questions, a de-duplicated passage table (``[CLS] title [SEP] text`` word pieces with
 a per-token sentence id), per-example answer flags over the positive's tokens, and hard-negative
-passage ids. Counterfactual masks (docs/method.md §2) are derived on the fly inside tf.data
+passage ids. Counterfactual masks (docs/method.md §2) are derived on the fly in the input pipeline
 (:func:`dense_cf.inputs.cf_masks.drop_mask`), so one cache serves every strategy.
 
-Order and resumability: epoch ``e`` visits ``stateless_shuffle(range(N), seed=(seed, e))``; the
-first ``steps_per_epoch * B`` indices form global batches ``[steps, hosts, B / hosts]`` and host
-``h`` reads its column. Batch ``k`` of the run is therefore a pure function of
-``(seed, k, hosts)``, and resuming at step ``k`` reproduces exactly the batches of an uninterrupted
-run (the skip happens on indices, before any tokens are gathered).
+Order and resumability are :mod:`dense_cf.inputs.source`'s: batch ``k`` of the run is a pure
+function of ``(seed, k, hosts)`` through :func:`example_fn`, which tf.data and Grain both run,
+and resuming at step ``k`` reproduces exactly the batches of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from dense_cf.datasets.evidence_file import EvidenceMatcher
 from dense_cf.datasets.formats import BiencoderExample, SkipReport, iter_biencoder
 from dense_cf.datasets.subsets import subset_mask
 from dense_cf.inputs import cf_masks as cf_lib
-from dense_cf.inputs.lazy import tf
+from dense_cf.inputs import source
 from dense_cf.inputs.tokens import (
     Ragged,
     encode_texts,
@@ -272,156 +270,70 @@ def steps_per_epoch(num_examples: int, global_batch: int) -> int:
     return num_examples // global_batch
 
 
-def global_batches(num_examples: int, global_batch: int, example_fn: Callable[[], Callable], *,
-                   seed: int, shuffle: bool, start_step: int = 0, process_index: int = 0,
-                   process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
-    """Host-local batches of ``example_fn()(epoch, i)`` in the global batch order, from global
-    step ``start_step`` (shared by the DPR/PiCL and DCSR pipelines).
-
-    Epoch ``e`` is a stateless shuffle of ``range(num_examples)`` seeded by ``(seed, e)``, cut
-    into ``num_examples // global_batch`` global batches (the tail is dropped); host ``p`` takes
-    column ``p`` of every batch, so global batch k holds the same examples for any host count.
-    ``example_fn`` is called (building the per-example tf function) after the checks.
-    """
-    if global_batch % process_count:
-        raise ValueError(f"global_batch {global_batch} not divisible by {process_count} hosts")
-    n = num_examples
-    spe = steps_per_epoch(n, global_batch)
-    if spe == 0:
-        raise ValueError(f"{n} examples are fewer than one global batch of {global_batch}")
-    local = global_batch // process_count
-    seed_t = tf.constant(seed, tf.int64)
-
-    def epoch_indices(epoch):
-        idx = tf.range(n, dtype=tf.int64)
-        if shuffle:
-            idx = tf.random.experimental.stateless_shuffle(idx, seed=tf.stack([seed_t, epoch]))
-        idx = tf.reshape(idx[:spe * global_batch], [spe, process_count, local])[:, process_index]
-        idx = tf.reshape(idx, [-1])
-        return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(idx), epoch), idx))
-
-    start_epoch, offset = divmod(start_step, spe)
-    epochs = tf.data.Dataset.range(start_epoch, start_epoch + 1 if not repeat else (1 << 62))
-    ds = epochs.flat_map(epoch_indices).skip(offset * local)
-    ds = ds.map(example_fn(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(local, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
-def make_dataset(data: Preprocessed, spec: PipelineSpec, *, start_step: int = 0,
-                 process_index: int = 0, process_count: int = 1, repeat: bool = True) -> tf.data.Dataset:
-    """Host-local batches of the global batch sequence, starting at global step ``start_step``."""
-    return global_batches(data.num_examples, spec.global_batch, lambda: _example_fn(data, spec),
-                          seed=spec.seed, shuffle=spec.shuffle, start_step=start_step,
-                          process_index=process_index, process_count=process_count,
-                          repeat=repeat)
-
-
-def make_eval_dataset(data: Preprocessed, spec: PipelineSpec, batch_size: int = 256) -> tf.data.Dataset:
-    """Every example once, in order, tail included (batches may be short; host code pads)."""
-    spec = dataclasses.replace(spec, shuffle=False)
-    ds = tf.data.Dataset.range(data.num_examples).map(lambda i: (tf.constant(0, tf.int64), i))
-    ds = ds.map(_example_fn(data, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
-
-
-def _fix_len(ids, length: int, pad_id: int, sep_id: int | None):
-    """Truncate (keeping room for a final [SEP] when given) and pad to ``length``."""
-    if sep_id is not None:
-        ids = tf.concat([ids[:length - 1], [sep_id]], axis=0)
-    else:
-        ids = ids[:length]
-    mask = tf.ones_like(ids)
-    pad = length - tf.shape(ids)[0]
-    return tf.pad(ids, [[0, pad]], constant_values=pad_id), tf.pad(mask, [[0, pad]])
-
-
-def _example_fn(data: Preprocessed, spec: PipelineSpec):
-    q_rt, body_rt, sent_rt = data.q.to_tf(), data.body.to_tf(), data.sent.to_tf()
-    ans_rt, hard_rt = data.pos_ans.to_tf(), data.hard.to_tf()
-    pos_pid = tf.constant(data.pos_pid)
-    ev = tf.constant(data.evidence_sent)
+def example_fn(data: Preprocessed, spec: PipelineSpec) -> Callable[[int, int], dict[str, np.ndarray]]:
+    """``(epoch, i) -> example i's arrays`` (numpy; the one per-example logic of both pipelines)."""
     h, lp = spec.num_hard, spec.max_p_len
 
-    def passage(pid):
-        return _fix_len(body_rt[pid], lp, spec.pad_id, spec.sep_id)
+    def passage(pid: int) -> tuple[np.ndarray, np.ndarray]:
+        return source.fix_len(data.body.row(pid), lp, spec.pad_id, spec.sep_id)
 
-    def fn(epoch, i):
+    def fn(epoch: int, i: int) -> dict[str, np.ndarray]:
         out = {}
-        out["q_ids"], out["q_mask"] = _fix_len(q_rt[i], spec.max_q_len, spec.pad_id, None)
-        pid = pos_pid[i]
+        out["q_ids"], out["q_mask"] = source.fix_len(data.q.row(i), spec.max_q_len, spec.pad_id,
+                                                     None)
+        pid = int(data.pos_pid[i])
         out["pos_ids"], out["pos_mask"] = passage(pid)
-        if h:
-            cand = hard_rt[i]
-            if spec.shuffle:  # DPR samples hard negatives at random each epoch.
-                cand = tf.random.experimental.stateless_shuffle(
-                    cand, seed=tf.stack([epoch * 1_000_003 + tf.constant(spec.seed, tf.int64), i]))
-            k = tf.minimum(tf.shape(cand)[0], h)
-            chosen = tf.pad(cand[:k], [[0, h - k]])
-            ids, masks = tf.map_fn(passage, chosen, fn_output_signature=(tf.int32, tf.int32))
-            out["hard_ids"], out["hard_mask"] = ids, masks
-            out["hard_valid"] = tf.range(h) < k
-        else:
-            out["hard_ids"] = tf.zeros([0, lp], tf.int32)
-            out["hard_mask"] = tf.zeros([0, lp], tf.int32)
-            out["hard_valid"] = tf.zeros([0], tf.bool)
+        cand = data.hard.row(i)
+        if spec.shuffle:  # DPR samples hard negatives at random each epoch.
+            cand = cand[source.example_rng(spec.seed, epoch, i).permutation(len(cand))]
+        k = min(len(cand), h)
+        out["hard_ids"] = np.full((h, lp), spec.pad_id, np.int32)
+        out["hard_mask"] = np.zeros((h, lp), np.int32)
+        for j in range(k):
+            out["hard_ids"][j], out["hard_mask"][j] = passage(int(cand[j]))
+        for j in range(k, h):  # an empty slot holds passage 0, masked out by hard_valid
+            out["hard_ids"][j], out["hard_mask"][j] = passage(0)
+        out["hard_valid"] = np.arange(h) < k
         if spec.strategy != "none":
-            body = body_rt[pid]
-            drop, valid = cf_lib.drop_mask(sent_rt[pid], ans_rt[i], spec.strategy,
-                                           window=spec.window, evidence_sent=ev[i])
-            out["cf_ids"], out["cf_mask"] = _fix_len(tf.boolean_mask(body, ~drop), lp, spec.pad_id,
-                                                     spec.sep_id)
-            out["cf_valid"] = valid
+            drop, valid = cf_lib.drop_mask(data.sent.row(pid), data.pos_ans.row(i), spec.strategy,
+                                           window=spec.window,
+                                           evidence_sent=int(data.evidence_sent[i]))
+            out["cf_ids"], out["cf_mask"] = source.fix_len(data.body.row(pid)[~drop], lp,
+                                                           spec.pad_id, spec.sep_id)
+            out["cf_valid"] = np.asarray(valid)
         return out
 
     return fn
 
 
-class BatchIterator:
-    """Numpy batches of one host with a resumable state (the global step)."""
+def batch_source(data: Preprocessed, spec: PipelineSpec, process_index: int = 0,
+                 process_count: int = 1) -> source.BatchSource:
+    """Host ``process_index``'s batch of each global step (``inputs.source``)."""
+    return source.BatchSource(data.num_examples, spec.global_batch, spec.seed, spec.shuffle,
+                              source.stack_examples(example_fn(data, spec)),
+                              process_index=process_index, process_count=process_count)
 
-    def __init__(self, data: Preprocessed, spec: PipelineSpec, *, start_step: int = 0,
-                 process_index: int = 0, process_count: int = 1):
-        self.data, self.spec = data, spec
-        self.process_index, self.process_count = process_index, process_count
-        self.step = start_step
-        self._it = None
 
-    def _fingerprint(self) -> dict[str, Any]:
-        # The host count is not part of it: global batch k holds the same examples for any number
-        # of hosts (each host reads a column of it), so a run may resume on another host count.
-        return {"num_examples": self.data.num_examples, "global_batch": self.spec.global_batch,
-                "seed": self.spec.seed}
+def make_dataset(data: Preprocessed, spec: PipelineSpec, *, start_step: int = 0,
+                 process_index: int = 0, process_count: int = 1, repeat: bool = True,
+                 pipeline: str = "tfdata") -> Any:
+    """Host-local batches of the global batch sequence, starting at global step ``start_step``
+    (``as_numpy_iterator()``; ``pipeline``: tfdata or grain, the same batches)."""
+    return source.make_dataset(batch_source(data, spec, process_index, process_count),
+                               start_step=start_step, repeat=repeat, pipeline=pipeline)
 
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        return self
 
-    # The dataset builder: subclasses (DCSR) swap in theirs and keep the resumable state.
-    _make_dataset = staticmethod(make_dataset)
+def make_eval_dataset(data: Preprocessed, spec: PipelineSpec, batch_size: int = 256
+                      ) -> Iterator[dict[str, np.ndarray]]:
+    """Every example once, in order, tail included (batches may be short; host code pads)."""
+    spec = dataclasses.replace(spec, shuffle=False)
+    return source.eval_batches(example_fn(data, spec), data.num_examples, batch_size)
 
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self._it is None:
-            ds = self._make_dataset(self.data, self.spec, start_step=self.step,
-                                    process_index=self.process_index,
-                                    process_count=self.process_count)
-            self._it = ds.as_numpy_iterator()
-        batch = next(self._it)
-        self.step += 1
-        return batch
 
-    def get_state(self) -> dict[str, Any]:
-        return {"step": self.step, "process_count": self.process_count, **self._fingerprint()}
+class BatchIterator(source.BatchIterator):
+    """Numpy batches of one host with a resumable state (``inputs.source.BatchIterator``)."""
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        mine = self._fingerprint()
-        diff = {k: (state.get(k), v) for k, v in mine.items() if state.get(k) != v}
-        if diff:
-            raise ValueError(f"data-iterator state does not match this run (saved, now): {diff}")
-        saved_hosts = state.get("process_count", self.process_count)
-        if saved_hosts != self.process_count:
-            logging.info("resuming a run saved on %s hosts on %d hosts (same global batches)",
-                         saved_hosts, self.process_count)
-        self.step = int(state["step"])
-        self._it = None
+    _source = staticmethod(batch_source)
 
 
 def spec_from_config(config, tokenizer, *, shuffle: bool = True,

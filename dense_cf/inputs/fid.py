@@ -18,11 +18,10 @@ tokenised once without special tokens; a row is their concatenation, which equal
 the joined string (T5's SentencePiece pre-tokenizer splits on whitespace; tested). Passages are
 kept once per file, keyed by ``id``, cut to ``fid.max_len`` pieces.
 
-Batches reuse :class:`dense_cf.inputs.reader.Batches` (epoch permutation seeded by ``(seed,
-epoch)``, host columns, exact resume through :class:`dense_cf.inputs.dpr.BatchIterator`'s
-state). The target of example i in epoch e is one of its answers drawn from
-``default_rng((seed, e, i))`` (FiD samples one per draw of the example); unshuffled (dev)
-batches take the first answer.
+Batches come from :func:`dense_cf.inputs.reader.batch_source` (epoch permutation seeded by
+``(seed, epoch)``, host columns, exact resume: :mod:`dense_cf.inputs.source`). The target of
+example i in epoch e is one of its answers drawn from ``default_rng((seed, e, i))`` (FiD samples
+one per draw of the example); unshuffled (dev) batches take the first answer.
 
 Batch layout (host-local; n = fid.n_passages, L = fid.max_len, T = fid.max_answer_len)::
 
@@ -38,8 +37,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from dense_cf.datasets.formats import RetrievalRecord
-from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs import reader as reader_inputs
+from dense_cf.inputs import source
 from dense_cf.inputs.tokens import Ragged, encode_texts, load_tables, save_tables
 from dense_cf.progress import Progress
 
@@ -223,14 +222,20 @@ def make_batch(data: FiDData, spec: FiDSpec, epoch: int, indices: np.ndarray) ->
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def batch_source(data: FiDData, spec: FiDSpec, process_index: int = 0,
+                 process_count: int = 1) -> source.BatchSource:
+    """Host ``process_index``'s FiD batch of each global step (:mod:`dense_cf.inputs.source`)."""
+    return reader_inputs.batch_source(data, spec, process_index, process_count, batch_fn=make_batch)
+
+
 def make_dataset(data: FiDData, spec: FiDSpec, *, start_step: int = 0, process_index: int = 0,
-                 process_count: int = 1, repeat: bool = True) -> reader_inputs.Batches:
+                 process_count: int = 1, repeat: bool = True, pipeline: str = "tfdata") -> Any:
     """Host-local FiD batches of the global batch sequence from global step ``start_step``."""
-    return reader_inputs.Batches(data, spec, start_step, process_index, process_count, repeat,
-                                 batch_fn=make_batch)
+    return source.make_dataset(batch_source(data, spec, process_index, process_count),
+                               start_step=start_step, repeat=repeat, pipeline=pipeline)
 
 
-class FiDBatchIterator(dpr_inputs.BatchIterator):
-    """:class:`dense_cf.inputs.dpr.BatchIterator`'s resumable state over FiD batches."""
+class FiDBatchIterator(source.BatchIterator):
+    """Resumable FiD batches (``inputs.source.BatchIterator``)."""
 
-    _make_dataset = staticmethod(make_dataset)
+    _source = staticmethod(batch_source)

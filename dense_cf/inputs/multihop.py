@@ -1,4 +1,4 @@
-"""MDR training inputs: HotpotQA-format examples → tokenised two-hop examples → tf.data batches.
+"""MDR training inputs: HotpotQA-format examples → tokenised two-hop examples → batches.
 
 Each question becomes one two-hop example (docs/multihop.md):
 
@@ -8,7 +8,7 @@ Each question becomes one two-hop example (docs/multihop.md):
   stateless seed, so batches still resume exactly), ``dataset`` (always the dataset order) or
   ``both`` (two examples, one per order);
 * hop-1 query ``[CLS] q [SEP]``; hop-2 query ``[CLS] q [SEP] title1 [SEP] text1 [SEP]``
-  (:func:`dense_cf.inputs.tokens.hop2_query_row`, built here inside tf.data from the cached rows);
+  (:func:`dense_cf.inputs.tokens.hop2_query_row`, built here in the input pipeline from the cached rows);
 * positives: the two supporting passages ``[CLS] title [SEP] text [SEP]`` (the corpus format:
   a passage is its sentences concatenated as HotpotQA gives them);
 * hard negatives: the example's non-supporting context paragraphs (HotpotQA's distractors, which
@@ -21,7 +21,7 @@ Tokenisation happens once on the host (:func:`preprocess`), cached as ``.npz`` k
 tokenizer and settings (:func:`load_config_split`). The passage table keeps ``2 * max_p_len``
 word pieces with the HotpotQA sentence index of every token, so dropping a supporting sentence
 pulls later text into the window, as in the single-hop pipeline. Order and exact resume are those
-of :func:`dense_cf.inputs.dpr.global_batches`.
+of :mod:`dense_cf.inputs.source`.
 
 Batch layout (host-local numpy)::
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from absl import logging
@@ -46,8 +46,7 @@ from dense_cf import files
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.hotpotqa import HotpotExample, bridge_order, read_hotpot
 from dense_cf.inputs import dpr as pipeline
-from dense_cf.inputs.dpr import _fix_len
-from dense_cf.inputs.lazy import tf
+from dense_cf.inputs import source
 from dense_cf.inputs.tokens import (
     Ragged,
     encode_texts,
@@ -322,68 +321,62 @@ def spec_from_config(config, tokenizer, *, shuffle: bool = True,
         seed=config.seed, shuffle=shuffle)
 
 
-def _example_fn(data: MultihopData, spec: MultihopSpec):
-    q_rt, body_rt, hard_rt = data.q.to_tf(), data.body.to_tf(), data.hard.to_tf()
-    p1_t, p2_t = tf.constant(data.p1), tf.constant(data.p2)
-    cf1_t, cf2_t = tf.constant(data.cf1), tf.constant(data.cf2)
-    swap_t = tf.constant(data.swappable)
+def example_fn(data: MultihopData, spec: MultihopSpec) -> Callable[[int, int], dict[str, np.ndarray]]:
+    """``(epoch, i) -> example i's arrays`` (numpy; module docstring's batch layout)."""
     h, lp = spec.num_hard, spec.max_p_len
-    seed = tf.constant(spec.seed, tf.int64)
 
-    def passage(row):
-        return _fix_len(body_rt[row], lp, spec.pad_id, spec.sep_id)
+    def passage(row: int) -> tuple[np.ndarray, np.ndarray]:
+        return source.fix_len(data.body.row(row), lp, spec.pad_id, spec.sep_id)
 
-    def fn(epoch, i):
+    def fn(epoch: int, i: int) -> dict[str, np.ndarray]:
         out = {}
-        p1, p2, c1, c2 = p1_t[i], p2_t[i], cf1_t[i], cf2_t[i]
-        if spec.comparison_order == "random" and spec.shuffle:
-            coin = tf.random.stateless_uniform([], seed=tf.stack([seed * 1_000_003 + epoch,
-                                                                  i * 8 + 5])) < 0.5
-            swap = swap_t[i] & coin
-            p1, p2 = tf.where(swap, p2, p1), tf.where(swap, p1, p2)
-            c1, c2 = tf.where(swap, c2, c1), tf.where(swap, c1, c2)
-        q = q_rt[i]
-        out["q_ids"], out["q_mask"] = _fix_len(q, spec.max_q_len, spec.pad_id, None)
-        # hop2_query_row inside tf.data: the question row, then p1 without its [CLS].
-        out["q2_ids"], out["q2_mask"] = _fix_len(tf.concat([q, body_rt[p1][1:]], axis=0),
-                                                 spec.max_hop2_len, spec.pad_id, spec.sep_id)
+        p1, p2, c1, c2 = (int(data.p1[i]), int(data.p2[i]), int(data.cf1[i]), int(data.cf2[i]))
+        if spec.comparison_order == "random" and spec.shuffle and data.swappable[i]:
+            if source.example_rng(spec.seed, epoch, i, 5).random() < 0.5:
+                p1, p2, c1, c2 = p2, p1, c2, c1
+        q = data.q.row(i)
+        out["q_ids"], out["q_mask"] = source.fix_len(q, spec.max_q_len, spec.pad_id, None)
+        # hop2_query_row from the cached rows: the question row, then p1 without its [CLS].
+        out["q2_ids"], out["q2_mask"] = source.fix_len(
+            np.concatenate([q, data.body.row(p1)[1:]]), spec.max_hop2_len, spec.pad_id,
+            spec.sep_id)
         out["p1_ids"], out["p1_mask"] = passage(p1)
         out["p2_ids"], out["p2_mask"] = passage(p2)
-        if h:
-            cand = hard_rt[i]
-            if spec.shuffle:
-                cand = tf.random.experimental.stateless_shuffle(
-                    cand, seed=tf.stack([epoch * 1_000_003 + seed, i]))
-            k = tf.minimum(tf.shape(cand)[0], h)
-            chosen = tf.pad(cand[:k], [[0, h - k]])
-            ids, masks = tf.map_fn(passage, chosen, fn_output_signature=(tf.int32, tf.int32))
-            out["hard_ids"], out["hard_mask"] = ids, masks
-            out["hard_valid"] = tf.range(h) < k
-        else:
-            out["hard_ids"] = tf.zeros([0, lp], tf.int32)
-            out["hard_mask"] = tf.zeros([0, lp], tf.int32)
-            out["hard_valid"] = tf.zeros([0], tf.bool)
+        cand = data.hard.row(i)
+        if spec.shuffle:
+            cand = cand[source.example_rng(spec.seed, epoch, i).permutation(len(cand))]
+        k = min(len(cand), h)
+        chosen = np.zeros(h, np.int64)  # an empty slot holds row 0, masked out by hard_valid
+        chosen[:k] = cand[:k]
+        out["hard_ids"], out["hard_mask"] = source.fix_rows(
+            [data.body.row(int(r)) for r in chosen], lp, spec.pad_id, spec.sep_id)
+        out["hard_valid"] = np.arange(h) < k
         if spec.counterfactual:
             for name, c in (("cf1", c1), ("cf2", c2)):
-                out[f"{name}_ids"], out[f"{name}_mask"] = passage(tf.maximum(c, 0))
-                out[f"{name}_valid"] = c >= 0
+                out[f"{name}_ids"], out[f"{name}_mask"] = passage(max(c, 0))
+                out[f"{name}_valid"] = np.asarray(c >= 0)
         return out
 
     return fn
 
 
+def batch_source(data: MultihopData, spec: MultihopSpec, process_index: int = 0,
+                 process_count: int = 1) -> source.BatchSource:
+    """Host ``process_index``'s MDR batch of each global step (:mod:`dense_cf.inputs.source`)."""
+    return source.BatchSource(data.num_examples, spec.global_batch, spec.seed, spec.shuffle,
+                              source.stack_examples(example_fn(data, spec)),
+                              process_index=process_index, process_count=process_count)
+
+
 def make_dataset(data: MultihopData, spec: MultihopSpec, *, start_step: int = 0,
-                 process_index: int = 0, process_count: int = 1, repeat: bool = True):
-    """Host-local MDR batches from global step ``start_step`` (the order and resume contract of
-    :func:`dense_cf.inputs.dpr.global_batches`)."""
-    return pipeline.global_batches(data.num_examples, spec.global_batch,
-                                   lambda: _example_fn(data, spec), seed=spec.seed,
-                                   shuffle=spec.shuffle, start_step=start_step,
-                                   process_index=process_index, process_count=process_count,
-                                   repeat=repeat)
+                 process_index: int = 0, process_count: int = 1, repeat: bool = True,
+                 pipeline: str = "tfdata") -> Any:
+    """Host-local MDR batches from global step ``start_step`` (``as_numpy_iterator()``)."""
+    return source.make_dataset(batch_source(data, spec, process_index, process_count),
+                               start_step=start_step, repeat=repeat, pipeline=pipeline)
 
 
-class BatchIterator(pipeline.BatchIterator):
-    """Resumable MDR batches (state = global step, as the DPR iterator)."""
+class BatchIterator(source.BatchIterator):
+    """Resumable MDR batches (``inputs.source.BatchIterator``)."""
 
-    _make_dataset = staticmethod(make_dataset)
+    _source = staticmethod(batch_source)

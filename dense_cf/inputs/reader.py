@@ -18,12 +18,13 @@ as DPR's ``reader_data.py`` selects them:
 Tokenised once and cached as ``.npz`` beside the file (or ``data.cache_dir``), keyed by the
 file, the tokenizer and the settings. Rows are built with :func:`dense_cf.inputs.tokens.reader_row`.
 
-Batches (numpy, no tf.data): global step k of epoch e = k // steps_per_epoch reads the
-examples ``perm_e[(k % spe) * B:(k % spe + 1) * B]``, ``perm_e`` a permutation seeded by
-``(seed, e)``; host h takes its column. Each example draws its positive (one of its positives)
-and its ``reader.passages - 1`` negatives from ``default_rng((seed, e, example))``, so batch k is
-a pure function of ``(seed, k)`` and a resumed run sees the batches of an uninterrupted one.
-Unshuffled (dev) batches take the first positive and the first negatives in file order.
+Batches (:mod:`dense_cf.inputs.source`, through tf.data or Grain): global step k of epoch e = k
+// steps_per_epoch reads the examples ``perm_e[(k % spe) * B:(k % spe + 1) * B]``, ``perm_e`` a
+permutation seeded by ``(seed, e)``; host h takes its column. Each example draws its positive
+(one of its positives) and its ``reader.passages - 1`` negatives from ``default_rng((seed, e,
+example))``, so batch k is a pure function of ``(seed, k)`` and a resumed run sees the batches
+of an uninterrupted one. Unshuffled (dev) batches take the first positive and the first
+negatives in file order.
 
 Batch layout (host-local; P = reader.passages, L = reader.max_len, A = reader.max_spans)::
 
@@ -37,6 +38,7 @@ Batch layout (host-local; P = reader.passages, L = reader.max_len, A = reader.ma
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any, Callable, Iterable, Iterator
@@ -46,7 +48,7 @@ from absl import logging
 
 from dense_cf import files
 from dense_cf.datasets.formats import RetrievalRecord, SkipReport, iter_retrieval_results
-from dense_cf.inputs import dpr as dpr_inputs
+from dense_cf.inputs import source
 from dense_cf.inputs.tokens import (
     Ragged,
     encode_texts,
@@ -61,7 +63,7 @@ from dense_cf.inputs.tokens import (
 from dense_cf.progress import Progress
 from dense_cf.text.answers import find_answer_spans, has_answer
 
-__all__ = ["Batches", "ReaderBatchIterator", "ReaderData", "ReaderSpec", "cached_results",
+__all__ = ["ReaderBatchIterator", "ReaderData", "ReaderSpec", "cached_results",
            "config_cache_dir", "file_problems", "in_chunks", "load_config_split", "load_results_split", "make_batch",
            "make_dataset", "preprocess", "reader_file", "spec_from_config", "token_spans"]
 
@@ -399,55 +401,24 @@ def make_batch(data: ReaderData, spec: ReaderSpec, epoch: int, indices: np.ndarr
             "passage_valid": valid, "starts": starts, "ends": ends, "span_valid": span_valid}
 
 
-class Batches:
-    """Host-local batches from global step ``start_step`` (one epoch unless ``repeat``); has
-    ``as_numpy_iterator()`` like the tf.data datasets the loop's dev evaluation takes. The epoch
-    order and host columns are the module docstring's; ``batch_fn`` builds a batch from example
-    indices (the extractive reader's :func:`make_batch`, FiD's own). ``spec`` has
-    ``global_batch``, ``seed`` and ``shuffle``."""
-
-    def __init__(self, data: Any, spec: Any, start_step: int, process_index: int,
-                 process_count: int, repeat: bool, batch_fn: Callable[..., dict] | None = None) -> None:
-        if spec.global_batch % process_count:
-            raise ValueError(f"global_batch {spec.global_batch} not divisible by {process_count} hosts")
-        self.spe = dpr_inputs.steps_per_epoch(data.num_examples, spec.global_batch)
-        if self.spe == 0:
-            raise ValueError(f"{data.num_examples} reader examples are fewer than one global "
-                             f"batch of {spec.global_batch}")
-        self.data, self.spec, self.start = data, spec, start_step
-        self.local = spec.global_batch // process_count
-        self.first = process_index * self.local
-        self.repeat = repeat
-        self.batch_fn = batch_fn or make_batch   # (data, spec, epoch, indices) -> host batch
-
-    def _order(self, epoch: int) -> np.ndarray:
-        n = self.data.num_examples
-        if not self.spec.shuffle:
-            return np.arange(n)
-        return np.random.default_rng((self.spec.seed, epoch)).permutation(n)
-
-    def as_numpy_iterator(self) -> Iterator[dict[str, np.ndarray]]:
-        step, b = self.start, self.spec.global_batch
-        epoch, order = -1, None
-        last_epoch = self.start // self.spe
-        while True:
-            e, offset = divmod(step, self.spe)
-            if not self.repeat and e > last_epoch:
-                return
-            if e != epoch:
-                epoch, order = e, self._order(e)
-            lo = offset * b + self.first
-            yield self.batch_fn(self.data, self.spec, epoch, order[lo:lo + self.local])
-            step += 1
+def batch_source(data: Any, spec: Any, process_index: int = 0, process_count: int = 1,
+                 batch_fn: Callable[..., dict] | None = None) -> source.BatchSource:
+    """Host ``process_index``'s batch of each global step: ``batch_fn(data, spec, epoch,
+    indices)`` (the extractive reader's :func:`make_batch`, FiD's own) over the order of
+    :mod:`dense_cf.inputs.source`. ``spec`` has ``global_batch``, ``seed`` and ``shuffle``."""
+    fn = functools.partial(batch_fn or make_batch, data, spec)
+    return source.BatchSource(data.num_examples, spec.global_batch, spec.seed, spec.shuffle, fn,
+                              process_index=process_index, process_count=process_count)
 
 
 def make_dataset(data: ReaderData, spec: ReaderSpec, *, start_step: int = 0, process_index: int = 0,
-                 process_count: int = 1, repeat: bool = True) -> Batches:
+                 process_count: int = 1, repeat: bool = True, pipeline: str = "tfdata") -> Any:
     """Host-local batches of the global batch sequence from global step ``start_step``."""
-    return Batches(data, spec, start_step, process_index, process_count, repeat)
+    return source.make_dataset(batch_source(data, spec, process_index, process_count),
+                               start_step=start_step, repeat=repeat, pipeline=pipeline)
 
 
-class ReaderBatchIterator(dpr_inputs.BatchIterator):
-    """:class:`dense_cf.inputs.dpr.BatchIterator`'s resumable state over reader batches."""
+class ReaderBatchIterator(source.BatchIterator):
+    """Resumable reader batches (``inputs.source.BatchIterator``)."""
 
-    _make_dataset = staticmethod(make_dataset)
+    _source = staticmethod(batch_source)

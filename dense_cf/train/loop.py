@@ -27,6 +27,7 @@ from dense_cf.console import quiet_library_logs
 from dense_cf.files import atomic_open, workdir_lock, write_json
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs import dpr as dpr_inputs
+from dense_cf.inputs.source import GrainOptions
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.hosts import host0_first, is_host0
 from dense_cf.progress import Progress, timed
@@ -79,18 +80,27 @@ def length_bucketer(method, config):
     return cut
 
 
+def device_memory() -> dict[str, int | None]:
+    """Peak and current bytes of the first local device (None where the backend keeps no
+    statistics, e.g. some CPU builds)."""
+    dev = jax.local_devices()[0]
+    stats = (dev.memory_stats() if hasattr(dev, "memory_stats") else None) or {}
+    return {"device": dev.device_kind, "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
+            "bytes_in_use": stats.get("bytes_in_use"), "bytes_limit": stats.get("bytes_limit")}
+
+
 def _mean_metrics(history: list[dict[str, Any]]) -> dict[str, float]:
     host = jax.device_get(history)
     return {k: float(np.mean([h[k] for h in host])) for k in host[0]}
 
 
 def evaluate(eval_fn, params, data, spec, mesh, max_batches: int = 0,
-             make_dataset=dpr_inputs.make_dataset) -> dict[str, float]:
+             make_dataset=dpr_inputs.make_dataset, pipeline: str = "tfdata") -> dict[str, float]:
     """One pass over the dev set in fixed-size batches (the tail smaller than a batch is skipped
     and the count logged, since shapes are fixed)."""
     dev_spec = dataclasses.replace(spec, shuffle=False)
     ds = make_dataset(data, dev_spec, repeat=False, process_index=jax.process_index(),
-                      process_count=jax.process_count())
+                      process_count=jax.process_count(), pipeline=pipeline)
     out = []
     for i, batch in enumerate(ds.as_numpy_iterator()):
         if max_batches and i >= max_batches:
@@ -162,8 +172,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
         hf_params = None
-        it = method.inputs.batch_iterator(train_data, spec, process_index=jax.process_index(),
-                                          process_count=jax.process_count())
+        it = method.inputs.batch_iterator(
+            train_data, spec, process_index=jax.process_index(), process_count=jax.process_count(),
+            pipeline=config.data.pipeline,
+            grain_options=GrainOptions(int(config.data.grain_threads),
+                                       int(config.data.grain_prefetch)))
         if ckpt.latest_step() is not None:
             state, data_state, _ = ckpt.restore(abstract_like(state))
             it.set_state(data_state)
@@ -188,6 +201,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
         # Rate, elapsed and ETA for the console; a time-based line between step-based ones.
         progress = Progress("train", stop_at, unit="steps", start=step, enabled=is_host0())
         compiled = False
+        # Wall times for the run summary: the whole loop, the first step (compile), each
+        # checkpoint save's blocking part (all of it with train.async_checkpoint=False).
+        timing: dict[str, Any] = {"checkpoint_save_s": []}
+        t_train = time.perf_counter()
         bucketer = length_bucketer(method, config)
         shapes: set[tuple] = set()  # batch shapes compiled (one per length bucket combination)
         while step < stop_at:
@@ -204,10 +221,12 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                 # apart from the steady-state rate. Blocking once makes the time the compile's
                 # plus one step's rather than the dispatch's. A new length bucket compiles too.
                 what = f" for a new batch shape ({len(shapes) + 1} so far)" if compiled else ""
+                t_compile = time.perf_counter()
                 with timed(f"train: compiling the train step{what}",
                            "train: compiled and ran the first step" + what, enabled=is_host0()):
                     state, metrics = step_fn(state, batch, dropout_rng)
                     jax.block_until_ready(metrics)
+                timing.setdefault("compile_s", []).append(time.perf_counter() - t_compile)
                 shapes.add(shape)
             step += 1
             steps_since += 1
@@ -237,11 +256,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                 progress.mark_logged()
                 history, t_last, steps_since = [], time.perf_counter(), 0
             if step % config.train.checkpoint_every == 0 or step == stop_at:
+                t_save = time.perf_counter()
                 ckpt.save(step, state, it.get_state(), force=True)
+                timing["checkpoint_save_s"].append(time.perf_counter() - t_save)
             if dev_data is not None and config.train.eval_every and (
                     step % config.train.eval_every == 0 or step == total_steps):
                 dev_metrics = evaluate(eval_fn, state.params, dev_data, spec, mesh,
-                                       config.train.eval_max_batches, method.inputs.make_dataset)
+                                       config.train.eval_max_batches, method.inputs.make_dataset,
+                                       config.data.pipeline)
                 dev_scalars = writer.write(step, dev_metrics, prefix="dev")
                 writer.console(step, total_steps, dev_scalars,
                                ("dev/loss", "dev/rank_acc", "dev/span_acc", "dev/mean_pos_rank"),
@@ -249,14 +271,18 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                 t_last = time.perf_counter()  # keep validation out of the step time
         if compiled:
             progress.done()
-        ckpt.close()
+        t_close = time.perf_counter()
+        ckpt.close()  # waits for an asynchronous save in flight
+        timing["checkpoint_close_s"] = time.perf_counter() - t_close
+        timing["train_s"] = time.perf_counter() - t_train
     writer.close()
     if not last and os.path.exists(rd.summary):  # resumed a finished run: keep its metrics
         with open(rd.summary) as f:
             previous = json.load(f)
         last, dev_metrics = previous.get("train", {}), dev_metrics or previous.get("dev", {})
     summary = {"step": step, "total_steps": total_steps, "train": last,
-               "dev": dev_metrics, "data": {k: v for k, v in train_data.stats.items()}}
+               "dev": dev_metrics, "data": {k: v for k, v in train_data.stats.items()},
+               "timing": timing, "device_memory": device_memory()}
     if is_host0():
         write_json(rd.summary, summary)
     run = Run(config=config, model=model, params=state.params, tokenizer=tokenizer, step=step,

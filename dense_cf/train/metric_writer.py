@@ -3,7 +3,9 @@
 Only process 0 writes (multi-host runs would otherwise write N copies). TensorBoard scalars are
 written as classic ``simple_value`` summaries, not TF2 tensor summaries, so that
 ``EventAccumulator.Scalars`` and pandas/tbparse readers see them as scalars (TF2's
-``tf.summary.scalar`` writes tensors that only the TensorBoard UI converts).
+``tf.summary.scalar`` writes tensors that only the TensorBoard UI converts). Event files are
+written with the ``tensorboard`` package's own writer and protos, not TensorFlow's, so a run
+without TensorFlow (``data.pipeline=grain``) keeps its curves.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 from absl import logging
-
-from dense_cf.console import import_tensorflow
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 
 def _scalar(v: Any) -> float:
@@ -47,8 +49,7 @@ class MetricWriter:
         os.makedirs(workdir, exist_ok=True)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
         if tensorboard:
-            tf = import_tensorflow()  # lazily: only the writer process needs it
-            self._tb = tf.summary.create_file_writer(os.path.join(workdir, "tb"))
+            self._tb = EventFileWriter(os.path.join(workdir, "tb"))
 
     def write(self, step: int, metrics: Mapping[str, Any], *, prefix: str = "train") -> dict[str, float]:
         scalars = {f"{prefix}/{k}": _scalar(v) for k, v in metrics.items()}
@@ -62,20 +63,23 @@ class MetricWriter:
         """Writes ``scalars`` (tag -> value) to TensorBoard alone, as ``simple_value`` scalars."""
         if not self.enabled or self._tb is None or not scalars:
             return
-        tf = import_tensorflow()
-        summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=k, simple_value=float(v))
-                                              for k, v in scalars.items()])
-        with self._tb.as_default(step=int(step)):
-            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(step))
-        self._tb.flush()
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=float(v))
+                                             for k, v in scalars.items()])
+        self._add(step, summary)
 
     def tensorboard_text(self, tag: str, text: str, step: int = 0) -> None:
         """Writes ``text`` (markdown; e.g. the config) to TensorBoard's Text tab."""
         if not self.enabled or self._tb is None:
             return
-        tf = import_tensorflow()
-        with self._tb.as_default(step=int(step)):
-            tf.summary.text(tag, text)
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()],
+                                        tensor_shape=tensor_shape_pb2.TensorShapeProto())
+        meta = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
+        self._add(step, summary_pb2.Summary(value=[summary_pb2.Summary.Value(
+            tag=tag, metadata=meta, tensor=tensor)]))
+
+    def _add(self, step: int, summary: summary_pb2.Summary) -> None:
+        self._tb.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
         self._tb.flush()
 
     def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],

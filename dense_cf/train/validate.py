@@ -22,6 +22,7 @@ from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
 from dense_cf.inputs.multihop import COMPARISON_ORDERS as MULTIHOP_ORDERS
+from dense_cf.inputs.source import PIPELINES
 from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
 from dense_cf.models.hf import NEW_TOKEN_INITS
@@ -84,6 +85,10 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
         _range(out, "model.attention_dropout", m.attention_dropout, 0, 1, hi_open=True)
 
     _enum(out, "data.counterfactual", d.counterfactual, CF_STRATEGIES)
+    _enum(out, "data.pipeline", d.pipeline, PIPELINES)
+    if int(d.grain_threads) < 1 or int(d.grain_prefetch) < 1:
+        out.append(f"config.data.grain_threads={d.grain_threads} and grain_prefetch="
+                   f"{d.grain_prefetch} must be >= 1")
     if d.counterfactual == "evidence" and not d.evidence_file:
         out.append("config.data.counterfactual='evidence' needs config.data.evidence_file "
                    "(python -m dense_cf.cli.evidence writes one)")

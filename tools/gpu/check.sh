@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The one maintained GPU check (docs/feasibility.md "tools/gpu/check.sh"). Run from the checkout
+# with OUT set to a folder for the results; every figure is printed as soon as it exists, so a
+# timeout still leaves the stages done. Stages, in order:
+#   a  the whole path: the demo config (MiniLM, synthetic benchmark) through dense_cf.main with
+#      data.pipeline=grain, bf16 + cuDNN attention, eval.index=jax and the after-training
+#      evaluation; stage wall times and top-k/AAR beside the CPU float32 reference
+#      (docs/results/gpu_check_cpu_reference.json, made by this script with CHECK_MODE=reference)
+#   b  the real loop at the paper's shapes: dense_cf.main, BERT-base random init, batch 128,
+#      1 hard negative + 1 counterfactual, Lq 64, Lp 256, bf16; loop steps/s against the
+#      isolated step (dense_cf.bench.accelerator), MFU, input rate, checkpoint time, memory
+#   c  export of real-length passages (Wikipedia summaries) with length buckets: passages/s, MFU
+#   d  exact JAX search (dense_cf.bench.jax_search)
+# Environment: CHECK_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_check.py);
+# CHECK_MODE=check (default) | reference (stage a alone in float32 on this machine, writing the
+# reference file); CHECK_STAGES (default abcd); CHECK_CARRY (default .carry: what
+# tools/gpu/prepare_carry.sh made: wheels, MiniLM as bf16, the Wikipedia corpus).
+set -u
+: "${OUT:?set OUT to a folder for the results}"
+SIZE=${CHECK_SIZE:-full}
+MODE=${CHECK_MODE:-check}
+STAGES=${CHECK_STAGES:-abcd}
+CARRY=${CHECK_CARRY:-.carry}
+PY=${PYTHON:-python3}
+W=${CHECK_WORK:-$(mktemp -d)}
+REF=docs/results/gpu_check_cpu_reference.json
+mkdir -p "$OUT" "$W"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! "$PY" -c "import grain, ml_collections, pysbd" 2>/dev/null && ls "$CARRY"/whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/check_site \
+    "$CARRY"/whl/*.whl || exit 1
+  export PYTHONPATH="$PYTHONPATH:/tmp/check_site"  # after the checkout: ours win
+fi
+T0=$(date +%s)
+say() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+# run LOG SECONDS CMD...: the command's output to $OUT/LOG, its rc and last lines to stdout.
+run() {
+  local log=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  local rc=$?
+  echo "rc=$rc ($log)"
+  [ $rc -eq 0 ] || grep -v "^[IW][0-9]\{4\}" "$OUT/$log" | tail -15
+  return $rc
+}
+has() { case "$STAGES" in *"$1"*) return 0;; *) return 1;; esac; }
+
+say "host"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
+  --format=csv,noheader
+"$PY" -c 'import jax, flax, optax, grain; print("jax", jax.__version__, "flax", flax.__version__,
+"optax", optax.__version__, "grain", grain.__version__, jax.devices())' 2>&1 | tail -1
+
+if [ "$SIZE" = tiny ]; then
+  MODEL=tiny
+  A_SIZE=(--config.model.tiny_layers=1 --config.data.synthetic.num_passages=200
+          --config.data.synthetic.test_questions=40 --config.train.num_steps=4
+          --config.train.checkpoint_every=2 --config.train.eval_every=0
+          "--config.eval.robustness_counts=(0,2)")
+  B_SIZE=(--config.model.tiny_hidden=32 --config.model.tiny_layers=1 --config.model.tiny_heads=2
+          --config.data.max_q_len=16 --config.data.max_p_len=32 --config.train.global_batch=8
+          --config.train.num_steps=6 --config.train.checkpoint_every=3 --config.train.log_every=2)
+  ISO=(--shapes=small --steps=2 --warmup=1)
+  C_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64)
+  D_CMD=(--n 4096 --dims 32 --queries 64 --batch 32 --k 100 --rounds 1)
+  LIMIT_A=400 LIMIT_B=300 LIMIT_C=120 LIMIT_D=120
+else
+  MODEL=$W/minilm
+  say "MiniLM from its bf16 bits"
+  "$PY" -m dense_cf.bench.gpu_check --mode=unpack_minilm --src="$CARRY/minilm_bf16" \
+    --dst="$MODEL" 2>&1 | tail -1
+  A_SIZE=()
+  B_SIZE=(--config.model.tiny_hidden=768 --config.model.tiny_layers=12
+          --config.model.tiny_heads=12 --config.data.max_q_len=64 --config.data.max_p_len=256
+          --config.train.global_batch=128 --config.train.num_steps=150
+          --config.train.checkpoint_every=75 --config.train.log_every=25)
+  ISO=(--shapes=paper --steps=10 --warmup=2)
+  C_SIZE=(--tiny=768,12,12 --passages=10000 --batch_size=512 --max_p_len=256)
+  D_CMD=(--n 1048576 --dims 768 --queries 4096 --batch 256 --k 100 --rounds 2)
+  LIMIT_A=170 LIMIT_B=150 LIMIT_C=70 LIMIT_D=100
+fi
+if [ "$MODE" = reference ]; then
+  PREC=(--config.model.dtype=float32)
+  STAGES=a
+else
+  PREC=(--config.model.dtype=bfloat16)
+fi
+# The same config on every machine but the compute dtype: cuDNN's fused attention on a GPU is
+# jax.nn.dot_product_attention, XLA's on a CPU; it takes no attention dropout.
+COMMON=(--config.data.pipeline=grain --config.model.attention_impl=dot_product
+        --config.model.attention_dropout=0.0 "${PREC[@]}")
+
+if has a; then
+  say "a: the whole path (demo config, grain, eval.index=jax) -> $OUT/a_demo.log"
+  run a_demo.log "$LIMIT_A" "$PY" -m dense_cf.main --config=configs/demo.py \
+    --workdir="$W/demo" --config.data.data_dir="$W/synth" --config.eval.index=jax \
+    --config.model.name_or_path="$MODEL" "${COMMON[@]}" "${A_SIZE[@]}"
+  if [ "$MODE" = reference ]; then
+    "$PY" -m dense_cf.bench.gpu_check --mode=demo --workdir="$W/demo" --reference="$REF" \
+      --write_reference --out="$OUT/a_demo.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
+  else
+    "$PY" -m dense_cf.bench.gpu_check --mode=demo --workdir="$W/demo" --reference="$REF" \
+      --out="$OUT/a_demo.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
+  fi
+fi
+
+if has b; then
+  say "b: dense_cf.main at the paper's shapes -> $OUT/b_loop.log"
+  run b_loop.log "$LIMIT_B" "$PY" -m dense_cf.main --config=configs/demo.py \
+    --workdir="$W/loop" --config.data.data_dir="$W/synth" --config.model.name_or_path=tiny \
+    --config.data.num_hard=1 --config.train.eval_every=0 --config.eval.after_training=false \
+    --config.train.async_checkpoint=false "${COMMON[@]}" "${B_SIZE[@]}"
+  say "b: the isolated train step (dense_cf.bench.accelerator)"
+  run b_isolated.log 120 "$PY" -m dense_cf.bench.accelerator "${ISO[@]}" --export=false \
+    --search=false --matmul_peak=false --check_sharding=false --out="$OUT/b_isolated.json"
+  grep "^\[accelerator.*median\|^train" "$OUT/b_isolated.log" | tail -3
+  "$PY" -m dense_cf.bench.gpu_check --mode=loop --workdir="$W/loop" \
+    --isolated="$OUT/b_isolated.json" --out="$OUT/b_loop.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
+  "$PY" -m dense_cf.bench.gpu_check --mode=input_rate --workdir="$W/loop" --batches=40 \
+    --out="$OUT/b_input.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
+fi
+
+if has c; then
+  CORPUS="$CARRY/wiki.tsv.gz"
+  [ -f "$CORPUS" ] || CORPUS="$W/synth/psgs_synth.tsv"
+  say "c: export of $CORPUS with length buckets"
+  run c_export.log "$LIMIT_C" "$PY" -m dense_cf.bench.export --model=tiny --corpus="$CORPUS" \
+    --dtype="${PREC[0]#*=}" --attention_impl=dot_product "${C_SIZE[@]}" --out="$OUT/c_export.json"
+  grep "passages_per_s\|mfu\|model_tflops\|padding_removed\|mean_tokens" "$OUT/c_export.log"
+fi
+
+if has d; then
+  say "d: exact JAX search"
+  run d_search.log "$LIMIT_D" "$PY" -m dense_cf.bench.jax_search "${D_CMD[@]}" \
+    --json_out "$OUT/d_search.json"
+  grep -v "^[IW][0-9]\{4\}" "$OUT/d_search.log" | tail -12
+fi
+say "done"
