@@ -28,6 +28,8 @@ INSTALL_REQUIRES = [
     "tensorboard>=2.21,<2.22",
     "matplotlib>=3.8,<4",
     "psutil>=5.9,<8",
+    # The TensorFlow-free input pipeline (data.pipeline=grain; dense_cf/inputs/source.py).
+    "grain>=0.2.12,<0.3",
 ]
 
 FAISS_CPU = "faiss-cpu>=1.15,<1.16"

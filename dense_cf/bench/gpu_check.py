@@ -59,8 +59,12 @@ _BATCHES = flags.DEFINE_integer("batches", 40, "input_rate: timed batches.", fla
 _OUT = flags.DEFINE_string("out", "", "Write the figures as JSON here.", flag_values=FLAGS)
 
 BF16_FILE = "model_bf16.npz"
-_COPIED = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-           "vocab.txt", "modules.json", "sentence_bert_config.json")
+
+
+def _copy_small_files(src: str, dst: str) -> None:
+    """Everything of a model directory but its weights (configs, tokenizer, 1_Pooling/...)."""
+    shutil.copytree(src, dst, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.safetensors", BF16_FILE, "__pycache__"))
 
 
 def _say(msg: str) -> None:
@@ -79,10 +83,8 @@ def pack_minilm(src: str, dst: str) -> dict[str, Any]:
         tensors.update(load_file(fn))
     packed = {k: (v.astype(ml_dtypes.bfloat16).view(np.uint16) if v.dtype.kind == "f" else v)
               for k, v in tensors.items()}
+    _copy_small_files(src, dst)
     np.savez(os.path.join(dst, BF16_FILE), **packed)
-    for name in _COPIED:
-        if os.path.exists(os.path.join(src, name)):
-            shutil.copy(os.path.join(src, name), dst)
     return {"tensors": len(packed), "bytes": os.path.getsize(os.path.join(dst, BF16_FILE))}
 
 
@@ -92,10 +94,8 @@ def unpack_minilm(src: str, dst: str) -> dict[str, Any]:
     with np.load(os.path.join(src, BF16_FILE)) as z:
         tensors = {k: (z[k].view(ml_dtypes.bfloat16).astype(np.float32) if z[k].dtype == np.uint16
                        else z[k]) for k in z.files}
+    _copy_small_files(src, dst)
     save_file(tensors, os.path.join(dst, "model.safetensors"))
-    for name in _COPIED:
-        if os.path.exists(os.path.join(src, name)):
-            shutil.copy(os.path.join(src, name), dst)
     return {"tensors": len(tensors), "dir": dst}
 
 

@@ -80,7 +80,7 @@ else
 fi
 if [ "$MODE" = reference ]; then
   PREC=(--config.model.dtype=float32)
-  STAGES=a
+  STAGES=a LIMIT_A=7200  # the demo on 2 CPU cores: ~10 min idle
 else
   PREC=(--config.model.dtype=bfloat16)
 fi
