@@ -28,6 +28,7 @@ def test_check_script_runs_every_stage_on_the_cpu_without_tensorflow(tmp_path):
     r = subprocess.run(["bash", "tools/gpu/check.sh"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (out / "logs.tgz").exists()
     for log in ("a_demo.log", "b_loop.log", "b_isolated.log", "c_export.log", "d_search.log"):
         assert f"rc=0 ({log})" in r.stdout, r.stdout[-4000:]
     demo = json.loads((out / "a_demo.json").read_text())

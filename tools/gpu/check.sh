@@ -24,22 +24,24 @@ CARRY=${CHECK_CARRY:-.carry}
 PY=${PYTHON:-python3}
 W=${CHECK_WORK:-$(mktemp -d)}
 REF=docs/results/gpu_check_cpu_reference.json
-mkdir -p "$OUT" "$W"
+LOGS=$W/logs  # one log per stage; tarred into $OUT/logs.tgz at the end (files back are few)
+mkdir -p "$OUT" "$W" "$LOGS"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$PY" -c "import grain, ml_collections, pysbd" 2>/dev/null && ls "$CARRY"/whl/*.whl >/dev/null 2>&1; then
+if ! "$PY" -c "import grain, ml_collections, pysbd, bm25s" 2>/dev/null && ls "$CARRY"/whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/check_site \
     "$CARRY"/whl/*.whl || exit 1
   export PYTHONPATH="$PYTHONPATH:/tmp/check_site"  # after the checkout: ours win
 fi
 T0=$(date +%s)
 say() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
-# run LOG SECONDS CMD...: the command's output to $OUT/LOG, its rc and last lines to stdout.
+# run LOG SECONDS CMD...: the command's output to $LOGS/LOG, its rc and last lines to stdout.
 run() {
   local log=$1 limit=$2; shift 2
-  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  timeout "$limit" "$@" > "$LOGS/$log" 2>&1
   local rc=$?
   echo "rc=$rc ($log)"
-  [ $rc -eq 0 ] || grep -v "^[IW][0-9]\{4\}" "$OUT/$log" | tail -15
+  [ $rc -eq 0 ] || grep -v "^[IW][0-9]\{4\}" "$LOGS/$log" | tail -15
+  tar -C "$W" -czf "$OUT/logs.tgz" logs
   return $rc
 }
 has() { case "$STAGES" in *"$1"*) return 0;; *) return 1;; esac; }
@@ -90,7 +92,7 @@ COMMON=(--config.data.pipeline=grain --config.model.attention_impl=dot_product
         --config.model.attention_dropout=0.0 "${PREC[@]}")
 
 if has a; then
-  say "a: the whole path (demo config, grain, eval.index=jax) -> $OUT/a_demo.log"
+  say "a: the whole path (demo config, grain, eval.index=jax) -> $LOGS/a_demo.log"
   run a_demo.log "$LIMIT_A" "$PY" -m dense_cf.main --config=configs/demo.py \
     --workdir="$W/demo" --config.data.data_dir="$W/synth" --config.eval.index=jax \
     --config.model.name_or_path="$MODEL" "${COMMON[@]}" "${A_SIZE[@]}"
@@ -104,7 +106,7 @@ if has a; then
 fi
 
 if has b; then
-  say "b: dense_cf.main at the paper's shapes -> $OUT/b_loop.log"
+  say "b: dense_cf.main at the paper's shapes -> $LOGS/b_loop.log"
   run b_loop.log "$LIMIT_B" "$PY" -m dense_cf.main --config=configs/demo.py \
     --workdir="$W/loop" --config.data.data_dir="$W/synth" --config.model.name_or_path=tiny \
     --config.data.num_hard=1 --config.train.eval_every=0 --config.eval.after_training=false \
@@ -112,7 +114,7 @@ if has b; then
   say "b: the isolated train step (dense_cf.bench.accelerator)"
   run b_isolated.log 120 "$PY" -m dense_cf.bench.accelerator "${ISO[@]}" --export=false \
     --search=false --matmul_peak=false --check_sharding=false --out="$OUT/b_isolated.json"
-  grep "^\[accelerator.*median\|^train" "$OUT/b_isolated.log" | tail -3
+  grep "^\[accelerator.*median\|^train" "$LOGS/b_isolated.log" | tail -3
   "$PY" -m dense_cf.bench.gpu_check --mode=loop --workdir="$W/loop" \
     --isolated="$OUT/b_isolated.json" --out="$OUT/b_loop.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
   "$PY" -m dense_cf.bench.gpu_check --mode=input_rate --workdir="$W/loop" --batches=40 \
@@ -125,13 +127,13 @@ if has c; then
   say "c: export of $CORPUS with length buckets"
   run c_export.log "$LIMIT_C" "$PY" -m dense_cf.bench.export --model=tiny --corpus="$CORPUS" \
     --dtype="${PREC[0]#*=}" --attention_impl=dot_product "${C_SIZE[@]}" --out="$OUT/c_export.json"
-  grep "passages_per_s\|mfu\|model_tflops\|padding_removed\|mean_tokens" "$OUT/c_export.log"
+  grep "passages_per_s\|mfu\|model_tflops\|padding_removed\|mean_tokens" "$LOGS/c_export.log"
 fi
 
 if has d; then
   say "d: exact JAX search"
   run d_search.log "$LIMIT_D" "$PY" -m dense_cf.bench.jax_search "${D_CMD[@]}" \
     --json_out "$OUT/d_search.json"
-  grep -v "^[IW][0-9]\{4\}" "$OUT/d_search.log" | tail -12
+  grep -v "^[IW][0-9]\{4\}" "$LOGS/d_search.log" | tail -12
 fi
 say "done"
