@@ -231,7 +231,9 @@ else:
         from dense_cf.index.jax_search import memory_per_device
         spec = JaxSearchSpec(dtype="bfloat16", query_batch_size=128, block_rows=65_536)
         m = memory_per_device(21_015_324, 768, 8, spec)
-        assert 21_015_324 <= 8 * m["rows"] < 21_015_324 + 8 * 8 * 41  # 41 blocks, each rounded up by < 8 rows
+        # 41 blocks per device, each rounded up to whole 1,024-row chunks
+        assert 21_015_324 <= 8 * m["rows"] < 21_015_324 + 8 * 1024 * 41
+        assert m["rows"] % 1024 == 0
         assert m["corpus_bytes"] == m["rows"] * 768 * 2
         index = build_jax_index(np.ones((1003, 16), np.float32), spec=JaxSearchSpec(block_rows=40))
         layout = memory_per_device(1003, 16, DEVICES, JaxSearchSpec(block_rows=40))

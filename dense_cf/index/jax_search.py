@@ -60,7 +60,8 @@ __all__ = ["ALL_KINDS", "DTYPES", "KIND", "JaxIndex", "JaxSearchSpec", "build_ja
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
-DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+SELECTS: tuple[str, ...] = ("auto", "chunked", "sort")
 _FORMAT = "dense_cf.jax_index"
 _FORMAT_VERSION = 1
 
@@ -69,10 +70,16 @@ _FORMAT_VERSION = 1
 class JaxSearchSpec(faiss_index.DictSpec):
     """How a :class:`JaxIndex` stores and searches vectors (configs/base.py ``eval.jax_*``).
 
-    ``dtype``: corpus dtype on the devices. ``approx``: ``approx_max_k`` with
-    ``recall_target`` instead of exact ``top_k``. ``query_batch_size``: queries per jitted
-    call (the last batch is padded: one compile per k). ``block_rows``: corpus rows scored at
-    once per device (bounds the [queries, block] score matrix).
+    ``dtype``: corpus dtype on the devices (queries are rounded to it; float32 accumulation).
+    ``approx``: ``approx_max_k`` with ``recall_target`` instead of exact selection.
+    ``query_batch_size``: queries per jitted call (the last batch is padded: one compile per k).
+    ``block_rows``: corpus rows scored at once per device (bounds the [queries, block] score
+    matrix). ``select``: exact selection per block, ``chunked`` (chunk top-``chunk_k``, merge,
+    proven exact or re-scanned; module docstring), ``sort`` (``lax.top_k`` over the whole
+    block) or ``auto`` (chunked where k > chunk_k and a device holds two chunks or more).
+    ``chunk_rows``: rows per chunk (XLA's fast GPU top-k kernel wants >= 1024); blocks are
+    whole chunks. ``rescan_chunks``: unsafe chunks per query re-scanned by gathering them;
+    a block with more falls back to ``sort`` for that block.
     """
 
     dtype: str = "float32"
@@ -80,16 +87,25 @@ class JaxSearchSpec(faiss_index.DictSpec):
     recall_target: float = 0.95
     query_batch_size: int = 256
     block_rows: int = 65_536
+    select: str = "auto"
+    chunk_rows: int = 1024
+    chunk_k: int = 16
+    rescan_chunks: int = 4
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"JaxSearchSpec.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.select not in SELECTS:
+            raise ValueError(f"JaxSearchSpec.select must be one of {SELECTS}, got {self.select!r}")
         if not 0.0 < float(self.recall_target) <= 1.0:
             raise ValueError(f"JaxSearchSpec.recall_target must be in (0, 1], got "
                              f"{self.recall_target}")
-        for name in ("query_batch_size", "block_rows"):
+        for name in ("query_batch_size", "block_rows", "chunk_rows", "chunk_k", "rescan_chunks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"JaxSearchSpec.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.chunk_k) >= int(self.chunk_rows):
+            raise ValueError(f"JaxSearchSpec.chunk_k ({self.chunk_k}) must be < chunk_rows "
+                             f"({self.chunk_rows})")
 
     @property
     def kind(self) -> str:
@@ -100,43 +116,80 @@ class JaxSearchSpec(faiss_index.DictSpec):
 # Layout (pure)
 # --------------------------------------------------------------------------------------------
 
-def _layout(n: int, devices: int, block_rows: int) -> tuple[int, int]:
+def _layout(n: int, devices: int, block_rows: int, chunk_rows: int = 8) -> tuple[int, int]:
     """(rows per device R, block size) with R a multiple of the block: blocks are as even
-    as ``block_rows`` allows (multiples of 8 rows), so padding stays small."""
+    as ``block_rows`` allows, in whole chunks of ``chunk_rows`` (multiples of 8 rows where a
+    device holds less than one chunk), so padding stays below one chunk per block."""
     per = -(-n // devices)
-    nblocks = -(-per // block_rows)
+    grain = chunk_rows if per >= chunk_rows else 8
+    nblocks = -(-per // max(block_rows, grain))
     block = -(-per // nblocks)
-    block = -(-block // 8) * 8
+    block = -(-block // grain) * grain
     return block * nblocks, block
 
 
 def memory_per_device(n: int, dim: int, devices: int, spec: JaxSearchSpec) -> dict[str, int]:
     """Bytes one device holds: its corpus rows (padding included) and one block of float32
     scores for a query batch. The int64 ids (8 bytes per row) stay in host memory."""
-    rows, block = _layout(n, devices, spec.block_rows)
+    rows, block = _layout(n, devices, spec.block_rows, spec.chunk_rows)
     return {"rows": rows, "corpus_bytes": rows * dim * jnp.dtype(spec.dtype).itemsize,
             "scores_bytes": spec.query_batch_size * block * 4}
 
 
 def _storage_dtype(dtype: str) -> np.dtype:
-    """The corpus buffers' dtype: bfloat16 is kept as its uint16 bits. XLA's CPU backend
-    otherwise converts the WHOLE bfloat16 corpus to float32 before the block loop (measured:
-    +4 bytes per element, an out-of-memory at 1M x 768); a uint16 slice is bit-cast per block."""
-    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+    """The corpus buffers' dtype: 16-bit floats are kept as their uint16 bits. XLA's CPU
+    backend otherwise converts the WHOLE bfloat16 corpus to float32 before the block loop
+    (measured: +4 bytes per element, an out-of-memory at 1M x 768); a uint16 slice is bit-cast
+    per block."""
+    return np.dtype(np.uint16) if jnp.dtype(dtype).itemsize == 2 else np.dtype(dtype)
+
+
+def chunked_applies(spec: JaxSearchSpec, block: int, k: int) -> bool:
+    """Whether ``spec`` searches a layout with this ``block`` chunk-wise for ``k``."""
+    if spec.approx or spec.select == "sort":
+        return False
+    fits = block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
+    if spec.select == "chunked":
+        return fits
+    return fits and k > spec.chunk_k
 
 
 # --------------------------------------------------------------------------------------------
 # The sharded search program
 # --------------------------------------------------------------------------------------------
 
-def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, block: int,
-                k: int, dtype: str, approx: bool, recall_target: float
-                ) -> tuple[jax.Array, jax.Array]:
-    """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D]."""
+_NO_ROW = np.iinfo(np.int32).max  # a candidate slot that holds no row (sorts after every row)
+
+
+def _merge_sorted(cs: jax.Array, cr: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Top k of candidates by (score descending, row ascending), whatever their positions."""
+    neg, rows = jax.lax.sort((-cs, cr), dimension=1, num_keys=2)
+    return -neg[:, :k], rows[:, :k]
+
+
+def _merge_positional(cs: jax.Array, cr: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Top k of candidates laid out so that, among equal scores, position order is row order:
+    ``lax.top_k`` keeps the lower position first on ties."""
+    ms, mi = jax.lax.top_k(cs, k)
+    return ms, jnp.take_along_axis(cr, mi, axis=1)
+
+
+def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str, ...], n: int,
+                block: int, k: int, dtype: str, store: str, approx: bool, recall_target: float,
+                chunked: bool, chunk: int, chunk_k: int, rescan: int
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D], and
+    [1, 3] counters (chunks re-scanned by gathering, blocks that fell back to a full sort,
+    chunks of live queries found unsafe). ``live`` [B] marks real (not padding) queries."""
     rows_here, dim = p.shape
+    b = q.shape[0]
     base = jax.lax.axis_index(axes) * rows_here
     kb = min(k, block)
-    q = q.astype(jnp.dtype(dtype))
+    cdt = jnp.dtype(dtype)
+    q = q.astype(cdt)
+    # float32 corpora are searched in float32: no TF32 / bf16 passes on GPUs and TPUs.
+    precision = jax.lax.Precision.HIGHEST if cdt == jnp.float32 else None
+    nchunks = block // chunk if chunked else 0
 
     def select(s: jax.Array) -> tuple[jax.Array, jax.Array]:
         if approx:
@@ -144,41 +197,94 @@ def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, bl
                                         reduction_input_size_override=n)
         return jax.lax.top_k(s, kb)
 
-    def step(carry, xs):
-        best_s, best_r = carry
-        blk, j = xs
-        rows = base + j * block + jnp.arange(block, dtype=jnp.int32)
-        if blk.dtype != q.dtype:  # bfloat16 stored as its uint16 bits (see _storage_dtype)
-            blk = jax.lax.bitcast_convert_type(blk, q.dtype)
-        s = jnp.dot(q, blk.T, preferred_element_type=jnp.float32)
+    def full(best_s, best_r, s, rows):
+        """The block's exact top-k merged into the carry (earlier rows first: positional)."""
         s = jnp.where(rows[None, :] < n, s, -jnp.inf)  # padding never wins
         ts, ti = select(s)
-        # The carry (earlier rows) comes first: top_k keeps lower positions first on ties.
-        cs = jnp.concatenate([best_s, ts], axis=1)
-        cr = jnp.concatenate([best_r, rows[ti]], axis=1)
-        ms, mi = jax.lax.top_k(cs, k)
-        return (ms, jnp.take_along_axis(cr, mi, axis=1)), None
+        return _merge_positional(jnp.concatenate([best_s, ts], axis=1),
+                                 jnp.concatenate([best_r, rows[ti]], axis=1), k)
 
-    b = q.shape[0]
-    init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32))
+    def step(carry, xs):
+        best_s, best_r, counts = carry
+        blk, j = xs
+        first = base + j * block
+        rows = first + jnp.arange(block, dtype=jnp.int32)
+        if blk.dtype == jnp.uint16:  # 16-bit floats stored as their bits (_storage_dtype)
+            blk = jax.lax.bitcast_convert_type(blk, jnp.dtype(store))
+        blk = blk.astype(cdt)  # a float32 search over a 16-bit corpus widens per block
+        s = jnp.dot(q, blk.T, precision=precision, preferred_element_type=jnp.float32)
+        if not chunked:
+            return (*full(best_s, best_r, s, rows), counts), None
+        # Each chunk's top chunk_k (raw scores: padding is masked after the selection).
+        t, ti = jax.lax.top_k(s.reshape(b * nchunks, chunk), chunk_k)
+        t, ti = t.reshape(b, nchunks, chunk_k), ti.reshape(b, nchunks, chunk_k)
+        crow = first + jnp.arange(nchunks, dtype=jnp.int32)[None, :, None] * chunk + ti
+        ts = jnp.where(crow < n, t, -jnp.inf)
+        # Candidates in row order among equal scores: carry, then chunks in order, each chunk's
+        # list lower row first on ties (top_k's order).
+        cs = jnp.concatenate([best_s, ts.reshape(b, -1)], axis=1)
+        cr = jnp.concatenate([best_r, crow.reshape(b, -1)], axis=1)
+        ms, mr = _merge_positional(cs, cr, k)
+        # A chunk hides only rows scoring <= its chunk_k-th score. If that is below the merged
+        # k-th score, none of them can enter the top k; else the chunk is re-scanned whole.
+        unsafe = (t[:, :, chunk_k - 1] >= ms[:, k - 1:k]) & live[:, None]
+        per_query = jnp.sum(unsafe, axis=1, dtype=jnp.int32)
+        worst = jnp.max(per_query)
+        branch = jnp.where(worst == 0, 0, jnp.where(worst <= rescan, 1, 2))
+
+        def keep(_):
+            return ms, mr
+
+        def gather(_):
+            # The unsafe chunks (at most ``rescan`` per query), lowest chunk first.
+            key = jnp.where(unsafe, nchunks - jnp.arange(nchunks, dtype=jnp.int32), 0)
+            kv, ci = jax.lax.top_k(key, rescan)
+            ok = kv > 0
+            g = jnp.take_along_axis(s.reshape(b, nchunks, chunk), ci[:, :, None], axis=1)
+            grow = first + ci[:, :, None] * chunk + jnp.arange(chunk, dtype=jnp.int32)
+            gs = jnp.where(ok[:, :, None] & (grow < n), g, -jnp.inf)
+            grow = jnp.where(ok[:, :, None], grow, _NO_ROW)
+            # Those chunks' partial lists leave the candidates: they come back whole.
+            drop = unsafe[:, :, None]
+            cs2 = jnp.concatenate([best_s, jnp.where(drop, -jnp.inf, ts).reshape(b, -1),
+                                   gs.reshape(b, -1)], axis=1)
+            cr2 = jnp.concatenate([best_r, jnp.where(drop, _NO_ROW, crow).reshape(b, -1),
+                                   grow.reshape(b, -1)], axis=1)
+            return _merge_sorted(cs2, cr2, k)
+
+        def fallback(_):
+            return full(best_s, best_r, s, rows)
+
+        ms, mr = jax.lax.switch(branch, (keep, gather, fallback), None)
+        counts = counts + jnp.stack([jnp.where(branch == 1, jnp.sum(per_query), 0),
+                                     (branch == 2).astype(jnp.int32), jnp.sum(per_query)])
+        return (ms, mr, counts), None
+
+    init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32),
+            jnp.zeros((3,), jnp.int32))
     blocks = p.reshape(rows_here // block, block, dim)
-    (s, r), _ = jax.lax.scan(step, init, (blocks, jnp.arange(rows_here // block, dtype=jnp.int32)))
-    return s, r
+    (s, r, counts), _ = jax.lax.scan(
+        step, init, (blocks, jnp.arange(rows_here // block, dtype=jnp.int32)))
+    return s, r, counts[None, :]
 
 
-def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, approx: bool,
-                    recall_target: float) -> Callable[[jax.Array, jax.Array], Any]:
+def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, store: str,
+                    approx: bool, recall_target: float, chunked: bool, chunk: int, chunk_k: int, rescan: int
+                    ) -> Callable[[jax.Array, jax.Array, jax.Array], Any]:
     axes = tuple(mesh.axis_names)
-    local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, approx=approx,
-                    recall_target=recall_target)
-    per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes)),
-                               out_specs=(P(None, axes), P(None, axes)),
+    local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, store=store,
+                    approx=approx,
+                    recall_target=recall_target, chunked=chunked, chunk=chunk,
+                    chunk_k=chunk_k, rescan=rescan)
+    per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P()),
+                               out_specs=(P(None, axes), P(None, axes), P(axes)),
                                check_vma=False)  # the scan carry starts replicated
 
-    def search(q: jax.Array, corpus: jax.Array) -> tuple[jax.Array, jax.Array]:
-        s, r = per_device(q, corpus)  # [B, devices * k], device order = row order
+    def search(q: jax.Array, corpus: jax.Array, live: jax.Array
+               ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        s, r, counts = per_device(q, corpus, live)  # [B, devices * k], device order = row order
         ms, mi = jax.lax.top_k(s, k)  # the one global merge
-        return ms, jnp.take_along_axis(r, mi, axis=1)
+        return ms, jnp.take_along_axis(r, mi, axis=1), jnp.sum(counts, axis=0)
 
     return jax.jit(search)
 
@@ -231,7 +337,7 @@ def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[
         if d.process_index != jax.process_index():
             raise ValueError("JaxIndex needs a mesh of this process's devices (single host); "
                              f"device {d} belongs to process {d.process_index}")
-    rows_per, block = _layout(rows.n, devices, spec.block_rows)
+    rows_per, block = _layout(rows.n, devices, spec.block_rows, spec.chunk_rows)
     dtype = jnp.dtype(spec.dtype)
     shape = (rows_per * devices, rows.dim)
     sharding = NamedSharding(mesh, P(tuple(mesh.axis_names)))
@@ -246,9 +352,14 @@ def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[
             lo, hi = first + off, min(first + off + block, rows.n)
             if hi <= lo:
                 break  # the rest of this device is padding: already zeros
-            host[hi - lo:] = 0
-            rows.read(lo, hi, host)
-            buf = _write_rows(buf, jax.device_put(bits, device), jnp.int32(off))
+            if hasattr(rows, "device_block"):  # rows made on the device (bench.jax_search)
+                part = rows.device_block(lo, hi, block, device, dtype)
+                part = jax.lax.bitcast_convert_type(part, bits.dtype) if part.dtype != bits.dtype else part
+            else:
+                host[hi - lo:] = 0
+                rows.read(lo, hi, host)
+                part = jax.device_put(bits, device)
+            buf = _write_rows(buf, part, jnp.int32(off))
             # device_put may alias ``host`` (CPU) and runs asynchronously: finish before reuse.
             buf.block_until_ready()
             meter.update(hi - lo)
@@ -297,38 +408,70 @@ class JaxIndex:
         return (f"JaxIndex(dtype={self.spec.dtype!r}, approx={self.spec.approx}, dim={self.dim}, "
                 f"ntotal={self.ntotal}, devices={self.num_shards})")
 
-    def _program(self, batch: int, k: int) -> Callable:
-        key = (batch, k)
+    def _program(self, batch: int, k: int, spec: JaxSearchSpec | None = None) -> Callable:
+        spec = spec or self.spec
+        key = (batch, k, spec)
         if key not in self._programs:
             self._programs[key] = _search_program(
-                self.mesh, n=self._n, block=self._block, k=k, dtype=self.spec.dtype,
-                approx=self.spec.approx,
-                recall_target=float(self.spec.recall_target))
+                self.mesh, n=self._n, block=self._block, k=k, dtype=spec.dtype,
+                approx=spec.approx, recall_target=float(spec.recall_target),
+                store=self.spec.dtype, chunked=chunked_applies(spec, self._block, k), chunk=int(spec.chunk_rows),
+                chunk_k=int(spec.chunk_k), rescan=int(spec.rescan_chunks))
         return self._programs[key]
 
-    def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k by inner product in batches of ``batch_size`` (default spec.query_batch_size)."""
+    def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None,
+               stats: dict[str, int] | None = None, select: str | None = None,
+               dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k by inner product in batches of ``batch_size`` (default spec.query_batch_size).
+
+        ``stats``: a dict that receives counts, all devices together: ``blocks`` scanned per
+        batch, ``chunks`` per query; ``unsafe_chunks`` (summed over queries) that may hide a
+        better row, of which ``rescanned_chunks`` were re-scanned by gathering; and
+        ``fallback_blocks`` (summed over batches) searched by a full sort instead.
+        ``select`` / ``dtype`` override the spec's for this call (``dtype``: the queries' and
+        the matmul's, float32 or the corpus dtype; the stored corpus is cast per block), e.g.
+        a float32 reference over a bfloat16 corpus."""
         q, k = faiss_index.check_search_args(queries, k, self.dim)
+        spec = self.spec
+        if select is not None or dtype is not None:
+            spec = dataclasses.replace(spec, select=select or spec.select,
+                                       dtype=dtype or spec.dtype)
+        if spec.dtype not in (self.spec.dtype, "float32"):
+            raise ValueError(f"search(dtype={spec.dtype!r}) over a {self.spec.dtype} corpus: "
+                             "only float32 or the corpus dtype")
         nq = q.shape[0]
-        bs = max(1, min(int(batch_size or self.spec.query_batch_size), nq))
-        program = self._program(bs, k)
+        bs = max(1, min(int(batch_size or spec.query_batch_size), nq))
+        program = self._program(bs, k, spec)
         replicated = NamedSharding(self.mesh, P())
         out_s = np.empty((nq, k), np.float32)
         out_i = np.empty((nq, k), np.int64)
         qb = np.zeros((bs, self.dim), np.float32)
+        counts = np.zeros(3, np.int64)
         for b in range(0, nq, bs):
             m = min(bs, nq - b)
             qb[:m] = q[b:b + m]
             qb[m:] = 0
-            s, r = program(jax.device_put(qb, replicated), self._corpus)
+            live = np.arange(bs) < m
+            s, r, c = program(jax.device_put(qb, replicated), self._corpus,
+                              jax.device_put(live, replicated))
             s, r = np.asarray(s)[:m], np.asarray(r)[:m].astype(np.int64)
+            counts += np.asarray(c)
             valid = (r >= 0) & (r < self._n)
             ids = np.where(valid, self._ids[np.clip(r, 0, self._n - 1)], -1)
             s = np.where(valid, s, np.float32(-np.inf))
             if not self._ids_ascending:  # rows -> ids: restore "equal scores, lower id first"
                 s, ids = merge_topk([s], [ids], k)
             out_s[b:b + m], out_i[b:b + m] = s, ids
+        if stats is not None:
+            blocks = int(self._corpus.shape[0]) // self._block
+            chunks = blocks * (self._block // spec.chunk_rows
+                               if chunked_applies(spec, self._block, k) else 0)
+            for name, v in (("queries", nq), ("batches", -(-nq // bs)), ("blocks", blocks),
+                            ("chunks", chunks),
+                            ("rescanned_chunks", int(counts[0])),
+                            ("fallback_blocks", int(counts[1])),
+                            ("unsafe_chunks", int(counts[2]))):
+                stats[name] = stats.get(name, 0) + v
         return out_s, out_i
 
     # -- persistence: the export is the storage ------------------------------------------------
