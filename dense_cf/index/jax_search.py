@@ -35,6 +35,7 @@ mesh's devices must be addressable by this process (the eval binaries run on one
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -55,8 +56,9 @@ from dense_cf.index.faiss_index import MANIFEST_NAME, DenseIndex, merge_topk
 from dense_cf.parallel.mesh import make_mesh
 from dense_cf.progress import Progress
 
-__all__ = ["ALL_KINDS", "DTYPES", "KIND", "JaxIndex", "JaxSearchSpec", "build_jax_index",
-           "build_jax_index_from_dir", "exact_index", "load_index", "memory_per_device"]
+__all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "build_jax_index",
+           "build_jax_index_from_dir", "build_jax_index_generated", "chunked_applies",
+           "exact_index", "load_index", "memory_per_device"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
@@ -158,6 +160,7 @@ def chunked_applies(spec: JaxSearchSpec, block: int, k: int) -> bool:
 # The sharded search program
 # --------------------------------------------------------------------------------------------
 
+_IN_FLIGHT = 4  # query batches dispatched ahead of the host's result conversion
 _NO_ROW = np.iinfo(np.int32).max  # a candidate slot that holds no row (sorts after every row)
 
 
@@ -330,6 +333,25 @@ class _ShardRows:
             self._maps.clear()
 
 
+class _GeneratedRows:
+    """Rows made on the device by ``make_block(lo, hi, rows, device, dtype)``."""
+
+    def __init__(self, n: int, dim: int, make_block: Callable[..., jax.Array]):
+        self.n, self.dim, self.make_block = int(n), int(dim), make_block
+
+    def make(self, lo: int, hi: int, rows: int, device: Any, dtype: Any, bits: Any) -> jax.Array:
+        part = self.make_block(lo, hi, rows, device, dtype)
+        if part.shape != (rows, self.dim):
+            raise ValueError(f"make_block returned {part.shape}, want {(rows, self.dim)}")
+        return _as_bits(part, jnp.int32(hi - lo), dtype=jnp.dtype(dtype), bits=jnp.dtype(bits))
+
+
+@partial(jax.jit, static_argnames=("dtype", "bits"))
+def _as_bits(part: jax.Array, valid: jax.Array, *, dtype: Any, bits: Any) -> jax.Array:
+    part = jnp.where(jnp.arange(part.shape[0])[:, None] < valid, part.astype(dtype), 0)
+    return part if bits == dtype else jax.lax.bitcast_convert_type(part, bits)
+
+
 def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[jax.Array, int]:
     """The [devices * R, D] corpus array sharded over every mesh axis, filled block by block."""
     devices = mesh.devices.size
@@ -352,9 +374,8 @@ def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[
             lo, hi = first + off, min(first + off + block, rows.n)
             if hi <= lo:
                 break  # the rest of this device is padding: already zeros
-            if hasattr(rows, "device_block"):  # rows made on the device (bench.jax_search)
-                part = rows.device_block(lo, hi, block, device, dtype)
-                part = jax.lax.bitcast_convert_type(part, bits.dtype) if part.dtype != bits.dtype else part
+            if isinstance(rows, _GeneratedRows):
+                part = rows.make(lo, hi, block, device, dtype, bits.dtype)
             else:
                 host[hi - lo:] = 0
                 rows.read(lo, hi, host)
@@ -445,23 +466,32 @@ class JaxIndex:
         replicated = NamedSharding(self.mesh, P())
         out_s = np.empty((nq, k), np.float32)
         out_i = np.empty((nq, k), np.int64)
-        qb = np.zeros((bs, self.dim), np.float32)
         counts = np.zeros(3, np.int64)
-        for b in range(0, nq, bs):
-            m = min(bs, nq - b)
-            qb[:m] = q[b:b + m]
-            qb[m:] = 0
-            live = np.arange(bs) < m
-            s, r, c = program(jax.device_put(qb, replicated), self._corpus,
-                              jax.device_put(live, replicated))
+        pending: collections.deque = collections.deque()
+
+        def collect() -> None:
+            b, m, (s, r, c) = pending.popleft()
             s, r = np.asarray(s)[:m], np.asarray(r)[:m].astype(np.int64)
-            counts += np.asarray(c)
+            counts[:] += np.asarray(c)
             valid = (r >= 0) & (r < self._n)
             ids = np.where(valid, self._ids[np.clip(r, 0, self._n - 1)], -1)
             s = np.where(valid, s, np.float32(-np.inf))
             if not self._ids_ascending:  # rows -> ids: restore "equal scores, lower id first"
                 s, ids = merge_topk([s], [ids], k)
             out_s[b:b + m], out_i[b:b + m] = s, ids
+
+        for b in range(0, nq, bs):
+            m = min(bs, nq - b)
+            qb = np.zeros((bs, self.dim), np.float32)  # fresh: device_put may alias it (CPU)
+            qb[:m] = q[b:b + m]
+            # Dispatch runs ahead of the results (a few batches in flight): the device does
+            # not wait for the host's conversion of the previous batch.
+            pending.append((b, m, program(jax.device_put(qb, replicated), self._corpus,
+                                          jax.device_put(np.arange(bs) < m, replicated))))
+            if len(pending) > _IN_FLIGHT:
+                collect()
+        while pending:
+            collect()
         if stats is not None:
             blocks = int(self._corpus.shape[0]) // self._block
             chunks = blocks * (self._block // spec.chunk_rows
@@ -539,6 +569,17 @@ def build_jax_index(vectors: np.ndarray, ids: np.ndarray | None = None,
         raise ValueError(f"build_jax_index: {len(ids)} ids for {rows.n} vectors")
     faiss_index._check_unique(ids, "build_jax_index")
     return _build(rows, ids, spec or JaxSearchSpec(), mesh, progress, None)
+
+
+def build_jax_index_generated(n: int, dim: int, make_block: Callable[..., jax.Array],
+                              spec: JaxSearchSpec | None = None, *, mesh: Mesh | None = None,
+                              progress: bool = False) -> JaxIndex:
+    """A JaxIndex over ``n`` rows (ids 0..n-1) made on the devices block by block:
+    ``make_block(lo, hi, rows, device, dtype)`` returns a [rows, dim] array on ``device`` whose
+    first ``hi - lo`` rows are rows [lo, hi) (the rest is zeroed). For corpora that need not
+    exist on the host (``bench.jax_search --data device``)."""
+    return _build(_GeneratedRows(n, dim, make_block), np.arange(n, dtype=np.int64),
+                  spec or JaxSearchSpec(), mesh, progress, None)
 
 
 def exact_index(vectors: np.ndarray, kind: str) -> DenseIndex | JaxIndex:
