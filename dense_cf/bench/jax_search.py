@@ -36,6 +36,7 @@ the backend reports it, measured peak bytes in use. :func:`time_search` and
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -78,8 +79,9 @@ _DATA = flags.DEFINE_enum("data", "host", ["host", "device"], "Where the corpus 
                           flag_values=FLAGS)
 _BLOCK_ROWS = flags.DEFINE_integer("block_rows", 65_536, "JaxSearchSpec.block_rows.",
                                    flag_values=FLAGS)
-_CHUNK_ROWS = flags.DEFINE_integer("chunk_rows", 1024, "JaxSearchSpec.chunk_rows.",
-                                   flag_values=FLAGS)
+_CHUNK_ROWS = flags.DEFINE_string("chunk_rows", "1024", "JaxSearchSpec.chunk_rows; several "
+                                  "(comma-separated): all are timed at the first N, the fastest "
+                                  "is kept for the others.", flag_values=FLAGS)
 _CHUNK_K = flags.DEFINE_integer("chunk_k", 16, "JaxSearchSpec.chunk_k.", flag_values=FLAGS)
 _RESCAN = flags.DEFINE_integer("rescan_chunks", 4, "JaxSearchSpec.rescan_chunks.",
                                flag_values=FLAGS)
@@ -220,12 +222,15 @@ def _device_rows(centers: jax.Array, key: jax.Array, *, rows: int, dtype: Any) -
 def device_index(n: int, dim: int, spec: JaxSearchSpec) -> tuple[Any, np.ndarray]:
     """(JaxIndex over n rows made on the devices, centres for the queries)."""
     centers = make_centers(dim, _clusters(n), _SEED.value)
-    key = jax.random.PRNGKey(_SEED.value)
+    key = jax.random.key(_SEED.value)
+
+    on: dict[Any, jax.Array] = {}
 
     def make_block(lo: int, hi: int, rows: int, device: Any, dtype: Any) -> jax.Array:
-        with jax.default_device(device):
-            return _device_rows(jnp.asarray(centers), jax.random.fold_in(key, lo), rows=rows,
-                                dtype=jnp.dtype(dtype))
+        if device not in on:  # committed inputs: the program runs on ``device``
+            on[device] = jax.device_put(centers, device)
+        return _device_rows(on[device], jax.device_put(jax.random.fold_in(key, lo), device),
+                            rows=rows, dtype=jnp.dtype(dtype))
 
     return build_jax_index_generated(n, dim, make_block, spec), centers
 
@@ -234,9 +239,10 @@ def device_index(n: int, dim: int, spec: JaxSearchSpec) -> tuple[Any, np.ndarray
 # One corpus size
 # ------------------------------------------------------------------------------------------
 
-def _spec(dtype: str, batch: int, select: str | None = None) -> JaxSearchSpec:
+def _spec(dtype: str, batch: int, select: str | None = None, chunk_rows: int = 1024
+          ) -> JaxSearchSpec:
     return JaxSearchSpec(dtype=dtype, query_batch_size=batch, block_rows=_BLOCK_ROWS.value,
-                         select=select or _SELECT.value, chunk_rows=_CHUNK_ROWS.value,
+                         select=select or _SELECT.value, chunk_rows=chunk_rows,
                          chunk_k=_CHUNK_K.value, rescan_chunks=_RESCAN.value)
 
 
@@ -249,8 +255,9 @@ def _fraction_equal(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq: int,
-             ncheck: int, limits: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every measurement of one corpus size (module docstring), printed as it is taken."""
+             ncheck: int, limits: dict[str, Any], chunks: list[int]) -> list[dict[str, Any]]:
+    """Every measurement of one corpus size (module docstring), printed as it is taken; the
+    layout is built for the largest of ``chunks`` (powers of two: the others divide it)."""
     rows: list[dict[str, Any]] = []
     k = min(k, n)
     x = ref = None
@@ -270,7 +277,7 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
         gc.collect()
         rows += _peer(x, queries, k, batches[0], ref)
     for dtype in dtypes:
-        spec = _spec(dtype, batches[0])
+        spec = _spec(dtype, batches[0], chunk_rows=max(chunks))
         t0 = time.perf_counter()
         if _DATA.value == "host":
             index = build_jax_index(x, spec=spec)
@@ -293,13 +300,19 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
              f"{human_bytes(proj['corpus_bytes'])} + scores {human_bytes(proj['scores_bytes'])} "
              f"at batch {max(batches)}); select=sort at batch {cb}: {sort_t['qps']:.1f} q/s; "
              f"exact vs sort: ids {exact['ids']:.4f} scores {exact['scores']:.4f}")
-        for batch in batches:
+        for batch, chunk in [(b, c) for b in batches for c in chunks]:
             stats: dict[str, int] = {}
-            timing = time_budgeted(index, queries[:nq], k, batch)
-            _, ids_check = index.search(check, k, batch_size=batch, stats=stats)  # counters
-            row = _row(n, dim, k, dtype, batch, timing["queries"], index, timing, stats, limits)
+            timing = time_budgeted(index, queries[:nq], k, batch, chunk_rows=chunk)
+            s_check, ids_check = index.search(check, k, batch_size=batch, stats=stats,
+                                              chunk_rows=chunk)  # counters: check queries
+            row = _row(n, dim, k, dtype, batch, timing["queries"], index, timing, stats, limits,
+                       chunk)
+            if batch == cb:  # the same matmul shapes as the sort run: equal, bit for bit
+                exact = {"ids": _fraction_equal(ids_check, sort_i),
+                         "scores": _fraction_equal(s_check, sort_s)}
             row.update({"load_s": load_s, "sort_qps": sort_t["qps"], "sort_batch": cb,
-                        "exact_vs_sort": exact, f"recall@{k}_vs_float32": recall_at(ids_check, ref, k),
+                        "exact_vs_sort": exact if batch == cb else None,
+                        f"recall@{k}_vs_float32": recall_at(ids_check, ref, k),
                         "projected_per_device": proj, "peak_bytes_in_use": _peak_bytes_in_use()})
             rows.append(row)
             _say(_line(row))
@@ -308,31 +321,34 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
     return rows
 
 
-def time_budgeted(index: Any, queries: np.ndarray, k: int, batch: int) -> dict[str, Any]:
+def time_budgeted(index: Any, queries: np.ndarray, k: int, batch: int, **search_kw: Any
+                  ) -> dict[str, Any]:
     """``time_search`` after a compile batch and one timed batch, over as many of ``queries``
     as fit in about ``--max_search_s`` at that batch's speed (whole batches, at least one)."""
     t0 = time.perf_counter()
-    index.search(queries[:batch], k, batch_size=batch)
+    index.search(queries[:batch], k, batch_size=batch, **search_kw)
     first_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    index.search(queries[:batch], k, batch_size=batch)
+    index.search(queries[:batch], k, batch_size=batch, **search_kw)
     one = time.perf_counter() - t0
     fit = max(1, int(_MAX_S.value / max(one, 1e-6))) * batch
     timing, _, _ = time_search(index, queries[:min(len(queries), fit)], k, batch,
-                               compile_first=False)
+                               compile_first=False, **search_kw)
     return {**timing, "compile_s": first_s, "queries": min(len(queries), fit)}
 
 
 def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
-         timing: dict[str, Any], stats: dict[str, int], limits: dict[str, Any]) -> dict[str, Any]:
+         timing: dict[str, Any], stats: dict[str, int], limits: dict[str, Any], chunk: int
+         ) -> dict[str, Any]:
     batches = -(-nq // batch)
     bytes_s = batches * index.device_bytes / timing["search_s"]  # all devices together
     flops = 2.0 * n * dim * nq / timing["search_s"]
     devices = index.num_shards
-    chunked = chunked_applies(index.spec, index._block, k)
+    chunked = chunked_applies(dataclasses.replace(index.spec, chunk_rows=chunk), index._block, k)
     q = max(stats.get("queries", 1), 1)
     return {"n": n, "dim": dim, "k": k, "dtype": dtype, "batch": batch, "queries": nq,
-            "devices": devices, "select": "chunked" if chunked else "sort", **timing,
+            "devices": devices, "select": "chunked" if chunked else "sort",
+            "chunk_rows": chunk if chunked else None, **timing,
             "gbs": bytes_s / 1e9, "bandwidth_frac": bytes_s / devices / limits["bandwidth"],
             "tflops": flops / 1e12, "peak_frac": flops / devices / limits["peak"][dtype],
             "unsafe_chunk_frac": stats["unsafe_chunks"] / max(stats["chunks"] * q, 1),
@@ -342,14 +358,17 @@ def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
 def _line(r: dict[str, Any]) -> str:
     c = r["counters"]
     k = r["k"]
-    return (f"n={r['n']} {r['dtype']} k={k} batch={r['batch']} select={r['select']}: "
+    sel = f"chunked/{r['chunk_rows']}" if r["chunk_rows"] else r["select"]
+    return (f"n={r['n']} {r['dtype']} k={k} batch={r['batch']} select={sel}: "
             f"{r['qps']:,.0f} q/s over {r['queries']} (first batch {r['compile_s']:.1f}s), "
             f"{r['gbs']:,.1f} GB/s "
             f"({100 * r['bandwidth_frac']:.1f}% of bandwidth), {r['tflops']:.3f} TFLOP/s "
             f"({100 * r['peak_frac']:.1f}% of peak); on {c['queries']} check queries: unsafe "
             f"chunks {c['unsafe_chunks']}/{c['chunks'] * c['queries']} (re-scanned by gather "
             f"{c['rescanned_chunks']}), full-sort blocks {c['fallback_blocks']}/"
-            f"{c['blocks'] * c['batches']}; R@{k} vs float32 {r[f'recall@{k}_vs_float32']:.4f}")
+            f"{c['blocks'] * c['batches']}; R@{k} vs float32 {r[f'recall@{k}_vs_float32']:.4f}"
+            + (f"; exact vs sort: ids {r['exact_vs_sort']['ids']:.4f} scores "
+               f"{r['exact_vs_sort']['scores']:.4f}" if r["exact_vs_sort"] else ""))
 
 
 def _peer(x: np.ndarray, queries: np.ndarray, k: int, batch: int, ref: np.ndarray
@@ -396,9 +415,14 @@ def main(argv: list[str]) -> None:
          + ", ".join(f"{d} {p / 1e12:,.3f} TFLOP/s" for d, p in limits["peak"].items())
          + f" ({limits['source']})")
     rows: list[dict[str, Any]] = []
-    for n in _ints(_N.value):
+    chunks = _ints(_CHUNK_ROWS.value)
+    for i, n in enumerate(_ints(_N.value)):
         rows += run_size(n, _DIM.value, _K.value, dtypes, batches, _QUERIES.value,
-                         min(_CHECK.value, _QUERIES.value), limits)
+                         min(_CHECK.value, _QUERIES.value), limits, chunks)
+        timed = [r for r in rows if r.get("chunk_rows")]
+        if i == 0 and len(chunks) > 1 and timed:
+            chunks = [max(timed, key=lambda r: r["qps"])["chunk_rows"]]
+            _say(f"chunk_rows={chunks[0]} was fastest at n={n}: kept for the other sizes")
         if _JSON.value:  # after every size: a later out-of-memory keeps the earlier figures
             with open(_JSON.value, "w") as f:
                 json.dump({"env": env, "rows": rows}, f, indent=2)

@@ -5,25 +5,41 @@ The path for TPU pods, where faiss has no device implementation; it serves GPUs 
 
 Layout: the N corpus rows are split contiguously over every device of the mesh (all its axes
 together): device s holds rows [s*R, (s+1)*R), R = ceil(N / devices) rounded up to a whole
-number of ``block_rows`` blocks. Rows >= N are zero padding whose scores are set to -inf, so
-padding never wins. Only the vectors live on the devices (float32 or bfloat16); the int64 ids
-stay on the host.
+number of ``block_rows`` blocks, each block whole ``chunk_rows`` chunks. Rows >= N are zero
+padding that never wins. Only the vectors live on the devices (float32, bfloat16 or float16;
+16-bit ones as their uint16 bits); the int64 ids stay on the host.
 
 Search, one jitted program per (query batch, k): each device scans its rows block by block,
-scores = q · blockᵀ (float32 accumulation; bfloat16 mode casts the queries to bfloat16 too),
-keeps a running top-k (``jax.lax.top_k``, or ``jax.lax.approx_max_k`` with ``recall_target``
-when ``approx``), and one global ``top_k`` merges the devices' k-lists. Memory per device:
-R·D·bytes for the corpus + query_batch·block_rows·4 for one block of scores.
+scores = q · blockᵀ (float32 accumulation; queries are rounded to the corpus dtype; float32 at
+``Precision.HIGHEST``), keeps a running exact top-k, and one global ``top_k`` merges the
+devices' k-lists. Per block the selection is
 
-Ties: ``lax.top_k`` puts the lower index first, and the running and global merges keep
-earlier rows first, so exact mode orders by score descending, then lower row; rows become ids
-and equal scores are re-ordered by lower id (``merge_topk``'s order, so it equals
-``DenseIndex``). Of several rows tied at the k-th place the lowest rows are kept. faiss
-IndexFlatIP (1.15) keeps a heap-dependent subset there (measured: neither lowest nor highest
-ids), so exact mode equals Flat's ids wherever a score is above the k-th score, and Flat's
-scores everywhere (up to float32 summation order). ``approx`` on CPU and GPU: XLA implements
-``approx_max_k`` exactly there (its approximation is a TPU kernel); recall is what the
-benchmark (``python -m dense_cf.bench.jax_search``) reports.
+- ``sort``: ``lax.top_k`` over the whole [B, block] score matrix. On GPUs XLA's fast top-k
+  kernel serves k <= 16 (and rows >= 1024); beyond, ``top_k`` sorts every row of the block.
+- ``chunked`` (``auto`` picks it where k > chunk_k): each chunk of ``chunk_rows`` rows gives its
+  top ``chunk_k`` (a k the fast kernel serves); the carry and the chunks' lists merge into a new
+  top-k whose k-th score is m. Proof, per query and chunk: a chunk's unlisted rows score at most
+  its ``chunk_k``-th score t_c; if t_c < m, none of them can enter the top k (k listed rows
+  score >= m > t_c). Chunks with t_c >= m are unsafe: when every query has at most
+  ``rescan_chunks`` of them, those chunks are gathered whole and merged (a two-key sort: score
+  descending, row ascending); else the block is searched as ``sort``. Either way the result is
+  the exact top k of rows seen so far, so the search is exact for every query, every time;
+  the counters (``search(stats=...)``) say how often the proof failed.
+
+Memory per device: R·D·bytes for the corpus + query_batch·block_rows·4 for one block of scores
+(twice that in a block searched by sort: the masked copy).
+
+Ties: ``lax.top_k`` puts the lower index first, and every positional merge lays candidates out
+so that, among equal scores, position order is row order (the carry's earlier rows, then chunks
+in order, each chunk's list lower row first); the gathered re-scan sorts by (score, row). So
+exact mode orders by score descending, then lower row; rows become ids and equal scores are
+re-ordered by lower id (``merge_topk``'s order, so it equals ``DenseIndex``). Of several rows
+tied at the k-th place the lowest rows are kept. faiss IndexFlatIP (1.15) keeps a
+heap-dependent subset there (measured: neither lowest nor highest ids), so exact mode equals
+Flat's ids wherever a score is above the k-th score, and Flat's scores everywhere (up to float32
+summation order). ``approx`` (``approx_max_k`` with ``recall_target`` instead of exact
+selection): XLA implements ``approx_max_k`` exactly on CPU and GPU (its approximation is a TPU
+kernel); recall is what the benchmark (``python -m dense_cf.bench.jax_search``) reports.
 
 Loading streams: rows are read from the export shards (memory-mapped) one block at a time
 and written into each device's preallocated buffer in place (a donated
@@ -160,6 +176,8 @@ def chunked_applies(spec: JaxSearchSpec, block: int, k: int) -> bool:
 # The sharded search program
 # --------------------------------------------------------------------------------------------
 
+_SEARCH_FIELDS = ("select", "chunk_rows", "chunk_k", "rescan_chunks", "approx", "recall_target",
+                  "dtype")
 _IN_FLIGHT = 4  # query batches dispatched ahead of the host's result conversion
 _NO_ROW = np.iinfo(np.int32).max  # a candidate slot that holds no row (sorts after every row)
 
@@ -441,22 +459,24 @@ class JaxIndex:
         return self._programs[key]
 
     def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None,
-               stats: dict[str, int] | None = None, select: str | None = None,
-               dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+               stats: dict[str, int] | None = None, **overrides: Any
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k by inner product in batches of ``batch_size`` (default spec.query_batch_size).
 
         ``stats``: a dict that receives counts, all devices together: ``blocks`` scanned per
         batch, ``chunks`` per query; ``unsafe_chunks`` (summed over queries) that may hide a
         better row, of which ``rescanned_chunks`` were re-scanned by gathering; and
         ``fallback_blocks`` (summed over batches) searched by a full sort instead.
-        ``select`` / ``dtype`` override the spec's for this call (``dtype``: the queries' and
-        the matmul's, float32 or the corpus dtype; the stored corpus is cast per block), e.g.
-        a float32 reference over a bfloat16 corpus."""
+        ``overrides``: search-time spec fields for this call (``select``, ``chunk_rows``,
+        ``chunk_k``, ``rescan_chunks``, ``approx``, ``recall_target``, ``dtype``: the queries'
+        and the matmul's, float32 or the corpus dtype, the stored corpus cast per block), e.g. a
+        float32 reference over a bfloat16 corpus. A ``chunk_rows`` that does not divide the
+        layout's blocks searches by sort."""
         q, k = faiss_index.check_search_args(queries, k, self.dim)
-        spec = self.spec
-        if select is not None or dtype is not None:
-            spec = dataclasses.replace(spec, select=select or spec.select,
-                                       dtype=dtype or spec.dtype)
+        unknown = sorted(set(overrides) - set(_SEARCH_FIELDS))
+        if unknown:
+            raise ValueError(f"search: {unknown} are not search-time fields {_SEARCH_FIELDS}")
+        spec = dataclasses.replace(self.spec, **overrides) if overrides else self.spec
         if spec.dtype not in (self.spec.dtype, "float32"):
             raise ValueError(f"search(dtype={spec.dtype!r}) over a {self.spec.dtype} corpus: "
                              "only float32 or the corpus dtype")
