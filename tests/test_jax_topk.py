@@ -10,6 +10,8 @@ device count; 8 simulated devices and one device. Chunks are tiny (32 rows, top 
 proof and both re-scan paths run on small corpora; the counters say they did.
 """
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -95,9 +97,13 @@ def test_random_corpus_rarely_needs_a_rescan():
     x = _dyadic(rng, (20_000, D), scale=64, lim=256)
     q = _dyadic(rng, (32, D), scale=64, lim=256)
     mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
-    spec = JaxSearchSpec(block_rows=4096, chunk_rows=64, chunk_k=8, query_batch_size=32)
+    spec = JaxSearchSpec(block_rows=4096, chunk_rows=64, chunk_k=8, query_batch_size=32,
+                         select="chunked")
     index = build_jax_index(x, spec=spec, mesh=mesh)
-    assert chunked_applies(spec, index._block, 100)  # auto picks chunked for k = 100
+    auto = dataclasses.replace(spec, select="auto")
+    assert chunked_applies(auto, index._block, 100, "gpu")  # where the fast kernel is
+    assert not chunked_applies(auto, index._block, 100, "cpu")
+    assert not chunked_applies(auto, index._block, 8, "gpu")  # k <= chunk_k: one top_k serves
     stats = _check(index, x, q, ks=(100,))
     assert stats["unsafe_chunks"] < 0.01 * stats["chunks"] * stats["queries"]
 
@@ -142,3 +148,4 @@ def test_sort_and_one_device_agree():
     one = build_jax_index(x, spec=SPEC, mesh=mesh)
     _check(one, x, q, ks=(16, 100, 2048))
     _check(one, x, q, ks=(100,), select="sort")
+

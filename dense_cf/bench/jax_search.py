@@ -57,6 +57,7 @@ from dense_cf.cli import _app
 from dense_cf.files import human_bytes
 from dense_cf.index import FAISS_INSTALL, IndexSpec, build_index, faiss_available
 from dense_cf.index.jax_search import (
+    SELECTS,
     JaxSearchSpec,
     build_jax_index,
     build_jax_index_generated,
@@ -85,8 +86,8 @@ _CHUNK_ROWS = flags.DEFINE_string("chunk_rows", "1024", "JaxSearchSpec.chunk_row
 _CHUNK_K = flags.DEFINE_integer("chunk_k", 16, "JaxSearchSpec.chunk_k.", flag_values=FLAGS)
 _RESCAN = flags.DEFINE_integer("rescan_chunks", 4, "JaxSearchSpec.rescan_chunks.",
                                flag_values=FLAGS)
-_SELECT = flags.DEFINE_enum("select", "auto", ["auto", "chunked", "sort"],
-                            "JaxSearchSpec.select of the timed searches.", flag_values=FLAGS)
+_SELECT = flags.DEFINE_string("select", "auto", "JaxSearchSpec.select of the timed searches, "
+                              "comma-separated (auto, chunked, sort).", flag_values=FLAGS)
 _BANDWIDTH = flags.DEFINE_float("bandwidth_gbs", 0.0, "Device memory bandwidth, GB/s (0: "
                                 "datasheet for known GPUs, else measured).", flag_values=FLAGS)
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Device matmul peak, TFLOP/s (0: datasheet for "
@@ -242,7 +243,7 @@ def device_index(n: int, dim: int, spec: JaxSearchSpec) -> tuple[Any, np.ndarray
 def _spec(dtype: str, batch: int, select: str | None = None, chunk_rows: int = 1024
           ) -> JaxSearchSpec:
     return JaxSearchSpec(dtype=dtype, query_batch_size=batch, block_rows=_BLOCK_ROWS.value,
-                         select=select or _SELECT.value, chunk_rows=chunk_rows,
+                         select=select or "auto", chunk_rows=chunk_rows,
                          chunk_k=_CHUNK_K.value, rescan_chunks=_RESCAN.value)
 
 
@@ -255,7 +256,8 @@ def _fraction_equal(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq: int,
-             ncheck: int, limits: dict[str, Any], chunks: list[int]) -> list[dict[str, Any]]:
+             ncheck: int, limits: dict[str, Any], chunks: list[int], selects: list[str]
+             ) -> list[dict[str, Any]]:
     """Every measurement of one corpus size (module docstring), printed as it is taken; the
     layout is built for the largest of ``chunks`` (powers of two: the others divide it)."""
     rows: list[dict[str, Any]] = []
@@ -292,7 +294,7 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
         cb = min(batches[0], ncheck)
         sort_t, sort_s, sort_i = time_search(index, check, k, cb, compile_first=True,
                                              select="sort")
-        chk_s, chk_i = index.search(check, k, batch_size=cb)
+        chk_s, chk_i = index.search(check, k, batch_size=cb, select="chunked")
         exact = {"ids": _fraction_equal(chk_i, sort_i), "scores": _fraction_equal(chk_s, sort_s)}
         proj = memory_per_device(n, dim, index.num_shards, _spec(dtype, max(batches)))
         _say(f"n={n} {dtype}: loaded in {load_s:.1f}s, {human_bytes(index.device_bytes)} on "
@@ -300,11 +302,21 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
              f"{human_bytes(proj['corpus_bytes'])} + scores {human_bytes(proj['scores_bytes'])} "
              f"at batch {max(batches)}); select=sort at batch {cb}: {sort_t['qps']:.1f} q/s; "
              f"exact vs sort: ids {exact['ids']:.4f} scores {exact['scores']:.4f}")
-        for batch, chunk in [(b, c) for b in batches for c in chunks]:
+        plan = []  # (batch, chunk_rows, select): a select that resolves to sort runs once
+        for batch in batches:
+            for select in selects:
+                for chunk in chunks:
+                    over = dataclasses.replace(index.spec, chunk_rows=chunk, select=select)
+                    if chunked_applies(over, index._block, k, index.platform):
+                        plan.append((batch, chunk, select))
+                    elif (batch, None, "sort") not in plan:
+                        plan.append((batch, None, "sort"))
+        for batch, chunk, select in plan:
             stats: dict[str, int] = {}
-            timing = time_budgeted(index, queries[:nq], k, batch, chunk_rows=chunk)
+            over = {"select": select, "chunk_rows": chunk or index.spec.chunk_rows}
+            timing = time_budgeted(index, queries[:nq], k, batch, **over)
             s_check, ids_check = index.search(check, k, batch_size=batch, stats=stats,
-                                              chunk_rows=chunk)  # counters: check queries
+                                              **over)  # counters on the check queries
             row = _row(n, dim, k, dtype, batch, timing["queries"], index, timing, stats, limits,
                        chunk)
             if batch == cb:  # the same matmul shapes as the sort run: equal, bit for bit
@@ -344,7 +356,7 @@ def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
     bytes_s = batches * index.device_bytes / timing["search_s"]  # all devices together
     flops = 2.0 * n * dim * nq / timing["search_s"]
     devices = index.num_shards
-    chunked = chunked_applies(dataclasses.replace(index.spec, chunk_rows=chunk), index._block, k)
+    chunked = chunk is not None
     q = max(stats.get("queries", 1), 1)
     return {"n": n, "dim": dim, "k": k, "dtype": dtype, "batch": batch, "queries": nq,
             "devices": devices, "select": "chunked" if chunked else "sort",
@@ -416,9 +428,13 @@ def main(argv: list[str]) -> None:
          + f" ({limits['source']})")
     rows: list[dict[str, Any]] = []
     chunks = _ints(_CHUNK_ROWS.value)
+    selects = [s.strip() for s in _SELECT.value.split(",") if s.strip()]
+    for s in selects:
+        if s not in SELECTS:
+            raise ValueError(f"--select: {s!r} is not one of {SELECTS}")
     for i, n in enumerate(_ints(_N.value)):
         rows += run_size(n, _DIM.value, _K.value, dtypes, batches, _QUERIES.value,
-                         min(_CHECK.value, _QUERIES.value), limits, chunks)
+                         min(_CHECK.value, _QUERIES.value), limits, chunks, selects)
         timed = [r for r in rows if r.get("chunk_rows")]
         if i == 0 and len(chunks) > 1 and timed:
             chunks = [max(timed, key=lambda r: r["qps"])["chunk_rows"]]

@@ -162,14 +162,17 @@ def _storage_dtype(dtype: str) -> np.dtype:
     return np.dtype(np.uint16) if jnp.dtype(dtype).itemsize == 2 else np.dtype(dtype)
 
 
-def chunked_applies(spec: JaxSearchSpec, block: int, k: int) -> bool:
-    """Whether ``spec`` searches a layout with this ``block`` chunk-wise for ``k``."""
+def chunked_applies(spec: JaxSearchSpec, block: int, k: int, platform: str) -> bool:
+    """Whether ``spec`` searches a layout with this ``block`` chunk-wise for ``k`` on devices
+    of ``platform``. ``auto`` chooses it on GPUs only, where XLA's fast top-k kernel serves the
+    chunks; XLA's CPU top-k is slower on many short rows than on a few long ones (measured:
+    [8192, 1024] k=16 179 ms vs [128, 65536] k=100 75 ms; docs/scale.md)."""
     if spec.approx or spec.select == "sort":
         return False
     fits = block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
     if spec.select == "chunked":
         return fits
-    return fits and k > spec.chunk_k
+    return fits and k > spec.chunk_k and platform in ("gpu", "cuda", "rocm")
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +214,7 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
     # float32 corpora are searched in float32: no TF32 / bf16 passes on GPUs and TPUs.
     precision = jax.lax.Precision.HIGHEST if cdt == jnp.float32 else None
     nchunks = block // chunk if chunked else 0
+    rescan = min(rescan, nchunks)
 
     def select(s: jax.Array) -> tuple[jax.Array, jax.Array]:
         if approx:
@@ -431,6 +435,11 @@ class JaxIndex:
         self._programs: dict[tuple[int, int], Callable] = {}
 
     @property
+    def platform(self) -> str:
+        """The mesh's device platform (``cpu``, ``gpu``, ``tpu``)."""
+        return str(self.mesh.devices.flat[0].platform)
+
+    @property
     def ntotal(self) -> int:
         return self._n
 
@@ -454,8 +463,10 @@ class JaxIndex:
             self._programs[key] = _search_program(
                 self.mesh, n=self._n, block=self._block, k=k, dtype=spec.dtype,
                 approx=spec.approx, recall_target=float(spec.recall_target),
-                store=self.spec.dtype, chunked=chunked_applies(spec, self._block, k), chunk=int(spec.chunk_rows),
-                chunk_k=int(spec.chunk_k), rescan=int(spec.rescan_chunks))
+                store=self.spec.dtype,
+                chunked=chunked_applies(spec, self._block, k, self.platform),
+                chunk=int(spec.chunk_rows), chunk_k=int(spec.chunk_k),
+                rescan=int(spec.rescan_chunks))
         return self._programs[key]
 
     def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None,
@@ -515,7 +526,7 @@ class JaxIndex:
         if stats is not None:
             blocks = int(self._corpus.shape[0]) // self._block
             chunks = blocks * (self._block // spec.chunk_rows
-                               if chunked_applies(spec, self._block, k) else 0)
+                               if chunked_applies(spec, self._block, k, self.platform) else 0)
             for name, v in (("queries", nq), ("batches", -(-nq // bs)), ("blocks", blocks),
                             ("chunks", chunks),
                             ("rescanned_chunks", int(counts[0])),
