@@ -1,11 +1,14 @@
-"""Exact JAX search (``eval.index=jax``) at the device's speed: one process, one table.
+"""Exact JAX search (``eval.index=jax``) at the device's speed: one process, a line per figure.
 
-    # GPU (H100 / H200; no faiss, no TensorFlow needed; ~100 s wall with compiles):
-    python -m dense_cf.bench.jax_search --n 1048576,21015324 --dtypes bfloat16 \\
-        --batches 256,1024,4096 --queries 16384 --data device --json_out jax_search_gpu.json
-    # CPU (this repo's 2-core host; the faiss Flat peer runs where faiss imports):
-    python -m dense_cf.bench.jax_search --n 1000000 --dtypes float32,bfloat16 --batches 128 \\
-        --queries 256 --check_queries 128 --data host
+    # GPU (H100 / H200; JAX_PLATFORMS unset, no faiss, no TensorFlow; ~100 s wall with
+    # compiles, estimated; tools/gpu/jax_search_31.sh):
+    python -m dense_cf.bench.jax_search --n 1048576,21015324 --dim 768 --k 100 \\
+        --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 16384 \\
+        --check_queries 256 --max_search_s 1.5 --data device --json_out jax_search_31.json
+    # CPU (the faiss Flat peer runs where faiss imports; docs/scale.md has the figures):
+    python -m dense_cf.bench.jax_search --n 1000000 --dim 768 --k 100 --dtypes float32,bfloat16 \\
+        --batches 128 --select auto,chunked --queries 256 --check_queries 128 \\
+        --max_search_s 30 --data host
     # smoke test (seconds): --n 5000 --dim 32 --batches 16,64 --queries 256 --check_queries 64
 
 Per corpus size N and dtype, one JaxIndex (``select=auto``: the chunked exact top-k where it
@@ -255,6 +258,16 @@ def _fraction_equal(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(a == b))
 
 
+def _compare(s: np.ndarray, i: np.ndarray, ref_s: np.ndarray, ref_i: np.ndarray
+             ) -> dict[str, float]:
+    """Fractions of equal ids and scores, and the largest score difference: a difference
+    means the two programs' matmuls rounded differently (XLA may pick another GEMM algorithm
+    per program), not a selection error; equal scores with unequal ids would be one."""
+    return {"ids": _fraction_equal(i, ref_i), "scores": _fraction_equal(s, ref_s),
+            "max_abs_score_diff": float(np.max(np.abs(s - ref_s), initial=0.0,
+                                               where=np.isfinite(s - ref_s)))}
+
+
 def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq: int,
              ncheck: int, limits: dict[str, Any], chunks: list[int], selects: list[str]
              ) -> list[dict[str, Any]]:
@@ -295,22 +308,24 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
         sort_t, sort_s, sort_i = time_search(index, check, k, cb, compile_first=True,
                                              select="sort")
         chk_s, chk_i = index.search(check, k, batch_size=cb, select="chunked")
-        exact = {"ids": _fraction_equal(chk_i, sort_i), "scores": _fraction_equal(chk_s, sort_s)}
+        exact = _compare(chk_s, chk_i, sort_s, sort_i)
         proj = memory_per_device(n, dim, index.num_shards, _spec(dtype, max(batches)))
         _say(f"n={n} {dtype}: loaded in {load_s:.1f}s, {human_bytes(index.device_bytes)} on "
              f"{index.num_shards} device(s) (projected per device: corpus "
              f"{human_bytes(proj['corpus_bytes'])} + scores {human_bytes(proj['scores_bytes'])} "
              f"at batch {max(batches)}); select=sort at batch {cb}: {sort_t['qps']:.1f} q/s; "
-             f"exact vs sort: ids {exact['ids']:.4f} scores {exact['scores']:.4f}")
+             f"chunked vs sort: ids {exact['ids']:.4f} scores {exact['scores']:.4f} "
+             f"(max |diff| {exact['max_abs_score_diff']:.1e})")
         plan = []  # (batch, chunk_rows, select): a select that resolves to sort runs once
         for batch in batches:
             for select in selects:
                 for chunk in chunks:
                     over = dataclasses.replace(index.spec, chunk_rows=chunk, select=select)
-                    if chunked_applies(over, index._block, k, index.platform):
-                        plan.append((batch, chunk, select))
-                    elif (batch, None, "sort") not in plan:
-                        plan.append((batch, None, "sort"))
+                    step = ((batch, chunk, "chunked")
+                            if chunked_applies(over, index._block, k, index.platform)
+                            else (batch, None, "sort"))
+                    if step not in plan:  # auto may resolve to either
+                        plan.append(step)
         for batch, chunk, select in plan:
             stats: dict[str, int] = {}
             over = {"select": select, "chunk_rows": chunk or index.spec.chunk_rows}
@@ -319,9 +334,8 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
                                               **over)  # counters on the check queries
             row = _row(n, dim, k, dtype, batch, timing["queries"], index, timing, stats, limits,
                        chunk)
-            if batch == cb:  # the same matmul shapes as the sort run: equal, bit for bit
-                exact = {"ids": _fraction_equal(ids_check, sort_i),
-                         "scores": _fraction_equal(s_check, sort_s)}
+            if batch == cb:  # the same matmul shapes as the sort run
+                exact = _compare(s_check, ids_check, sort_s, sort_i)
             row.update({"load_s": load_s, "sort_qps": sort_t["qps"], "sort_batch": cb,
                         "exact_vs_sort": exact if batch == cb else None,
                         f"recall@{k}_vs_float32": recall_at(ids_check, ref, k),
@@ -379,7 +393,7 @@ def _line(r: dict[str, Any]) -> str:
             f"chunks {c['unsafe_chunks']}/{c['chunks'] * c['queries']} (re-scanned by gather "
             f"{c['rescanned_chunks']}), full-sort blocks {c['fallback_blocks']}/"
             f"{c['blocks'] * c['batches']}; R@{k} vs float32 {r[f'recall@{k}_vs_float32']:.4f}"
-            + (f"; exact vs sort: ids {r['exact_vs_sort']['ids']:.4f} scores "
+            + (f"; vs sort: ids {r['exact_vs_sort']['ids']:.4f} scores "
                f"{r['exact_vs_sort']['scores']:.4f}" if r["exact_vs_sort"] else ""))
 
 

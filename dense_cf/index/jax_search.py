@@ -294,12 +294,12 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
 
 
 def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, store: str,
-                    approx: bool, recall_target: float, chunked: bool, chunk: int, chunk_k: int, rescan: int
+                    approx: bool, recall_target: float, chunked: bool, chunk: int,
+                    chunk_k: int, rescan: int
                     ) -> Callable[[jax.Array, jax.Array, jax.Array], Any]:
     axes = tuple(mesh.axis_names)
     local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, store=store,
-                    approx=approx,
-                    recall_target=recall_target, chunked=chunked, chunk=chunk,
+                    approx=approx, recall_target=recall_target, chunked=chunked, chunk=chunk,
                     chunk_k=chunk_k, rescan=rescan)
     per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P()),
                                out_specs=(P(None, axes), P(None, axes), P(axes)),
