@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index, chunked_applies
+from dense_cf.index.jax_search import JaxSearchSpec, auto_query_batch, build_jax_index, chunked_applies
 
 N, D, NQ = 3001, 8, 24  # 3001: not a multiple of 8 devices, of 32-row chunks, of blocks
 KS = (1, 16, 17, 100, 1000, 2048)
@@ -169,3 +169,16 @@ def test_chunks_of_1024_rows(kind):
     index = build_jax_index(x, spec=spec, mesh=mesh)
     stats = _check(index, x, q, ks=(17, 100))
     assert stats["chunks"] == 2 * 40 and index._block == 8192  # 2 searches x 5 blocks x 8
+
+
+def test_query_batch_sized_to_the_device():
+    """query_batch_size=0: the largest batch whose score work fits a quarter of free memory."""
+    assert auto_query_batch("cpu", 65_536, None) == 256
+    assert auto_query_batch("gpu", 65_536, 80 * 2**30) == 4096  # 3 GiB of score work
+    assert auto_query_batch("gpu", 65_536, 4 * 2**30) == 1024  # <= 1 GiB
+    assert auto_query_batch("gpu", 65_536, None) == 1024
+    x, q = _corpus("random")
+    index = build_jax_index(x, spec=JaxSearchSpec(**{**SPEC.to_dict(), "query_batch_size": 0}))
+    _check(index, x, q, ks=(17,))
+    with pytest.raises(ValueError, match="query_batch_size"):
+        JaxSearchSpec(query_batch_size=-1)

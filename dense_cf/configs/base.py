@@ -148,7 +148,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.jax.dtype = "float32"                # float32 | bfloat16 | float16: corpus dtype on the devices
     c.eval.jax.approx = False                   # jax.lax.approx_max_k (approximate on TPU only)
     c.eval.jax.recall_target = 0.95             # approx_max_k's recall target
-    c.eval.jax.query_batch_size = 256           # queries per jitted search call
+    c.eval.jax.query_batch_size = 256           # queries per jitted search call; 0: sized to the device
     c.eval.jax.block_rows = 65_536              # corpus rows scored at once per device
     c.eval.jax.select = "auto"                  # auto | chunked | sort: exact top-k per block
     c.eval.jax.chunk_rows = 1024                # chunked: rows per chunk (whole chunks per block)

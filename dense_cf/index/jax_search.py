@@ -72,9 +72,9 @@ from dense_cf.index.faiss_index import MANIFEST_NAME, DenseIndex, merge_topk
 from dense_cf.parallel.mesh import make_mesh
 from dense_cf.progress import Progress
 
-__all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "build_jax_index",
-           "build_jax_index_from_dir", "build_jax_index_generated", "chunked_applies",
-           "exact_index", "load_index", "memory_per_device"]
+__all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
+           "build_jax_index", "build_jax_index_from_dir", "build_jax_index_generated",
+           "chunked_applies", "exact_index", "load_index", "memory_per_device"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
@@ -90,7 +90,8 @@ class JaxSearchSpec(faiss_index.DictSpec):
 
     ``dtype``: corpus dtype on the devices (queries are rounded to it; float32 accumulation).
     ``approx``: ``approx_max_k`` with ``recall_target`` instead of exact selection.
-    ``query_batch_size``: queries per jitted call (the last batch is padded: one compile per k).
+    ``query_batch_size``: queries per jitted call (the last batch is padded: one compile per k);
+    0: sized to the device (:func:`auto_query_batch`).
     ``block_rows``: corpus rows scored at once per device (bounds the [queries, block] score
     matrix). ``select``: exact selection per block, ``chunked`` (chunk top-``chunk_k``, merge,
     proven exact or re-scanned; module docstring), ``sort`` (``lax.top_k`` over the whole
@@ -118,7 +119,10 @@ class JaxSearchSpec(faiss_index.DictSpec):
         if not 0.0 < float(self.recall_target) <= 1.0:
             raise ValueError(f"JaxSearchSpec.recall_target must be in (0, 1], got "
                              f"{self.recall_target}")
-        for name in ("query_batch_size", "block_rows", "chunk_rows", "chunk_k", "rescan_chunks"):
+        if int(self.query_batch_size) < 0:
+            raise ValueError(f"JaxSearchSpec.query_batch_size must be >= 0 (0: auto), got "
+                             f"{self.query_batch_size}")
+        for name in ("block_rows", "chunk_rows", "chunk_k", "rescan_chunks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"JaxSearchSpec.{name} must be >= 1, got {getattr(self, name)}")
         if int(self.chunk_k) >= int(self.chunk_rows):
@@ -151,7 +155,27 @@ def memory_per_device(n: int, dim: int, devices: int, spec: JaxSearchSpec) -> di
     scores for a query batch. The int64 ids (8 bytes per row) stay in host memory."""
     rows, block = _layout(n, devices, spec.block_rows, spec.chunk_rows)
     return {"rows": rows, "corpus_bytes": rows * dim * jnp.dtype(spec.dtype).itemsize,
-            "scores_bytes": spec.query_batch_size * block * 4}
+            "scores_bytes": (spec.query_batch_size or AUTO_BATCH_MAX) * block * 4}
+
+
+AUTO_BATCH_MAX = 4096  # auto query batches: at most this many (GPU/TPU), CPU_BATCH on CPUs
+CPU_BATCH = 256
+
+
+def auto_query_batch(platform: str, block: int, free_bytes: int | None) -> int:
+    """Queries per batch for ``query_batch_size=0``: on accelerators the largest power of two
+    <= AUTO_BATCH_MAX whose score work (the block's float32 scores, the masked copy and the
+    sort's buffers of a full-sort block: ~3 x 4 bytes per score) takes at most a quarter of
+    ``free_bytes`` (unknown: 1,024), larger batches amortising each corpus pass; on CPUs
+    CPU_BATCH, where the matmul bounds the speed and bigger batches only cost memory."""
+    if platform == "cpu":
+        return CPU_BATCH
+    if free_bytes is None:
+        return 1024
+    b = AUTO_BATCH_MAX
+    while b > 64 and 3 * 4 * b * block > free_bytes // 4:
+        b //= 2
+    return b
 
 
 def _storage_dtype(dtype: str) -> np.dtype:
@@ -456,6 +480,14 @@ class JaxIndex:
         return (f"JaxIndex(dtype={self.spec.dtype!r}, approx={self.spec.approx}, dim={self.dim}, "
                 f"ntotal={self.ntotal}, devices={self.num_shards})")
 
+    def _auto_batch(self) -> int:
+        dev = self.mesh.devices.flat[0]
+        stats = dev.memory_stats() if self.platform != "cpu" else None
+        free = None
+        if stats and "bytes_limit" in stats:
+            free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return auto_query_batch(self.platform, self._block, free)
+
     def _program(self, batch: int, k: int, spec: JaxSearchSpec | None = None) -> Callable:
         spec = spec or self.spec
         key = (batch, k, spec)
@@ -492,7 +524,7 @@ class JaxIndex:
             raise ValueError(f"search(dtype={spec.dtype!r}) over a {self.spec.dtype} corpus: "
                              "only float32 or the corpus dtype")
         nq = q.shape[0]
-        bs = max(1, min(int(batch_size or spec.query_batch_size), nq))
+        bs = max(1, min(int(batch_size or spec.query_batch_size or self._auto_batch()), nq))
         program = self._program(bs, k, spec)
         replicated = NamedSharding(self.mesh, P())
         out_s = np.empty((nq, k), np.float32)

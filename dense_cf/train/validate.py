@@ -134,7 +134,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _enum(out, "eval.index", ev.index, INDEX_KINDS)
     _enum(out, "eval.jax.dtype", ev.jax.dtype, JAX_DTYPES)
     _range(out, "eval.jax.recall_target", ev.jax.recall_target, 0, 1, lo_open=True)
-    _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 1)
+    _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 0)  # 0: sized to the device
     _range(out, "eval.jax.block_rows", ev.jax.block_rows, 1)
     _enum(out, "eval.jax.select", ev.jax.select, JAX_SELECTS)
     for f in ("chunk_rows", "chunk_k", "rescan_chunks"):
