@@ -11,13 +11,20 @@ proof and both re-scan paths run on small corpora; the counters say they did.
 """
 
 import dataclasses
+import os
 
 import jax
 import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from dense_cf.index.jax_search import JaxSearchSpec, auto_query_batch, build_jax_index, chunked_applies
+from dense_cf.index.jax_search import (
+    JaxSearchSpec,
+    auto_query_batch,
+    build_jax_index,
+    build_jax_index_from_dir,
+    chunked_applies,
+)
 
 N, D, NQ = 3001, 8, 24  # 3001: not a multiple of 8 devices, of 32-row chunks, of blocks
 KS = (1, 16, 17, 100, 1000, 2048)
@@ -182,3 +189,18 @@ def test_query_batch_sized_to_the_device():
     _check(index, x, q, ks=(17,))
     with pytest.raises(ValueError, match="query_batch_size"):
         JaxSearchSpec(query_batch_size=-1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_float16_export_streams_into_a_16bit_corpus(tmp_path, dtype):
+    """The exporter's float16 shards, read block by block into a 16-bit corpus (values exact in
+    both formats), search exactly; the corpus takes 2 bytes per value on the devices."""
+    rng = np.random.default_rng(17)
+    x, q = _dyadic(rng, (N, D)), _dyadic(rng, (NQ, D))
+    for s, (lo, hi) in enumerate([(0, 1000), (1000, 1001), (1001, N)]):
+        np.save(tmp_path / f"embeddings-{s:05d}.npy", x[lo:hi].astype(np.float16))
+        np.save(tmp_path / f"ids-{s:05d}.npy", np.arange(lo, hi, dtype=np.int64))
+    index = build_jax_index_from_dir(str(tmp_path), JaxSearchSpec(**{**SPEC.to_dict(), "dtype": dtype}),
+                                     progress=False)
+    assert index._corpus.dtype == np.uint16 and len(os.listdir(tmp_path)) == 6
+    _check(index, x, q, ks=(17, 100))
