@@ -3,7 +3,7 @@
     # GPU (H100 / H200; JAX_PLATFORMS unset, no faiss, no TensorFlow; ~100 s wall with
     # compiles, estimated; tools/gpu/jax_search_31.sh):
     python -m dense_cf.bench.jax_search --n 1048576,21015324 --dim 768 --k 100 \\
-        --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 16384 \\
+        --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 65536 \\
         --check_queries 256 --max_search_s 1.5 --data device --json_out jax_search_31.json
     # CPU (the faiss Flat peer runs where faiss imports; docs/scale.md has the figures):
     python -m dense_cf.bench.jax_search --n 1000000 --dim 768 --k 100 --dtypes float32,bfloat16 \\

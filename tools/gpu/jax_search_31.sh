@@ -9,7 +9,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "=== bench.jax_search 2^20 and 21M x 768 bfloat16, k=100"
 timeout 240 python3 -m dense_cf.bench.jax_search --n 1048576,21015324 --dim 768 --k 100 \
-  --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 16384 \
+  --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 65536 \
   --check_queries 256 --max_search_s 1.5 --data device \
   --json_out "$OUT/jax_search_31.json" 2>&1 | grep -v "^I11"
 echo "=== tests/test_jax_topk.py on the GPU"
