@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -317,6 +318,7 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
     return s, r, counts[None, :]
 
 
+@functools.lru_cache(maxsize=64)  # indexes of one shape share programs (and their compiles)
 def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, store: str,
                     approx: bool, recall_target: float, chunked: bool, chunk: int,
                     chunk_k: int, rescan: int
