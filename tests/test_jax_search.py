@@ -178,6 +178,10 @@ else:
             JaxSearchSpec(dtype="float8")
         with pytest.raises(ValueError, match="recall_target"):
             JaxSearchSpec(recall_target=0)
+        with pytest.raises(ValueError, match="select"):
+            JaxSearchSpec(select="heap")
+        with pytest.raises(ValueError, match="chunk_k"):
+            JaxSearchSpec(chunk_rows=16, chunk_k=16)
         index = build_jax_index(np.ones((10, 4), np.float32))
         with pytest.raises(ValueError, match=r"\[Q, 4\]"):
             index.search(np.ones((2, 5), np.float32), 3)
@@ -194,8 +198,16 @@ else:
         assert not [p for p in config_problems(c, check_files=False) if "eval." in p]
         c.eval.jax.dtype = "float8"
         c.eval.jax.recall_target = 1.5
+        c.eval.jax.select = "heap"
+        c.eval.jax.chunk_k = 2048
         problems = " ".join(config_problems(c, check_files=False))
-        assert "eval.jax.dtype" in problems and "eval.jax.recall_target" in problems
+        for field in ("dtype", "recall_target", "select", "chunk_k"):
+            assert f"eval.jax.{field}" in problems
+        c = base_config()
+        c.eval.jax.dtype = "float16"
+        assert not [p for p in config_problems(c, check_files=False) if "eval." in p]
+        from dense_cf.retrieval.retriever import jax_search_spec
+        assert jax_search_spec(c.eval) == JaxSearchSpec(dtype="float16")  # every key is a field
 
     def test_retrieval_eval_with_jax_equals_flat(tmp_path):
         """An untrained tiny run over a 300-passage synthetic benchmark: the top-k report of
@@ -231,7 +243,9 @@ else:
         from dense_cf.index.jax_search import memory_per_device
         spec = JaxSearchSpec(dtype="bfloat16", query_batch_size=128, block_rows=65_536)
         m = memory_per_device(21_015_324, 768, 8, spec)
-        assert 21_015_324 <= 8 * m["rows"] < 21_015_324 + 8 * 8 * 41  # 41 blocks, each rounded up by < 8 rows
+        # 41 blocks per device, each rounded up to whole 1,024-row chunks
+        assert 21_015_324 <= 8 * m["rows"] < 21_015_324 + 8 * 1024 * 41
+        assert m["rows"] % 1024 == 0
         assert m["corpus_bytes"] == m["rows"] * 768 * 2
         index = build_jax_index(np.ones((1003, 16), np.float32), spec=JaxSearchSpec(block_rows=40))
         layout = memory_per_device(1003, 16, DEVICES, JaxSearchSpec(block_rows=40))

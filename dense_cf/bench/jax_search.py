@@ -1,69 +1,118 @@
-"""JAX-native search (``eval.index=jax``) against faiss Flat on the same vectors and queries.
+"""Exact JAX search (``eval.index=jax``) at the device's speed: one process, a line per figure.
 
-    python -m dense_cf.bench.jax_search --n 1000000 --dims 384,768
-    python -m dense_cf.bench.jax_search --n 100000 --dims 384 --rounds 1   # quick (~1 minute)
+    # GPU (H100 / H200; JAX_PLATFORMS unset, no faiss, no TensorFlow; ~100 s wall with
+    # compiles, estimated; tools/gpu/jax_search_31.sh):
+    python -m dense_cf.bench.jax_search --n 1048576,21015324 --dim 768 --k 100 \\
+        --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 65536 \\
+        --check_queries 256 --max_search_s 1.5 --data device --json_out jax_search_31.json
+    # CPU (the faiss Flat peer runs where faiss imports; docs/scale.md has the figures):
+    python -m dense_cf.bench.jax_search --n 1000000 --dim 768 --k 100 --dtypes float32,bfloat16 \\
+        --batches 128 --select auto,chunked --queries 256 --check_queries 128 \\
+        --max_search_s 30 --data host
+    # smoke test (seconds): --n 5000 --dim 32 --batches 16,64 --queries 256 --check_queries 64
 
-Data: ``dense_cf.bench.index``'s clustered vectors (float32 shards in the exporter's layout,
-one per 65,536 rows) and queries from the same mixture. Per dimension, the A/B pair faiss
-``flat`` (IndexFlatIP, ``DenseIndex``) / ``jax`` (float32, exact ``top_k``) runs ``--rounds``
-times, alternating which goes first, each in a fresh subprocess so that its peak RSS is its own;
-the table reports medians. ``jax-bf16`` (bfloat16 corpus) and ``jax-approx``
-(``approx_max_k``, ``--recall_target``) run once. Per run: load/build seconds (jax: streaming
-the shards onto the devices; its compile is timed apart), queries/s of one ``search(queries,
-k)`` in batches of ``--batch`` (after one warm-up batch for jax, which compiles), peak RSS
-increase (psutil sampling + ru_maxrss, as ``bench.index``), corpus bytes held (faiss: 4·D per
-vector; jax: the device buffers, padding included; both + 8 bytes per id), recall@k and
-exact-id agreement against the first flat run's results. Ends with the memory per device of
-``eval.index=jax`` for DPR's 21M passages over N devices (``memory_per_device``).
+Per corpus size N and dtype, one JaxIndex (``select=auto``: the chunked exact top-k where it
+applies, index/jax_search.py) and, per query batch size, one line printed as soon as measured
+(flushed): queries/s over ``--queries`` (after a compile batch); effective GB/s of the corpus
+scan (device bytes read once per batch, all devices) against the device's memory bandwidth;
+TFLOP/s (2·N·D per query) against the device's peak for the dtype; how many chunks were unsafe
+(the proof failed) and how many were re-scanned by gathering, and how many blocks fell back to
+a full sort; R@k against float32 exact search on ``--check_queries`` queries. Per (N, dtype)
+first: the old selection (``select=sort``, a full ``lax.top_k`` per block) on the check
+queries, timed, and the chunked search on the same queries in the same batch, whose ids and
+scores must equal it (``exact vs sort``: fractions equal, 1.0 when exact).
 
-Without faiss (docs/scale.md, "Without faiss") the flat peer is skipped with its reason printed,
-and R@k / ids are against the first ``jax`` (exact float32) run. :func:`time_search` and
+Data: ``--data host``: ``bench.index``'s clustered mixture made in numpy (float32) and copied
+to the devices; the float32 reference is an exact float32 JaxIndex over those vectors, and
+the faiss Flat peer (where faiss imports; else the reason is printed) searches the same vectors
+and queries at the first batch size. ``--data device``: the same mixture made on the devices
+with ``jax.random`` directly in the storage dtype, block by block (no host copy: corpora larger
+than host memory, e.g. DPR's 21,015,324 passages); the float32 reference is then a float32
+search over the stored (rounded) vectors with unrounded queries.
+
+Bandwidth and peak: vendor datasheet figures for known GPUs (dense, no sparsity); else
+``--bandwidth_gbs`` / ``--peak_tflops``, else measured here (a jitted copy; ``bench.peak``'s
+matmul), and the output says which. Device memory: projected (``memory_per_device``) and, where
+the backend reports it, measured peak bytes in use. :func:`time_search` and
 :func:`peer_skipped` are what ``bench.accelerator`` reuses.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 import os
-import shutil
-import statistics
-import subprocess
+import platform
 import sys
-import tempfile
 import time
+from functools import partial
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from absl import flags, logging
+from absl import flags
 
-from dense_cf.bench.index import BLOCK, PeakRSS, clustered_block, make_centers, recall_at
+from dense_cf.bench.index import BLOCK, clustered_block, make_centers, recall_at
+from dense_cf.bench.peak import measure_matmul_peak
 from dense_cf.cli import _app
 from dense_cf.files import human_bytes
-from dense_cf.index import FAISS_INSTALL, IndexSpec, build_index_from_dir, faiss_available
-from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir, memory_per_device
+from dense_cf.index import FAISS_INSTALL, IndexSpec, build_index, faiss_available
+from dense_cf.index.jax_search import (
+    SELECTS,
+    JaxSearchSpec,
+    build_jax_index,
+    build_jax_index_generated,
+    chunked_applies,
+    memory_per_device,
+)
 
 FLAGS = flags.FlagValues()
-_N = flags.DEFINE_integer("n", 1_000_000, "Corpus vectors.", flag_values=FLAGS)
-_DIMS = flags.DEFINE_string("dims", "384,768", "Comma-separated vector dimensions.", flag_values=FLAGS)
-_QUERIES = flags.DEFINE_integer("queries", 256, "Queries per timed search.", flag_values=FLAGS)
-_BATCH = flags.DEFINE_integer("batch", 128, "Query batch (both searchers).", flag_values=FLAGS)
+_N = flags.DEFINE_string("n", "1048576", "Comma-separated corpus sizes.", flag_values=FLAGS)
+_DIM = flags.DEFINE_integer("dim", 768, "Vector dimension.", flag_values=FLAGS)
 _K = flags.DEFINE_integer("k", 100, "Search depth.", flag_values=FLAGS)
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "flat/jax A/B rounds per dimension.", flag_values=FLAGS)
-_EXTRA = flags.DEFINE_string("extra", "jax-bf16,jax-approx", "Variants run once per dimension.",
-                             flag_values=FLAGS)
-_RECALL = flags.DEFINE_float("recall_target", 0.95, "approx_max_k recall target.", flag_values=FLAGS)
-_BLOCK_ROWS = flags.DEFINE_integer("block_rows", 65_536, "JaxSearchSpec.block_rows.", flag_values=FLAGS)
+_DTYPES = flags.DEFINE_string("dtypes", "bfloat16", "Comma-separated corpus dtypes.",
+                              flag_values=FLAGS)
+_BATCHES = flags.DEFINE_string("batches", "256,1024", "Comma-separated query batch sizes.",
+                               flag_values=FLAGS)
+_QUERIES = flags.DEFINE_integer("queries", 4096, "Queries per timed search.", flag_values=FLAGS)
+_CHECK = flags.DEFINE_integer("check_queries", 256, "Queries for R@k and the sort comparison.",
+                              flag_values=FLAGS)
+_DATA = flags.DEFINE_enum("data", "host", ["host", "device"], "Where the corpus is made.",
+                          flag_values=FLAGS)
+_BLOCK_ROWS = flags.DEFINE_integer("block_rows", 65_536, "JaxSearchSpec.block_rows.",
+                                   flag_values=FLAGS)
+_CHUNK_ROWS = flags.DEFINE_string("chunk_rows", "1024", "JaxSearchSpec.chunk_rows; several "
+                                  "(comma-separated): all are timed at the first N, the fastest "
+                                  "is kept for the others.", flag_values=FLAGS)
+_CHUNK_K = flags.DEFINE_integer("chunk_k", 16, "JaxSearchSpec.chunk_k.", flag_values=FLAGS)
+_RESCAN = flags.DEFINE_integer("rescan_chunks", 4, "JaxSearchSpec.rescan_chunks.",
+                               flag_values=FLAGS)
+_SELECT = flags.DEFINE_string("select", "auto", "JaxSearchSpec.select of the timed searches, "
+                              "comma-separated (auto, chunked, sort).", flag_values=FLAGS)
+_BANDWIDTH = flags.DEFINE_float("bandwidth_gbs", 0.0, "Device memory bandwidth, GB/s (0: "
+                                "datasheet for known GPUs, else measured).", flag_values=FLAGS)
+_PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Device matmul peak, TFLOP/s (0: datasheet for "
+                           "known GPUs, else measured per dtype).", flag_values=FLAGS)
+_PEER = flags.DEFINE_bool("peer", True, "Run the faiss Flat peer (--data host, faiss importable).",
+                          flag_values=FLAGS)
+_MAX_S = flags.DEFINE_float("max_search_s", 5.0, "Seconds one timed search may take about "
+                            "(fewer queries where slower).", flag_values=FLAGS)
 _SEED = flags.DEFINE_integer("seed", 0, "Data seed.", flag_values=FLAGS)
-_WORKDIR = flags.DEFINE_string("workdir", "", "Data directory (default: a temp dir).", flag_values=FLAGS)
-_KEEP = flags.DEFINE_bool("keep", False, "Keep the workdir afterwards.", flag_values=FLAGS)
-_SINGLE = flags.DEFINE_string("single", "", "Internal: one variant in this process.", flag_values=FLAGS)
-_DIM = flags.DEFINE_integer("dim", 0, "Internal: the dimension of --single.", flag_values=FLAGS)
-_JSON = flags.DEFINE_string("json_out", "", "Also write the results to this JSON file.", flag_values=FLAGS)
+_JSON = flags.DEFINE_string("json_out", "", "Also write the results to this JSON file.",
+                            flag_values=FLAGS)
 
-VARIANTS = ("flat", "jax", "jax-bf16", "jax-approx")
-PROJECT_N = 21_015_324  # DPR's psgs_w100 passages
-PROJECT_DEVICES = (1, 8, 16, 64, 256)
+# Vendor datasheets (dense; no sparsity): memory bytes/s, matmul FLOP/s per dtype. float32 is
+# the non-tensor-core rate: float32 corpora are searched at Precision.HIGHEST. Matched in order
+# against jax's device_kind.
+DEVICE_SPECS: tuple[tuple[str, float, dict[str, float]], ...] = (
+    ("H200", 4.8e12, {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
+    ("H100 PCIe", 2.0e12, {"bfloat16": 756e12, "float16": 756e12, "float32": 51e12}),
+    ("H100 NVL", 3.9e12, {"bfloat16": 835e12, "float16": 835e12, "float32": 60e12}),
+    ("H100", 3.35e12, {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
+    ("A100", 2.0e12, {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}),
+)
 
 
 def peer_skipped() -> str | None:
@@ -73,221 +122,341 @@ def peer_skipped() -> str | None:
     return f"faiss is not importable here; install it with {FAISS_INSTALL}"
 
 
-def time_search(index: Any, queries: np.ndarray, k: int, batch: int, *, compile_first: bool
-                ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+def time_search(index: Any, queries: np.ndarray, k: int, batch: int, *, compile_first: bool,
+                **search_kw: Any) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
     """One ``index.search(queries, k)`` in batches of ``batch``, timed: ({compile_s, search_s,
     qps}, scores, ids). ``compile_first``: one batch is searched first and timed apart as
     ``compile_s`` (a JaxIndex compiles its program there); else ``compile_s`` is None."""
     compile_s = None
     if compile_first:
         t0 = time.perf_counter()
-        index.search(queries[:batch], k, batch_size=batch)
+        index.search(queries[:batch], k, batch_size=batch, **search_kw)
         compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    scores, ids = index.search(queries, k, batch_size=batch)
+    scores, ids = index.search(queries, k, batch_size=batch, **search_kw)
     search_s = time.perf_counter() - t0
     return ({"compile_s": compile_s, "search_s": search_s, "qps": len(queries) / search_s},
             scores, ids)
 
 
-def _reference_variant() -> str:
-    """What R@k and ids are measured against: faiss Flat, or exact float32 jax without faiss."""
-    return "flat" if peer_skipped() is None else "jax"
+# ------------------------------------------------------------------------------------------
+# The device: bandwidth, peak, memory
+# ------------------------------------------------------------------------------------------
+
+def device_limits(dtypes: list[str]) -> dict[str, Any]:
+    """{kind, bandwidth (bytes/s), peak {dtype: FLOP/s}, source} for jax's first device."""
+    dev = jax.devices()[0]
+    kind = str(getattr(dev, "device_kind", dev.platform))
+    for name, bw, peak in DEVICE_SPECS:
+        if dev.platform == "gpu" and name in kind:
+            out = {"kind": kind, "bandwidth": bw, "peak": dict(peak), "source": "datasheet"}
+            break
+    else:
+        out = {"kind": kind, "bandwidth": _measure_bandwidth(), "source": "measured here",
+               "peak": {d: measure_matmul_peak(1024, d, repeats=2, min_time=0.2) for d in dtypes}}
+    if _BANDWIDTH.value:
+        out["bandwidth"], out["source"] = _BANDWIDTH.value * 1e9, "flag"
+    if _PEAK.value:
+        out["peak"], out["source"] = {d: _PEAK.value * 1e12 for d in dtypes}, "flag"
+    return out
 
 
-def _spec(variant: str) -> JaxSearchSpec:
-    return JaxSearchSpec(dtype="bfloat16" if variant == "jax-bf16" else "float32",
-                         approx=variant == "jax-approx", recall_target=_RECALL.value,
-                         query_batch_size=_BATCH.value, block_rows=_BLOCK_ROWS.value)
+def _measure_bandwidth(mib: int = 256) -> float:
+    """Bytes/s of a jitted elementwise pass over ``mib`` MiB (read + write counted)."""
+    x = jnp.ones((mib * 2**18,), jnp.float32)
+    nbytes = x.nbytes
+    f = jax.jit(lambda a: a * 1.0001, donate_argnums=0)  # in place: no fresh pages per call
+    x = f(x).block_until_ready()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        x = f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def _peak_bytes_in_use() -> int | None:
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 # ------------------------------------------------------------------------------------------
-# Parent
+# Data
 # ------------------------------------------------------------------------------------------
 
-def _prepare(workdir: str, dim: int) -> None:
-    emb_dir = os.path.join(workdir, f"emb-{dim}")
-    os.makedirs(emb_dir, exist_ok=True)
-    clusters = max(16, _N.value // 1000)
-    centers = make_centers(dim, clusters, _SEED.value)
-    np.save(os.path.join(workdir, f"queries-{dim}.npy"),
-            clustered_block(centers, _QUERIES.value, [_SEED.value, 2]))
-    for b, start in enumerate(range(0, _N.value, BLOCK)):
-        x = clustered_block(centers, min(BLOCK, _N.value - start), [_SEED.value, 1, b])
-        np.save(os.path.join(emb_dir, f"embeddings-{b:05d}.npy"), x)
-        np.save(os.path.join(emb_dir, f"ids-{b:05d}.npy"),
-                np.arange(start, start + len(x), dtype=np.int64))
+def _clusters(n: int) -> int:
+    return max(16, n // 1000)
 
 
-def _child(variant: str, dim: int, workdir: str) -> dict[str, Any]:
-    args = [sys.executable, "-m", "dense_cf.bench.jax_search", f"--single={variant}",
-            f"--dim={dim}", f"--workdir={workdir}", f"--n={_N.value}", f"--queries={_QUERIES.value}",
-            f"--batch={_BATCH.value}", f"--k={_K.value}", f"--recall_target={_RECALL.value}",
-            f"--block_rows={_BLOCK_ROWS.value}"]
-    proc = subprocess.run(args, stdout=subprocess.PIPE, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"benchmark of {variant} at dim {dim} failed (exit {proc.returncode})")
-    return json.loads(lines[-1][len("RESULT "):])
+def _queries(centers: np.ndarray, count: int) -> np.ndarray:
+    return clustered_block(centers, count, [_SEED.value, 2])
 
 
-def _run_dim(workdir: str, dim: int, failures: list[str]) -> list[dict[str, Any]]:
-    """Every run of one dimension; a failed run (e.g. killed for memory on a shared machine)
-    is logged and listed in ``failures``, and the others go on."""
-    t0 = time.perf_counter()
-    _prepare(workdir, dim)
-    logging.info("bench: wrote %d x %d float32 vectors in %.1fs", _N.value, dim,
-                 time.perf_counter() - t0)
-    pair = ("flat", "jax") if peer_skipped() is None else ("jax",)
-    plan = [(r, v) for r in range(_ROUNDS.value)  # flat first in round 0: the reference
-            for v in (pair if r % 2 == 0 else pair[::-1])]
-    for variant in [v.strip() for v in _EXTRA.value.split(",") if v.strip()]:
-        if variant not in VARIANTS:
-            raise ValueError(f"--extra: unknown variant {variant!r} (known: {VARIANTS})")
-        plan.append((0, variant))
-    results = []
-    for r, variant in plan:
-        logging.info("bench: dim %d round %d %s ...", dim, r, variant)
-        try:
-            results.append(dict(_child(variant, dim, workdir), round=r))
-        except RuntimeError as e:
-            logging.error("bench: %s", e)
-            failures.append(str(e))
-            continue
-        logging.info("bench: %s", json.dumps(results[-1]))
-    shutil.rmtree(os.path.join(workdir, f"emb-{dim}"), ignore_errors=True)
-    return results
+def host_corpus(n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vectors float32 [n, dim], centres): ``bench.index``'s clustered mixture."""
+    centers = make_centers(dim, _clusters(n), _SEED.value)
+    x = np.empty((n, dim), np.float32)
+    for b, start in enumerate(range(0, n, BLOCK)):
+        x[start:start + BLOCK] = clustered_block(centers, min(BLOCK, n - start),
+                                                 [_SEED.value, 1, b])
+    return x, centers
 
 
-def _median_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for dim in sorted({r["dim"] for r in results}):
-        for variant in VARIANTS:
-            runs = [r for r in results if r["dim"] == dim and r["variant"] == variant]
-            if not runs:
-                continue
-            row = {"dim": dim, "variant": variant, "runs": len(runs)}
-            for key in ("build_s", "compile_s", "qps", "peak_rss_increase", "corpus_bytes",
-                        f"recall@{runs[0]['k']}", "ids_equal", "max_abs_score_diff"):
-                vals = [r[key] for r in runs if r.get(key) is not None]
-                row[key] = statistics.median(vals) if vals else None
-            row["qps_all"] = [round(r["qps"], 1) for r in runs]
+@partial(jax.jit, static_argnames=("rows", "dtype"))
+def _device_rows(centers: jax.Array, key: jax.Array, *, rows: int, dtype: Any) -> jax.Array:
+    """``clustered_block``'s mixture drawn with jax.random on the device, in ``dtype``."""
+    ka, kx, ks = jax.random.split(key, 3)
+    dim = centers.shape[1]
+    assign = jax.random.randint(ka, (rows,), 0, centers.shape[0])
+    x = jax.random.normal(kx, (rows, dim), jnp.float32) * (1.0 / np.sqrt(dim)) + centers[assign]
+    return (x * jnp.exp(0.05 * jax.random.normal(ks, (rows, 1)))).astype(dtype)
+
+
+def device_index(n: int, dim: int, spec: JaxSearchSpec) -> tuple[Any, np.ndarray]:
+    """(JaxIndex over n rows made on the devices, centres for the queries)."""
+    centers = make_centers(dim, _clusters(n), _SEED.value)
+    key = jax.random.key(_SEED.value)
+
+    on: dict[Any, jax.Array] = {}
+
+    def make_block(lo: int, hi: int, rows: int, device: Any, dtype: Any) -> jax.Array:
+        if device not in on:  # committed inputs: the program runs on ``device``
+            on[device] = jax.device_put(centers, device)
+        return _device_rows(on[device], jax.device_put(jax.random.fold_in(key, lo), device),
+                            rows=rows, dtype=jnp.dtype(dtype))
+
+    return build_jax_index_generated(n, dim, make_block, spec), centers
+
+
+# ------------------------------------------------------------------------------------------
+# One corpus size
+# ------------------------------------------------------------------------------------------
+
+def _spec(dtype: str, batch: int, select: str | None = None, chunk_rows: int = 1024
+          ) -> JaxSearchSpec:
+    return JaxSearchSpec(dtype=dtype, query_batch_size=batch, block_rows=_BLOCK_ROWS.value,
+                         select=select or "auto", chunk_rows=chunk_rows,
+                         chunk_k=_CHUNK_K.value, rescan_chunks=_RESCAN.value)
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _fraction_equal(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(a == b))
+
+
+def _compare(s: np.ndarray, i: np.ndarray, ref_s: np.ndarray, ref_i: np.ndarray
+             ) -> dict[str, float]:
+    """Fractions of equal ids and scores, and the largest score difference: a difference
+    means the two programs' matmuls rounded differently (XLA may pick another GEMM algorithm
+    per program), not a selection error; equal scores with unequal ids would be one."""
+    return {"ids": _fraction_equal(i, ref_i), "scores": _fraction_equal(s, ref_s),
+            "max_abs_score_diff": float(np.max(np.abs(s - ref_s), initial=0.0,
+                                               where=np.isfinite(s - ref_s)))}
+
+
+def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq: int,
+             ncheck: int, limits: dict[str, Any], chunks: list[int], selects: list[str]
+             ) -> list[dict[str, Any]]:
+    """Every measurement of one corpus size (module docstring), printed as it is taken; the
+    layout is built for the largest of ``chunks`` (powers of two: the others divide it)."""
+    rows: list[dict[str, Any]] = []
+    k = min(k, n)
+    x = ref = None
+    if _DATA.value == "host":
+        t0 = time.perf_counter()
+        x, centers = host_corpus(n, dim)
+        _say(f"n={n}: made {n} x {dim} float32 vectors on the host in "
+             f"{time.perf_counter() - t0:.1f}s")
+        queries = _queries(centers, max(nq, ncheck))
+        f32 = build_jax_index(x, spec=_spec("float32", batches[0], "sort"))
+        timing, ref_s, ref_i = time_search(f32, queries[:ncheck], k, min(batches[0], ncheck),
+                                           compile_first=True)
+        ref = ref_i
+        _say(f"n={n}: float32 exact reference (select=sort) on {ncheck} queries: "
+             f"{timing['qps']:.1f} q/s")
+        del f32
+        gc.collect()
+        rows += _peer(x, queries, k, batches[0], ref)
+    for dtype in dtypes:
+        spec = _spec(dtype, batches[0], chunk_rows=max(chunks))
+        t0 = time.perf_counter()
+        if _DATA.value == "host":
+            index = build_jax_index(x, spec=spec)
+        else:
+            index, centers = device_index(n, dim, spec)
+            queries = _queries(centers, max(nq, ncheck))
+        load_s = time.perf_counter() - t0
+        check = queries[:ncheck]
+        if ref is None or _DATA.value == "device":
+            _, ref = index.search(check, k, batch_size=min(batches[0], ncheck), select="sort",
+                                  dtype="float32")
+        cb = min(batches[0], ncheck)
+        sort_t, sort_s, sort_i = time_search(index, check, k, cb, compile_first=True,
+                                             select="sort")
+        chk_s, chk_i = index.search(check, k, batch_size=cb, select="chunked")
+        exact = _compare(chk_s, chk_i, sort_s, sort_i)
+        proj = memory_per_device(n, dim, index.num_shards, _spec(dtype, max(batches)))
+        _say(f"n={n} {dtype}: loaded in {load_s:.1f}s, {human_bytes(index.device_bytes)} on "
+             f"{index.num_shards} device(s) (projected per device: corpus "
+             f"{human_bytes(proj['corpus_bytes'])} + scores {human_bytes(proj['scores_bytes'])} "
+             f"at batch {max(batches)}); select=sort at batch {cb}: {sort_t['qps']:.1f} q/s; "
+             f"chunked vs sort: ids {exact['ids']:.4f} scores {exact['scores']:.4f} "
+             f"(max |diff| {exact['max_abs_score_diff']:.1e})")
+        plan = []  # (batch, chunk_rows, select): a select that resolves to sort runs once
+        for batch in batches:
+            for select in selects:
+                for chunk in chunks:
+                    over = dataclasses.replace(index.spec, chunk_rows=chunk, select=select)
+                    step = ((batch, chunk, "chunked")
+                            if chunked_applies(over, index._block, k, index.platform)
+                            else (batch, None, "sort"))
+                    if step not in plan:  # auto may resolve to either
+                        plan.append(step)
+        for batch, chunk, select in plan:
+            stats: dict[str, int] = {}
+            over = {"select": select, "chunk_rows": chunk or index.spec.chunk_rows}
+            timing = time_budgeted(index, queries[:nq], k, batch, **over)
+            s_check, ids_check = index.search(check, k, batch_size=batch, stats=stats,
+                                              **over)  # counters on the check queries
+            row = _row(n, dim, k, dtype, batch, timing["queries"], index, timing, stats, limits,
+                       chunk)
+            if batch == cb:  # the same matmul shapes as the sort run
+                exact = _compare(s_check, ids_check, sort_s, sort_i)
+            row.update({"load_s": load_s, "sort_qps": sort_t["qps"], "sort_batch": cb,
+                        "exact_vs_sort": exact if batch == cb else None,
+                        f"recall@{k}_vs_float32": recall_at(ids_check, ref, k),
+                        "projected_per_device": proj, "peak_bytes_in_use": _peak_bytes_in_use()})
             rows.append(row)
+            _say(_line(row))
+        del index
+        gc.collect()
     return rows
 
 
-def _table(rows: list[dict[str, Any]], k: int) -> str:
-    ids_ref = f"ids={_reference_variant()}"
-    head = (f"{'dim':>4} {'variant':<10} {'runs':>4} {'build s':>8} {'compile s':>9} {'QPS':>7} "
-            f"{'QPS/flat':>8} {'peak RSS +':>10} {'corpus':>9} {f'R@{k}':>6} {ids_ref:>8} "
-            f"{'max|ds|':>8}  QPS per run")
-    out = [head, "-" * len(head)]
-    flat_qps = {r["dim"]: r["qps"] for r in rows if r["variant"] == "flat"}
-
-    def f(v, fmt):
-        return format(v, fmt) if v is not None else "-"
-    for r in rows:
-        ratio = r["qps"] / flat_qps[r["dim"]] if r["dim"] in flat_qps else None
-        out.append(f"{r['dim']:>4} {r['variant']:<10} {r['runs']:>4} {r['build_s']:8.1f} "
-                   f"{f(r['compile_s'], '9.1f'):>9} {r['qps']:7.1f} {f(ratio, '8.2f'):>8} "
-                   f"{human_bytes(r['peak_rss_increase']):>10} {human_bytes(r['corpus_bytes']):>9} "
-                   f"{f(r[f'recall@{k}'], '6.4f'):>6} {f(r['ids_equal'], '8.4f'):>8} "
-                   f"{f(r['max_abs_score_diff'], '8.1e'):>8}  {r['qps_all']}")
-    return "\n".join(out)
+def time_budgeted(index: Any, queries: np.ndarray, k: int, batch: int, **search_kw: Any
+                  ) -> dict[str, Any]:
+    """``time_search`` after a compile batch and one timed batch, over as many of ``queries``
+    as fit in about ``--max_search_s`` at that batch's speed (whole batches, at least one)."""
+    t0 = time.perf_counter()
+    index.search(queries[:batch], k, batch_size=batch, **search_kw)
+    first_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index.search(queries[:batch], k, batch_size=batch, **search_kw)
+    one = time.perf_counter() - t0
+    fit = max(1, int(_MAX_S.value / max(one, 1e-6))) * batch
+    timing, _, _ = time_search(index, queries[:min(len(queries), fit)], k, batch,
+                               compile_first=False, **search_kw)
+    return {**timing, "compile_s": first_s, "queries": min(len(queries), fit)}
 
 
-def _projection(dims: list[int]) -> str:
-    head = f"{'dim':>4} {'dtype':<8} " + " ".join(f"{f'{d} dev':>10}" for d in PROJECT_DEVICES)
-    out = [f"eval.index=jax memory per device for {PROJECT_N:,} passages (corpus rows incl. "
-           f"padding + one [batch={_BATCH.value}, block] float32 score block; ids stay on the "
-           f"host: {human_bytes(PROJECT_N * 8)})", head, "-" * len(head)]
-    for dim in dims:
-        for dtype in ("float32", "bfloat16"):
-            spec = JaxSearchSpec(dtype=dtype, query_batch_size=_BATCH.value,
-                                 block_rows=_BLOCK_ROWS.value)
-            cells = []
-            for d in PROJECT_DEVICES:
-                m = memory_per_device(PROJECT_N, dim, d, spec)
-                cells.append(f"{human_bytes(m['corpus_bytes'] + m['scores_bytes']):>10}")
-            out.append(f"{dim:>4} {dtype:<8} " + " ".join(cells))
-    return "\n".join(out)
+def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
+         timing: dict[str, Any], stats: dict[str, int], limits: dict[str, Any], chunk: int
+         ) -> dict[str, Any]:
+    batches = -(-nq // batch)
+    bytes_s = batches * index.device_bytes / timing["search_s"]  # all devices together
+    flops = 2.0 * n * dim * nq / timing["search_s"]
+    devices = index.num_shards
+    chunked = chunk is not None
+    q = max(stats.get("queries", 1), 1)
+    return {"n": n, "dim": dim, "k": k, "dtype": dtype, "batch": batch, "queries": nq,
+            "devices": devices, "select": "chunked" if chunked else "sort",
+            "chunk_rows": chunk if chunked else None, **timing,
+            "gbs": bytes_s / 1e9, "bandwidth_frac": bytes_s / devices / limits["bandwidth"],
+            "tflops": flops / 1e12, "peak_frac": flops / devices / limits["peak"][dtype],
+            "unsafe_chunk_frac": stats["unsafe_chunks"] / max(stats["chunks"] * q, 1),
+            "counters": stats}
 
 
-# ------------------------------------------------------------------------------------------
-# Child: one variant
-# ------------------------------------------------------------------------------------------
+def _line(r: dict[str, Any]) -> str:
+    c = r["counters"]
+    k = r["k"]
+    sel = f"chunked/{r['chunk_rows']}" if r["chunk_rows"] else r["select"]
+    return (f"n={r['n']} {r['dtype']} k={k} batch={r['batch']} select={sel}: "
+            f"{r['qps']:,.0f} q/s over {r['queries']} (first batch {r['compile_s']:.1f}s), "
+            f"{r['gbs']:,.1f} GB/s "
+            f"({100 * r['bandwidth_frac']:.1f}% of bandwidth), {r['tflops']:.3f} TFLOP/s "
+            f"({100 * r['peak_frac']:.1f}% of peak); on {c['queries']} check queries: unsafe "
+            f"chunks {c['unsafe_chunks']}/{c['chunks'] * c['queries']} (re-scanned by gather "
+            f"{c['rescanned_chunks']}), full-sort blocks {c['fallback_blocks']}/"
+            f"{c['blocks'] * c['batches']}; R@{k} vs float32 {r[f'recall@{k}_vs_float32']:.4f}"
+            + (f"; vs sort: ids {r['exact_vs_sort']['ids']:.4f} scores "
+               f"{r['exact_vs_sort']['scores']:.4f}" if r["exact_vs_sort"] else ""))
 
-def _run_single(variant: str) -> dict[str, Any]:
-    threads = None
-    if faiss_available():  # the peer's thread count, for the table header
-        import faiss
-        threads = faiss.omp_get_max_threads()
 
-    workdir, dim, k = _WORKDIR.value, _DIM.value, min(_K.value, _N.value)
-    emb_dir = os.path.join(workdir, f"emb-{dim}")
-    queries = np.load(os.path.join(workdir, f"queries-{dim}.npy"))
-    with PeakRSS() as mem:
-        t0 = time.perf_counter()
-        if variant == "flat":
-            index = build_index_from_dir(emb_dir, IndexSpec(kind="flat", use_gpu=False,
-                                                            query_batch_size=_BATCH.value),
-                                         progress=False)
-            corpus_bytes = index.ntotal * (4 * dim + 8)
-        else:
-            index = build_jax_index_from_dir(emb_dir, _spec(variant), progress=False)
-            corpus_bytes = index.device_bytes + 8 * index.ntotal
-        build_s = time.perf_counter() - t0
-        timing, scores, ids = time_search(index, queries, k, _BATCH.value,
-                                          compile_first=variant != "flat")
-    ref_path = os.path.join(workdir, f"ref-{dim}.npz")
-    if variant == _reference_variant() and not os.path.exists(ref_path):
-        np.savez(ref_path, scores=scores, ids=ids)
-    ref = np.load(ref_path)
-    return {"variant": variant, "dim": dim, "n": index.ntotal, "k": k, "queries": len(queries),
-            "batch": _BATCH.value, "build_s": build_s, **timing,
-            "peak_rss_increase": mem.peak - mem.base, "corpus_bytes": corpus_bytes,
-            f"recall@{k}": recall_at(ids, ref["ids"], k),
-            "ids_equal": float(np.mean(ids == ref["ids"])),
-            "max_abs_score_diff": float(np.max(np.abs(scores - ref["scores"]))),
-            "devices": jax.device_count(), "cpus": os.cpu_count(),
-            "faiss_threads": threads}
+def _peer(x: np.ndarray, queries: np.ndarray, k: int, batch: int, ref: np.ndarray
+          ) -> list[dict[str, Any]]:
+    """faiss Flat over the same vectors and queries (host data only)."""
+    why = peer_skipped() if _PEER.value else "--nopeer"
+    if why is not None:
+        _say(f"faiss Flat peer skipped: {why}")
+        return []
+    import faiss
+    t0 = time.perf_counter()
+    flat = build_index(x, None, IndexSpec(kind="flat", use_gpu=False, query_batch_size=batch))
+    build_s = time.perf_counter() - t0
+    nq = _QUERIES.value
+    timing, _, ids = time_search(flat, queries[:nq], k, batch, compile_first=False)
+    row = {"peer": "faiss-flat", "n": len(x), "dim": x.shape[1], "k": k, "batch": batch,
+           "queries": nq, "build_s": build_s, "threads": faiss.omp_get_max_threads(), **timing,
+           f"recall@{k}_vs_float32": recall_at(ids[:len(ref)], ref, k)}
+    _say(f"n={len(x)} faiss Flat (IndexFlatIP, {row['threads']} threads) batch={batch}: "
+         f"{timing['qps']:,.1f} q/s; R@{k} vs float32 {row[f'recall@{k}_vs_float32']:.4f}")
+    del flat
+    gc.collect()
+    return [row]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",") if v.strip()]
 
 
 def main(argv: list[str]) -> None:
     del argv
-    if _SINGLE.value:
-        print("RESULT " + json.dumps(_run_single(_SINGLE.value)), flush=True)
-        return
-    dims = [int(d) for d in _DIMS.value.split(",") if d.strip()]
-    workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="dense_cf_jax_search_bench_")
-    t0 = time.perf_counter()
-    results: list[dict[str, Any]] = []
-    failures: list[str] = []
-    try:
-        for dim in dims:
-            results += _run_dim(workdir, dim, failures)
-    finally:
-        if not _KEEP.value:
-            shutil.rmtree(workdir, ignore_errors=True)
-    k = min(_K.value, _N.value)
-    rows = _median_rows(results)
-    print("\n" + " ".join(["python -m dense_cf.bench.jax_search"] + sys.argv[1:]))
-    print(f"n={_N.value} float32 queries={_QUERIES.value} batch={_BATCH.value} k={k} "
-          f"rounds={_ROUNDS.value} cpus={os.cpu_count()} "
-          f"jax devices={results[0]['devices'] if results else '?'} "
-          f"faiss threads={results[0]['faiss_threads'] if results else '?'} "
-          f"total {time.perf_counter() - t0:.0f}s; medians over runs; R@k and ids=ref against "
-          f"the first {_reference_variant()} run")
-    if peer_skipped() is not None:
-        print(f"faiss Flat peer skipped: {peer_skipped()}")
-    print(_table(rows, k))
-    for failure in failures:
-        print(f"FAILED: {failure}")
-    print()
-    print(_projection(dims))
-    if _JSON.value:
-        with open(_JSON.value, "w") as f:
-            json.dump({"runs": results, "medians": rows, "failures": failures}, f, indent=2)
+    t_start = time.perf_counter()
+    dtypes = [d.strip() for d in _DTYPES.value.split(",") if d.strip()]
+    batches = _ints(_BATCHES.value)
+    dev = jax.devices()[0]
+    _say(" ".join(["python -m dense_cf.bench.jax_search"] + sys.argv[1:]))
+    limits = device_limits(dtypes)
+    env = {"device": limits["kind"], "platform": dev.platform, "devices": jax.device_count(),
+           "jax": jax.__version__, "cpu": cpu_model(), "cpus": os.cpu_count(),
+           "bandwidth": limits["bandwidth"], "peak": limits["peak"],
+           "limits_source": limits["source"]}
+    _say(f"device: {env['device']} x{env['devices']} (jax {env['jax']}), host CPU: {env['cpu']} "
+         f"({env['cpus']} cpus); bandwidth {limits['bandwidth'] / 1e9:,.0f} GB/s, peak "
+         + ", ".join(f"{d} {p / 1e12:,.3f} TFLOP/s" for d, p in limits["peak"].items())
+         + f" ({limits['source']})")
+    rows: list[dict[str, Any]] = []
+    chunks = _ints(_CHUNK_ROWS.value)
+    selects = [s.strip() for s in _SELECT.value.split(",") if s.strip()]
+    for s in selects:
+        if s not in SELECTS:
+            raise ValueError(f"--select: {s!r} is not one of {SELECTS}")
+    for i, n in enumerate(_ints(_N.value)):
+        rows += run_size(n, _DIM.value, _K.value, dtypes, batches, _QUERIES.value,
+                         min(_CHECK.value, _QUERIES.value), limits, chunks, selects)
+        timed = [r for r in rows if r.get("chunk_rows")]
+        if i == 0 and len(chunks) > 1 and timed:
+            chunks = [max(timed, key=lambda r: r["qps"])["chunk_rows"]]
+            _say(f"chunk_rows={chunks[0]} was fastest at n={n}: kept for the other sizes")
+        if _JSON.value:  # after every size: a later out-of-memory keeps the earlier figures
+            with open(_JSON.value, "w") as f:
+                json.dump({"env": env, "rows": rows}, f, indent=2)
+    _say(f"total {time.perf_counter() - t_start:.0f}s")
 
 
 if __name__ == "__main__":

@@ -148,11 +148,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq (faiss) | jax
     # eval.index=jax: search in JAX on the device mesh (index/jax_search.py, docs/scale.md).
     c.eval.jax = ml_collections.ConfigDict()
-    c.eval.jax.dtype = "float32"                # float32 | bfloat16: corpus dtype on the devices
+    c.eval.jax.dtype = "float32"                # float32 | bfloat16 | float16: corpus dtype on the devices
     c.eval.jax.approx = False                   # jax.lax.approx_max_k (approximate on TPU only)
     c.eval.jax.recall_target = 0.95             # approx_max_k's recall target
-    c.eval.jax.query_batch_size = 256           # queries per jitted search call
+    c.eval.jax.query_batch_size = 256           # queries per jitted search call; 0: sized to the device
     c.eval.jax.block_rows = 65_536              # corpus rows scored at once per device
+    c.eval.jax.select = "auto"                  # auto | chunked | sort: exact top-k per block
+    c.eval.jax.chunk_rows = 1024                # chunked: rows per chunk (whole chunks per block)
+    c.eval.jax.chunk_k = 16                     # chunked: candidates per chunk (GPU fast top-k: <= 16)
+    c.eval.jax.rescan_chunks = 4                # chunked: unsafe chunks re-scanned per query by gathering
     c.eval.index_nlist = 0                      # IVF lists; 0 = auto (4 sqrt(N)), docs/scale.md
     c.eval.index_pq_m = 0                       # ivfpq bytes per code; 0 = default_pq_m(D)
     c.eval.index_train_size = 262_144           # IVF/PQ training sample (float32 in RAM at build)

@@ -5,25 +5,41 @@ The path for TPU pods, where faiss has no device implementation; it serves GPUs 
 
 Layout: the N corpus rows are split contiguously over every device of the mesh (all its axes
 together): device s holds rows [s*R, (s+1)*R), R = ceil(N / devices) rounded up to a whole
-number of ``block_rows`` blocks. Rows >= N are zero padding whose scores are set to -inf, so
-padding never wins. Only the vectors live on the devices (float32 or bfloat16); the int64 ids
-stay on the host.
+number of ``block_rows`` blocks, each block whole ``chunk_rows`` chunks. Rows >= N are zero
+padding that never wins. Only the vectors live on the devices (float32, bfloat16 or float16;
+16-bit ones as their uint16 bits); the int64 ids stay on the host.
 
 Search, one jitted program per (query batch, k): each device scans its rows block by block,
-scores = q · blockᵀ (float32 accumulation; bfloat16 mode casts the queries to bfloat16 too),
-keeps a running top-k (``jax.lax.top_k``, or ``jax.lax.approx_max_k`` with ``recall_target``
-when ``approx``), and one global ``top_k`` merges the devices' k-lists. Memory per device:
-R·D·bytes for the corpus + query_batch·block_rows·4 for one block of scores.
+scores = q · blockᵀ (float32 accumulation; queries are rounded to the corpus dtype; float32 at
+``Precision.HIGHEST``), keeps a running exact top-k, and one global ``top_k`` merges the
+devices' k-lists. Per block the selection is
 
-Ties: ``lax.top_k`` puts the lower index first, and the running and global merges keep
-earlier rows first, so exact mode orders by score descending, then lower row; rows become ids
-and equal scores are re-ordered by lower id (``merge_topk``'s order, so it equals
-``DenseIndex``). Of several rows tied at the k-th place the lowest rows are kept. faiss
-IndexFlatIP (1.15) keeps a heap-dependent subset there (measured: neither lowest nor highest
-ids), so exact mode equals Flat's ids wherever a score is above the k-th score, and Flat's
-scores everywhere (up to float32 summation order). ``approx`` on CPU and GPU: XLA implements
-``approx_max_k`` exactly there (its approximation is a TPU kernel); recall is what the
-benchmark (``python -m dense_cf.bench.jax_search``) reports.
+- ``sort``: ``lax.top_k`` over the whole [B, block] score matrix. On GPUs XLA's fast top-k
+  kernel serves k <= 16 (and rows >= 1024); beyond, ``top_k`` sorts every row of the block.
+- ``chunked`` (``auto`` picks it where k > chunk_k): each chunk of ``chunk_rows`` rows gives its
+  top ``chunk_k`` (a k the fast kernel serves); the carry and the chunks' lists merge into a new
+  top-k whose k-th score is m. Proof, per query and chunk: a chunk's unlisted rows score at most
+  its ``chunk_k``-th score t_c; if t_c < m, none of them can enter the top k (k listed rows
+  score >= m > t_c). Chunks with t_c >= m are unsafe: when every query has at most
+  ``rescan_chunks`` of them, those chunks are gathered whole and merged (a two-key sort: score
+  descending, row ascending); else the block is searched as ``sort``. Either way the result is
+  the exact top k of rows seen so far, so the search is exact for every query, every time;
+  the counters (``search(stats=...)``) say how often the proof failed.
+
+Memory per device: R·D·bytes for the corpus + query_batch·block_rows·4 for one block of scores
+(twice that in a block searched by sort: the masked copy).
+
+Ties: ``lax.top_k`` puts the lower index first, and every positional merge lays candidates out
+so that, among equal scores, position order is row order (the carry's earlier rows, then chunks
+in order, each chunk's list lower row first); the gathered re-scan sorts by (score, row). So
+exact mode orders by score descending, then lower row; rows become ids and equal scores are
+re-ordered by lower id (``merge_topk``'s order, so it equals ``DenseIndex``). Of several rows
+tied at the k-th place the lowest rows are kept. faiss IndexFlatIP (1.15) keeps a
+heap-dependent subset there (measured: neither lowest nor highest ids), so exact mode equals
+Flat's ids wherever a score is above the k-th score, and Flat's scores everywhere (up to float32
+summation order). ``approx`` (``approx_max_k`` with ``recall_target`` instead of exact
+selection): XLA implements ``approx_max_k`` exactly on CPU and GPU (its approximation is a TPU
+kernel); recall is what the benchmark (``python -m dense_cf.bench.jax_search``) reports.
 
 Loading streams: rows are read from the export shards (memory-mapped) one block at a time
 and written into each device's preallocated buffer in place (a donated
@@ -35,7 +51,9 @@ mesh's devices must be addressable by this process (the eval binaries run on one
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -55,12 +73,14 @@ from dense_cf.index.faiss_index import MANIFEST_NAME, DenseIndex, merge_topk
 from dense_cf.parallel.mesh import make_mesh
 from dense_cf.progress import Progress
 
-__all__ = ["ALL_KINDS", "DTYPES", "KIND", "JaxIndex", "JaxSearchSpec", "build_jax_index",
-           "build_jax_index_from_dir", "exact_index", "load_index", "memory_per_device"]
+__all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
+           "build_jax_index", "build_jax_index_from_dir", "build_jax_index_generated",
+           "chunked_applies", "exact_index", "load_index", "memory_per_device"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
-DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+SELECTS: tuple[str, ...] = ("auto", "chunked", "sort")
 _FORMAT = "dense_cf.jax_index"
 _FORMAT_VERSION = 1
 
@@ -69,10 +89,17 @@ _FORMAT_VERSION = 1
 class JaxSearchSpec(faiss_index.DictSpec):
     """How a :class:`JaxIndex` stores and searches vectors (configs/base.py ``eval.jax_*``).
 
-    ``dtype``: corpus dtype on the devices. ``approx``: ``approx_max_k`` with
-    ``recall_target`` instead of exact ``top_k``. ``query_batch_size``: queries per jitted
-    call (the last batch is padded: one compile per k). ``block_rows``: corpus rows scored at
-    once per device (bounds the [queries, block] score matrix).
+    ``dtype``: corpus dtype on the devices (queries are rounded to it; float32 accumulation).
+    ``approx``: ``approx_max_k`` with ``recall_target`` instead of exact selection.
+    ``query_batch_size``: queries per jitted call (the last batch is padded: one compile per k);
+    0: sized to the device (:func:`auto_query_batch`).
+    ``block_rows``: corpus rows scored at once per device (bounds the [queries, block] score
+    matrix). ``select``: exact selection per block, ``chunked`` (chunk top-``chunk_k``, merge,
+    proven exact or re-scanned; module docstring), ``sort`` (``lax.top_k`` over the whole
+    block) or ``auto`` (chunked where k > chunk_k and a device holds two chunks or more).
+    ``chunk_rows``: rows per chunk (XLA's fast GPU top-k kernel wants >= 1024); blocks are
+    whole chunks. ``rescan_chunks``: unsafe chunks per query re-scanned by gathering them;
+    a block with more falls back to ``sort`` for that block.
     """
 
     dtype: str = "float32"
@@ -80,16 +107,28 @@ class JaxSearchSpec(faiss_index.DictSpec):
     recall_target: float = 0.95
     query_batch_size: int = 256
     block_rows: int = 65_536
+    select: str = "auto"
+    chunk_rows: int = 1024
+    chunk_k: int = 16
+    rescan_chunks: int = 4
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"JaxSearchSpec.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.select not in SELECTS:
+            raise ValueError(f"JaxSearchSpec.select must be one of {SELECTS}, got {self.select!r}")
         if not 0.0 < float(self.recall_target) <= 1.0:
             raise ValueError(f"JaxSearchSpec.recall_target must be in (0, 1], got "
                              f"{self.recall_target}")
-        for name in ("query_batch_size", "block_rows"):
+        if int(self.query_batch_size) < 0:
+            raise ValueError(f"JaxSearchSpec.query_batch_size must be >= 0 (0: auto), got "
+                             f"{self.query_batch_size}")
+        for name in ("block_rows", "chunk_rows", "chunk_k", "rescan_chunks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"JaxSearchSpec.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.chunk_k) >= int(self.chunk_rows):
+            raise ValueError(f"JaxSearchSpec.chunk_k ({self.chunk_k}) must be < chunk_rows "
+                             f"({self.chunk_rows})")
 
     @property
     def kind(self) -> str:
@@ -100,43 +139,107 @@ class JaxSearchSpec(faiss_index.DictSpec):
 # Layout (pure)
 # --------------------------------------------------------------------------------------------
 
-def _layout(n: int, devices: int, block_rows: int) -> tuple[int, int]:
+def _layout(n: int, devices: int, block_rows: int, chunk_rows: int = 8) -> tuple[int, int]:
     """(rows per device R, block size) with R a multiple of the block: blocks are as even
-    as ``block_rows`` allows (multiples of 8 rows), so padding stays small."""
+    as ``block_rows`` allows, in whole chunks of ``chunk_rows`` (multiples of 8 rows where a
+    device holds less than one chunk), so padding stays below one chunk per block."""
     per = -(-n // devices)
-    nblocks = -(-per // block_rows)
+    grain = chunk_rows if per >= chunk_rows else 8
+    nblocks = -(-per // max(block_rows, grain))
     block = -(-per // nblocks)
-    block = -(-block // 8) * 8
+    block = -(-block // grain) * grain
     return block * nblocks, block
 
 
 def memory_per_device(n: int, dim: int, devices: int, spec: JaxSearchSpec) -> dict[str, int]:
     """Bytes one device holds: its corpus rows (padding included) and one block of float32
     scores for a query batch. The int64 ids (8 bytes per row) stay in host memory."""
-    rows, block = _layout(n, devices, spec.block_rows)
+    rows, block = _layout(n, devices, spec.block_rows, spec.chunk_rows)
     return {"rows": rows, "corpus_bytes": rows * dim * jnp.dtype(spec.dtype).itemsize,
-            "scores_bytes": spec.query_batch_size * block * 4}
+            "scores_bytes": (spec.query_batch_size or AUTO_BATCH_MAX) * block * 4}
+
+
+AUTO_BATCH_MAX = 4096  # auto query batches: at most this many (GPU/TPU), CPU_BATCH on CPUs
+CPU_BATCH = 256
+
+
+def auto_query_batch(platform: str, block: int, free_bytes: int | None) -> int:
+    """Queries per batch for ``query_batch_size=0``: on accelerators the largest power of two
+    <= AUTO_BATCH_MAX whose score work (the block's float32 scores, the masked copy and the
+    sort's buffers of a full-sort block: ~3 x 4 bytes per score) takes at most a quarter of
+    ``free_bytes`` (unknown: 1,024), larger batches amortising each corpus pass; on CPUs
+    CPU_BATCH, where the matmul bounds the speed and bigger batches only cost memory."""
+    if platform == "cpu":
+        return CPU_BATCH
+    if free_bytes is None:
+        return 1024
+    b = AUTO_BATCH_MAX
+    while b > 64 and 3 * 4 * b * block > free_bytes // 4:
+        b //= 2
+    return b
 
 
 def _storage_dtype(dtype: str) -> np.dtype:
-    """The corpus buffers' dtype: bfloat16 is kept as its uint16 bits. XLA's CPU backend
-    otherwise converts the WHOLE bfloat16 corpus to float32 before the block loop (measured:
-    +4 bytes per element, an out-of-memory at 1M x 768); a uint16 slice is bit-cast per block."""
-    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+    """The corpus buffers' dtype: 16-bit floats are kept as their uint16 bits. XLA's CPU
+    backend otherwise converts the WHOLE bfloat16 corpus to float32 before the block loop
+    (measured: +4 bytes per element, an out-of-memory at 1M x 768); a uint16 slice is bit-cast
+    per block."""
+    return np.dtype(np.uint16) if jnp.dtype(dtype).itemsize == 2 else np.dtype(dtype)
+
+
+def chunked_applies(spec: JaxSearchSpec, block: int, k: int, platform: str) -> bool:
+    """Whether ``spec`` searches a layout with this ``block`` chunk-wise for ``k`` on devices
+    of ``platform``. ``auto`` chooses it on GPUs only, where XLA's fast top-k kernel serves the
+    chunks; XLA's CPU top-k is slower on many short rows than on a few long ones (measured:
+    [8192, 1024] k=16 179 ms vs [128, 65536] k=100 75 ms; docs/scale.md)."""
+    if spec.approx or spec.select == "sort":
+        return False
+    fits = block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
+    if spec.select == "chunked":
+        return fits
+    return fits and k > spec.chunk_k and platform in ("gpu", "cuda", "rocm")
 
 
 # --------------------------------------------------------------------------------------------
 # The sharded search program
 # --------------------------------------------------------------------------------------------
 
-def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, block: int,
-                k: int, dtype: str, approx: bool, recall_target: float
-                ) -> tuple[jax.Array, jax.Array]:
-    """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D]."""
+_SEARCH_FIELDS = ("select", "chunk_rows", "chunk_k", "rescan_chunks", "approx", "recall_target",
+                  "dtype")
+_IN_FLIGHT = 4  # query batches dispatched ahead of the host's result conversion
+_NO_ROW = np.iinfo(np.int32).max  # a candidate slot that holds no row (sorts after every row)
+
+
+def _merge_sorted(cs: jax.Array, cr: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Top k of candidates by (score descending, row ascending), whatever their positions."""
+    neg, rows = jax.lax.sort((-cs, cr), dimension=1, num_keys=2)
+    return -neg[:, :k], rows[:, :k]
+
+
+def _merge_positional(cs: jax.Array, cr: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Top k of candidates laid out so that, among equal scores, position order is row order:
+    ``lax.top_k`` keeps the lower position first on ties."""
+    ms, mi = jax.lax.top_k(cs, k)
+    return ms, jnp.take_along_axis(cr, mi, axis=1)
+
+
+def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str, ...], n: int,
+                block: int, k: int, dtype: str, store: str, approx: bool, recall_target: float,
+                chunked: bool, chunk: int, chunk_k: int, rescan: int
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D], and
+    [1, 3] counters (chunks re-scanned by gathering, blocks that fell back to a full sort,
+    chunks of live queries found unsafe). ``live`` [B] marks real (not padding) queries."""
     rows_here, dim = p.shape
+    b = q.shape[0]
     base = jax.lax.axis_index(axes) * rows_here
     kb = min(k, block)
-    q = q.astype(jnp.dtype(dtype))
+    cdt = jnp.dtype(dtype)
+    q = q.astype(cdt)
+    # float32 corpora are searched in float32: no TF32 / bf16 passes on GPUs and TPUs.
+    precision = jax.lax.Precision.HIGHEST if cdt == jnp.float32 else None
+    nchunks = block // chunk if chunked else 0
+    rescan = min(rescan, nchunks)
 
     def select(s: jax.Array) -> tuple[jax.Array, jax.Array]:
         if approx:
@@ -144,41 +247,95 @@ def _shard_topk(q: jax.Array, p: jax.Array, *, axes: tuple[str, ...], n: int, bl
                                         reduction_input_size_override=n)
         return jax.lax.top_k(s, kb)
 
-    def step(carry, xs):
-        best_s, best_r = carry
-        blk, j = xs
-        rows = base + j * block + jnp.arange(block, dtype=jnp.int32)
-        if blk.dtype != q.dtype:  # bfloat16 stored as its uint16 bits (see _storage_dtype)
-            blk = jax.lax.bitcast_convert_type(blk, q.dtype)
-        s = jnp.dot(q, blk.T, preferred_element_type=jnp.float32)
+    def full(best_s, best_r, s, rows):
+        """The block's exact top-k merged into the carry (earlier rows first: positional)."""
         s = jnp.where(rows[None, :] < n, s, -jnp.inf)  # padding never wins
         ts, ti = select(s)
-        # The carry (earlier rows) comes first: top_k keeps lower positions first on ties.
-        cs = jnp.concatenate([best_s, ts], axis=1)
-        cr = jnp.concatenate([best_r, rows[ti]], axis=1)
-        ms, mi = jax.lax.top_k(cs, k)
-        return (ms, jnp.take_along_axis(cr, mi, axis=1)), None
+        return _merge_positional(jnp.concatenate([best_s, ts], axis=1),
+                                 jnp.concatenate([best_r, rows[ti]], axis=1), k)
 
-    b = q.shape[0]
-    init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32))
+    def step(carry, xs):
+        best_s, best_r, counts = carry
+        blk, j = xs
+        first = base + j * block
+        rows = first + jnp.arange(block, dtype=jnp.int32)
+        if blk.dtype == jnp.uint16:  # 16-bit floats stored as their bits (_storage_dtype)
+            blk = jax.lax.bitcast_convert_type(blk, jnp.dtype(store))
+        blk = blk.astype(cdt)  # a float32 search over a 16-bit corpus widens per block
+        s = jnp.dot(q, blk.T, precision=precision, preferred_element_type=jnp.float32)
+        if not chunked:
+            return (*full(best_s, best_r, s, rows), counts), None
+        # Each chunk's top chunk_k (raw scores: padding is masked after the selection).
+        t, ti = jax.lax.top_k(s.reshape(b * nchunks, chunk), chunk_k)
+        t, ti = t.reshape(b, nchunks, chunk_k), ti.reshape(b, nchunks, chunk_k)
+        crow = first + jnp.arange(nchunks, dtype=jnp.int32)[None, :, None] * chunk + ti
+        ts = jnp.where(crow < n, t, -jnp.inf)
+        # Candidates in row order among equal scores: carry, then chunks in order, each chunk's
+        # list lower row first on ties (top_k's order).
+        cs = jnp.concatenate([best_s, ts.reshape(b, -1)], axis=1)
+        cr = jnp.concatenate([best_r, crow.reshape(b, -1)], axis=1)
+        ms, mr = _merge_positional(cs, cr, k)
+        # A chunk hides only rows scoring <= its chunk_k-th score. If that is below the merged
+        # k-th score, none of them can enter the top k; else the chunk is re-scanned whole.
+        unsafe = (t[:, :, chunk_k - 1] >= ms[:, k - 1:k]) & live[:, None]
+        per_query = jnp.sum(unsafe, axis=1, dtype=jnp.int32)
+        worst = jnp.max(per_query)
+        branch = jnp.where(worst == 0, 0, jnp.where(worst <= rescan, 1, 2))
+
+        def keep(_):
+            return ms, mr
+
+        def gather(_):
+            # The unsafe chunks (at most ``rescan`` per query), lowest chunk first.
+            key = jnp.where(unsafe, nchunks - jnp.arange(nchunks, dtype=jnp.int32), 0)
+            kv, ci = jax.lax.top_k(key, rescan)
+            ok = kv > 0
+            g = jnp.take_along_axis(s.reshape(b, nchunks, chunk), ci[:, :, None], axis=1)
+            grow = first + ci[:, :, None] * chunk + jnp.arange(chunk, dtype=jnp.int32)
+            gs = jnp.where(ok[:, :, None] & (grow < n), g, -jnp.inf)
+            grow = jnp.where(ok[:, :, None], grow, _NO_ROW)
+            # Those chunks' partial lists leave the candidates: they come back whole.
+            drop = unsafe[:, :, None]
+            cs2 = jnp.concatenate([best_s, jnp.where(drop, -jnp.inf, ts).reshape(b, -1),
+                                   gs.reshape(b, -1)], axis=1)
+            cr2 = jnp.concatenate([best_r, jnp.where(drop, _NO_ROW, crow).reshape(b, -1),
+                                   grow.reshape(b, -1)], axis=1)
+            return _merge_sorted(cs2, cr2, k)
+
+        def fallback(_):
+            return full(best_s, best_r, s, rows)
+
+        ms, mr = jax.lax.switch(branch, (keep, gather, fallback), None)
+        counts = counts + jnp.stack([jnp.where(branch == 1, jnp.sum(per_query), 0),
+                                     (branch == 2).astype(jnp.int32), jnp.sum(per_query)])
+        return (ms, mr, counts), None
+
+    init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32),
+            jnp.zeros((3,), jnp.int32))
     blocks = p.reshape(rows_here // block, block, dim)
-    (s, r), _ = jax.lax.scan(step, init, (blocks, jnp.arange(rows_here // block, dtype=jnp.int32)))
-    return s, r
+    (s, r, counts), _ = jax.lax.scan(
+        step, init, (blocks, jnp.arange(rows_here // block, dtype=jnp.int32)))
+    return s, r, counts[None, :]
 
 
-def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, approx: bool,
-                    recall_target: float) -> Callable[[jax.Array, jax.Array], Any]:
+@functools.lru_cache(maxsize=64)  # indexes of one shape share programs (and their compiles)
+def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, store: str,
+                    approx: bool, recall_target: float, chunked: bool, chunk: int,
+                    chunk_k: int, rescan: int
+                    ) -> Callable[[jax.Array, jax.Array, jax.Array], Any]:
     axes = tuple(mesh.axis_names)
-    local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, approx=approx,
-                    recall_target=recall_target)
-    per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes)),
-                               out_specs=(P(None, axes), P(None, axes)),
+    local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, store=store,
+                    approx=approx, recall_target=recall_target, chunked=chunked, chunk=chunk,
+                    chunk_k=chunk_k, rescan=rescan)
+    per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P()),
+                               out_specs=(P(None, axes), P(None, axes), P(axes)),
                                check_vma=False)  # the scan carry starts replicated
 
-    def search(q: jax.Array, corpus: jax.Array) -> tuple[jax.Array, jax.Array]:
-        s, r = per_device(q, corpus)  # [B, devices * k], device order = row order
+    def search(q: jax.Array, corpus: jax.Array, live: jax.Array
+               ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        s, r, counts = per_device(q, corpus, live)  # [B, devices * k], device order = row order
         ms, mi = jax.lax.top_k(s, k)  # the one global merge
-        return ms, jnp.take_along_axis(r, mi, axis=1)
+        return ms, jnp.take_along_axis(r, mi, axis=1), jnp.sum(counts, axis=0)
 
     return jax.jit(search)
 
@@ -224,6 +381,25 @@ class _ShardRows:
             self._maps.clear()
 
 
+class _GeneratedRows:
+    """Rows made on the device by ``make_block(lo, hi, rows, device, dtype)``."""
+
+    def __init__(self, n: int, dim: int, make_block: Callable[..., jax.Array]):
+        self.n, self.dim, self.make_block = int(n), int(dim), make_block
+
+    def make(self, lo: int, hi: int, rows: int, device: Any, dtype: Any, bits: Any) -> jax.Array:
+        part = self.make_block(lo, hi, rows, device, dtype)
+        if part.shape != (rows, self.dim):
+            raise ValueError(f"make_block returned {part.shape}, want {(rows, self.dim)}")
+        return _as_bits(part, jnp.int32(hi - lo), dtype=jnp.dtype(dtype), bits=jnp.dtype(bits))
+
+
+@partial(jax.jit, static_argnames=("dtype", "bits"))
+def _as_bits(part: jax.Array, valid: jax.Array, *, dtype: Any, bits: Any) -> jax.Array:
+    part = jnp.where(jnp.arange(part.shape[0])[:, None] < valid, part.astype(dtype), 0)
+    return part if bits == dtype else jax.lax.bitcast_convert_type(part, bits)
+
+
 def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[jax.Array, int]:
     """The [devices * R, D] corpus array sharded over every mesh axis, filled block by block."""
     devices = mesh.devices.size
@@ -231,7 +407,7 @@ def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[
         if d.process_index != jax.process_index():
             raise ValueError("JaxIndex needs a mesh of this process's devices (single host); "
                              f"device {d} belongs to process {d.process_index}")
-    rows_per, block = _layout(rows.n, devices, spec.block_rows)
+    rows_per, block = _layout(rows.n, devices, spec.block_rows, spec.chunk_rows)
     dtype = jnp.dtype(spec.dtype)
     shape = (rows_per * devices, rows.dim)
     sharding = NamedSharding(mesh, P(tuple(mesh.axis_names)))
@@ -246,9 +422,13 @@ def _place(rows: Any, mesh: Mesh, spec: JaxSearchSpec, progress: bool) -> tuple[
             lo, hi = first + off, min(first + off + block, rows.n)
             if hi <= lo:
                 break  # the rest of this device is padding: already zeros
-            host[hi - lo:] = 0
-            rows.read(lo, hi, host)
-            buf = _write_rows(buf, jax.device_put(bits, device), jnp.int32(off))
+            if isinstance(rows, _GeneratedRows):
+                part = rows.make(lo, hi, block, device, dtype, bits.dtype)
+            else:
+                host[hi - lo:] = 0
+                rows.read(lo, hi, host)
+                part = jax.device_put(bits, device)
+            buf = _write_rows(buf, part, jnp.int32(off))
             # device_put may alias ``host`` (CPU) and runs asynchronously: finish before reuse.
             buf.block_until_ready()
             meter.update(hi - lo)
@@ -281,6 +461,11 @@ class JaxIndex:
         self._programs: dict[tuple[int, int], Callable] = {}
 
     @property
+    def platform(self) -> str:
+        """The mesh's device platform (``cpu``, ``gpu``, ``tpu``)."""
+        return str(self.mesh.devices.flat[0].platform)
+
+    @property
     def ntotal(self) -> int:
         return self._n
 
@@ -297,38 +482,91 @@ class JaxIndex:
         return (f"JaxIndex(dtype={self.spec.dtype!r}, approx={self.spec.approx}, dim={self.dim}, "
                 f"ntotal={self.ntotal}, devices={self.num_shards})")
 
-    def _program(self, batch: int, k: int) -> Callable:
-        key = (batch, k)
+    def _auto_batch(self) -> int:
+        dev = self.mesh.devices.flat[0]
+        stats = dev.memory_stats() if self.platform != "cpu" else None
+        free = None
+        if stats and "bytes_limit" in stats:
+            free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return auto_query_batch(self.platform, self._block, free)
+
+    def _program(self, batch: int, k: int, spec: JaxSearchSpec | None = None) -> Callable:
+        spec = spec or self.spec
+        key = (batch, k, spec)
         if key not in self._programs:
             self._programs[key] = _search_program(
-                self.mesh, n=self._n, block=self._block, k=k, dtype=self.spec.dtype,
-                approx=self.spec.approx,
-                recall_target=float(self.spec.recall_target))
+                self.mesh, n=self._n, block=self._block, k=k, dtype=spec.dtype,
+                approx=spec.approx, recall_target=float(spec.recall_target),
+                store=self.spec.dtype,
+                chunked=chunked_applies(spec, self._block, k, self.platform),
+                chunk=int(spec.chunk_rows), chunk_k=int(spec.chunk_k),
+                rescan=int(spec.rescan_chunks))
         return self._programs[key]
 
-    def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None
+    def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None,
+               stats: dict[str, int] | None = None, **overrides: Any
                ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k by inner product in batches of ``batch_size`` (default spec.query_batch_size)."""
+        """Top-k by inner product in batches of ``batch_size`` (default spec.query_batch_size).
+
+        ``stats``: a dict that receives counts, all devices together: ``blocks`` scanned per
+        batch, ``chunks`` per query; ``unsafe_chunks`` (summed over queries) that may hide a
+        better row, of which ``rescanned_chunks`` were re-scanned by gathering; and
+        ``fallback_blocks`` (summed over batches) searched by a full sort instead.
+        ``overrides``: search-time spec fields for this call (``select``, ``chunk_rows``,
+        ``chunk_k``, ``rescan_chunks``, ``approx``, ``recall_target``, ``dtype``: the queries'
+        and the matmul's, float32 or the corpus dtype, the stored corpus cast per block), e.g. a
+        float32 reference over a bfloat16 corpus. A ``chunk_rows`` that does not divide the
+        layout's blocks searches by sort."""
         q, k = faiss_index.check_search_args(queries, k, self.dim)
+        unknown = sorted(set(overrides) - set(_SEARCH_FIELDS))
+        if unknown:
+            raise ValueError(f"search: {unknown} are not search-time fields {_SEARCH_FIELDS}")
+        spec = dataclasses.replace(self.spec, **overrides) if overrides else self.spec
+        if spec.dtype not in (self.spec.dtype, "float32"):
+            raise ValueError(f"search(dtype={spec.dtype!r}) over a {self.spec.dtype} corpus: "
+                             "only float32 or the corpus dtype")
         nq = q.shape[0]
-        bs = max(1, min(int(batch_size or self.spec.query_batch_size), nq))
-        program = self._program(bs, k)
+        bs = max(1, min(int(batch_size or spec.query_batch_size or self._auto_batch()), nq))
+        program = self._program(bs, k, spec)
         replicated = NamedSharding(self.mesh, P())
         out_s = np.empty((nq, k), np.float32)
         out_i = np.empty((nq, k), np.int64)
-        qb = np.zeros((bs, self.dim), np.float32)
-        for b in range(0, nq, bs):
-            m = min(bs, nq - b)
-            qb[:m] = q[b:b + m]
-            qb[m:] = 0
-            s, r = program(jax.device_put(qb, replicated), self._corpus)
+        counts = np.zeros(3, np.int64)
+        pending: collections.deque = collections.deque()
+
+        def collect() -> None:
+            b, m, (s, r, c) = pending.popleft()
             s, r = np.asarray(s)[:m], np.asarray(r)[:m].astype(np.int64)
+            counts[:] += np.asarray(c)
             valid = (r >= 0) & (r < self._n)
             ids = np.where(valid, self._ids[np.clip(r, 0, self._n - 1)], -1)
             s = np.where(valid, s, np.float32(-np.inf))
             if not self._ids_ascending:  # rows -> ids: restore "equal scores, lower id first"
                 s, ids = merge_topk([s], [ids], k)
             out_s[b:b + m], out_i[b:b + m] = s, ids
+
+        for b in range(0, nq, bs):
+            m = min(bs, nq - b)
+            qb = np.zeros((bs, self.dim), np.float32)  # fresh: device_put may alias it (CPU)
+            qb[:m] = q[b:b + m]
+            # Dispatch runs ahead of the results (a few batches in flight): the device does
+            # not wait for the host's conversion of the previous batch.
+            pending.append((b, m, program(jax.device_put(qb, replicated), self._corpus,
+                                          jax.device_put(np.arange(bs) < m, replicated))))
+            if len(pending) > _IN_FLIGHT:
+                collect()
+        while pending:
+            collect()
+        if stats is not None:
+            blocks = int(self._corpus.shape[0]) // self._block
+            chunks = blocks * (self._block // spec.chunk_rows
+                               if chunked_applies(spec, self._block, k, self.platform) else 0)
+            for name, v in (("queries", nq), ("batches", -(-nq // bs)), ("blocks", blocks),
+                            ("chunks", chunks),
+                            ("rescanned_chunks", int(counts[0])),
+                            ("fallback_blocks", int(counts[1])),
+                            ("unsafe_chunks", int(counts[2]))):
+                stats[name] = stats.get(name, 0) + v
         return out_s, out_i
 
     # -- persistence: the export is the storage ------------------------------------------------
@@ -396,6 +634,17 @@ def build_jax_index(vectors: np.ndarray, ids: np.ndarray | None = None,
         raise ValueError(f"build_jax_index: {len(ids)} ids for {rows.n} vectors")
     faiss_index._check_unique(ids, "build_jax_index")
     return _build(rows, ids, spec or JaxSearchSpec(), mesh, progress, None)
+
+
+def build_jax_index_generated(n: int, dim: int, make_block: Callable[..., jax.Array],
+                              spec: JaxSearchSpec | None = None, *, mesh: Mesh | None = None,
+                              progress: bool = False) -> JaxIndex:
+    """A JaxIndex over ``n`` rows (ids 0..n-1) made on the devices block by block:
+    ``make_block(lo, hi, rows, device, dtype)`` returns a [rows, dim] array on ``device`` whose
+    first ``hi - lo`` rows are rows [lo, hi) (the rest is zeroed). For corpora that need not
+    exist on the host (``bench.jax_search --data device``)."""
+    return _build(_GeneratedRows(n, dim, make_block), np.arange(n, dtype=np.int64),
+                  spec or JaxSearchSpec(), mesh, progress, None)
 
 
 def exact_index(vectors: np.ndarray, kind: str) -> DenseIndex | JaxIndex:

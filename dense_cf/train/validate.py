@@ -18,6 +18,7 @@ from dense_cf import methods
 from dense_cf.files import UserError
 from dense_cf.index.jax_search import ALL_KINDS as INDEX_KINDS
 from dense_cf.index.jax_search import DTYPES as JAX_DTYPES
+from dense_cf.index.jax_search import SELECTS as JAX_SELECTS
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
@@ -138,8 +139,15 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _enum(out, "eval.index", ev.index, INDEX_KINDS)
     _enum(out, "eval.jax.dtype", ev.jax.dtype, JAX_DTYPES)
     _range(out, "eval.jax.recall_target", ev.jax.recall_target, 0, 1, lo_open=True)
-    _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 1)
+    _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 0)  # 0: sized to the device
     _range(out, "eval.jax.block_rows", ev.jax.block_rows, 1)
+    _enum(out, "eval.jax.select", ev.jax.select, JAX_SELECTS)
+    for f in ("chunk_rows", "chunk_k", "rescan_chunks"):
+        _range(out, f"eval.jax.{f}", ev.jax[f], 1)
+    if all(isinstance(ev.jax[f], int) for f in ("chunk_k", "chunk_rows")) \
+            and ev.jax.chunk_k >= ev.jax.chunk_rows:
+        out.append(f"config.eval.jax.chunk_k={ev.jax.chunk_k} must be < "
+                   f"config.eval.jax.chunk_rows={ev.jax.chunk_rows}")
     _range(out, "eval.index_nlist", ev.index_nlist, 0)
     _range(out, "eval.index_pq_m", ev.index_pq_m, 0)
     _range(out, "eval.index_train_size", ev.index_train_size, 1)

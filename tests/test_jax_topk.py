@@ -1,0 +1,206 @@
+"""Exact chunked top-k of ``eval.index=jax`` (dense_cf/index/jax_search.py, ``select``).
+
+Every search is compared with numpy brute force (score descending, then lower row; of rows tied
+at the k-th place the lowest kept), ids AND scores equal. The vectors are small dyadic rationals
+(multiples of 1/4 or 1/8, |x| <= 4): every product and sum is exact in float32, bfloat16 and
+float16 storage is exact where stated, so equality is the test, not a tolerance. Corpora: random,
+clustered, and adversarial (few distinct values: most scores tie; one chunk holding the whole
+top k; duplicated rows). k = 1, 16, 17, 100, 1000, 2048; N not divisible by the chunk or the
+device count; 8 simulated devices and one device. Chunks are tiny (32 rows, top 4 each) so the
+proof and both re-scan paths run on small corpora; the counters say they did.
+"""
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+from dense_cf.index.jax_search import (
+    JaxSearchSpec,
+    auto_query_batch,
+    build_jax_index,
+    build_jax_index_from_dir,
+    chunked_applies,
+)
+
+N, D, NQ = 3001, 8, 24  # 3001: not a multiple of 8 devices, of 32-row chunks, of blocks
+KS = (1, 16, 17, 100, 1000, 2048)
+SPEC = JaxSearchSpec(select="chunked", block_rows=256, chunk_rows=32, chunk_k=4, rescan_chunks=2,
+                     query_batch_size=16)
+
+
+def _reference(x: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    s = q.astype(np.float64) @ x.astype(np.float64).T  # exact for these values
+    rows = np.broadcast_to(np.arange(len(x)), s.shape)
+    order = np.lexsort((rows, -s), axis=1)[:, :k]
+    return np.take_along_axis(s, order, 1).astype(np.float32), order
+
+
+def _dyadic(rng, shape, scale=4, lim=16):
+    return (rng.integers(-lim, lim + 1, shape) / scale).astype(np.float32)
+
+
+def _corpus(kind: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        return _dyadic(rng, (N, D)), _dyadic(rng, (NQ, D))
+    if kind == "clustered":
+        centers = _dyadic(rng, (12, D), lim=8)
+        x = centers[rng.integers(0, 12, N)] + _dyadic(rng, (N, D), scale=8, lim=2)
+        q = centers[rng.integers(0, 12, NQ)] + _dyadic(rng, (NQ, D), scale=8, lim=2)
+        return x.astype(np.float32), q.astype(np.float32)
+    if kind == "ties":  # values in {-1, 0, 1}: a handful of distinct scores
+        return (rng.integers(-1, 2, (N, D)).astype(np.float32),
+                rng.integers(-1, 2, (NQ, D)).astype(np.float32))
+    if kind == "one_chunk":  # rows 1600..1631 (one chunk) outscore every other row
+        x = _dyadic(rng, (N, D), lim=4)
+        q = np.abs(_dyadic(rng, (NQ, D), lim=4)) + 0.25
+        x[1600:1632] = 4.0 - _dyadic(rng, (32, D), scale=8, lim=4) ** 2
+        return x, q.astype(np.float32)
+    if kind == "duplicates":  # 100 distinct rows repeated: every score appears ~30 times
+        base = _dyadic(rng, (100, D))
+        return base[rng.integers(0, 100, N)], _dyadic(rng, (NQ, D))
+    raise ValueError(kind)
+
+
+def _check(index, x, q, ks=KS, **kw) -> dict[str, int]:
+    stats: dict[str, int] = {}
+    for k in ks:
+        s, i = index.search(q, k, stats=stats, **kw)
+        want_s, want_i = _reference(x, q, min(k, len(x)))
+        np.testing.assert_array_equal(i[:, :len(x)], want_i, err_msg=f"ids, k={k}")
+        np.testing.assert_array_equal(s[:, :len(x)], want_s, err_msg=f"scores, k={k}")
+    return stats
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered", "ties", "one_chunk", "duplicates"])
+def test_chunked_equals_brute_force_on_all_devices(kind):
+    """8 simulated devices on the CPU (conftest); whatever devices there are elsewhere."""
+    x, q = _corpus(kind)
+    index = build_jax_index(x, spec=SPEC)
+    assert index._corpus.shape[0] > N and index._block % 32 == 0
+    stats = _check(index, x, q)
+    assert stats["chunks"] > 0  # the chunked program ran, not the sort fallback by choice
+    if kind in ("ties", "one_chunk", "duplicates"):
+        assert stats["unsafe_chunks"] > 0  # the proof failed somewhere, and the re-scan fixed it
+
+
+def test_both_rescan_paths_run_and_stay_exact():
+    """Clustered, k = 16 and 17 on 8 devices: some blocks have at most rescan_chunks unsafe
+    chunks per query (gathered and merged by sort), others more (a full sort of the block)."""
+    x, q = _corpus("clustered", seed=3)
+    index = build_jax_index(x, spec=SPEC)
+    stats = _check(index, x, q, ks=(16, 17))
+    assert stats["rescanned_chunks"] > 0 and stats["fallback_blocks"] > 0
+
+
+def test_random_corpus_rarely_needs_a_rescan():
+    """Gaussian-like data on one device, chunks of 64 with top 8: the proof holds for most
+    chunks (the point of the scheme), and the answer is exact anyway."""
+    rng = np.random.default_rng(7)
+    x = _dyadic(rng, (20_000, D), scale=64, lim=256)
+    q = _dyadic(rng, (32, D), scale=64, lim=256)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    spec = JaxSearchSpec(block_rows=4096, chunk_rows=64, chunk_k=8, query_batch_size=32,
+                         select="chunked")
+    index = build_jax_index(x, spec=spec, mesh=mesh)
+    auto = dataclasses.replace(spec, select="auto")
+    assert chunked_applies(auto, index._block, 100, "gpu")  # where the fast kernel is
+    assert not chunked_applies(auto, index._block, 100, "cpu")
+    assert not chunked_applies(auto, index._block, 8, "gpu")  # k <= chunk_k: one top_k serves
+    stats = _check(index, x, q, ks=(100,))
+    assert stats["unsafe_chunks"] < 0.01 * stats["chunks"] * stats["queries"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_corpus_equals_brute_force_over_the_rounded_vectors(dtype):
+    """A 16-bit corpus (and queries rounded to it) with float32 accumulation equals float32
+    brute force over the same rounded vectors; the float32 override searches the stored
+    values with unrounded queries."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((N, D)).astype(np.float32)
+    q = _dyadic(rng, (NQ, D), scale=4, lim=8)  # exact in both 16-bit formats
+    xr = np.asarray(jax.numpy.asarray(x).astype(dtype).astype(np.float32))
+    assert not np.array_equal(xr, x)  # rounding happened
+    index = build_jax_index(x, spec=JaxSearchSpec(**{**SPEC.to_dict(), "dtype": dtype}))
+    assert index.device_bytes == index._corpus.shape[0] * D * 2
+    # Products of 8-bit (16-bit-float) mantissas are exact; sums are not, so compare the
+    # scores with float32 summation-order tolerance and ids where the next score is clear.
+    for k in (17, 100):
+        s, i = index.search(q, k)
+        want_s, want_i = _reference(xr, q, k + 1)  # + 1: the gap below the k-th score
+        np.testing.assert_allclose(s, want_s[:, :k], rtol=1e-5, atol=1e-4)
+        gap = np.abs(np.diff(want_s, axis=1)) > 1e-3  # [NQ, k]: score j vs score j + 1
+        clear = gap & np.concatenate([np.ones((NQ, 1), bool), gap[:, :-1]], 1)
+        assert clear.mean() > 0.9
+        np.testing.assert_array_equal(i[clear], want_i[:, :k][clear])
+    s, i = index.search(q + 0.01, 50, dtype="float32")
+    want_s, want_i = _reference(xr, q + 0.01, 50)
+    np.testing.assert_allclose(s, want_s, rtol=1e-5, atol=1e-4)
+
+
+def test_16bit_integer_corpus_is_exact():
+    x, q = _corpus("ties", seed=5)
+    for dtype in ("bfloat16", "float16"):
+        index = build_jax_index(x, spec=JaxSearchSpec(**{**SPEC.to_dict(), "dtype": dtype}))
+        _check(index, x, q, ks=(1, 17, 100))
+
+
+def test_sort_and_one_device_agree():
+    x, q = _corpus("clustered", seed=2)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    one = build_jax_index(x, spec=SPEC, mesh=mesh)
+    _check(one, x, q, ks=(16, 100, 2048))
+    _check(one, x, q, ks=(100,), select="sort")
+
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "duplicates"])
+def test_chunks_of_1024_rows(kind):
+    """The default chunk (1,024 rows, top 16): on a GPU, XLA's fast top-k kernel serves these
+    chunks (it needs rows >= 1024, k <= 16), so run there this checks its tie order too."""
+    rng = np.random.default_rng(13)
+    n = 40_000 + 7
+    if kind == "random":
+        x, q = _dyadic(rng, (n, D), scale=64, lim=256), _dyadic(rng, (NQ, D), scale=64, lim=256)
+    elif kind == "ties":
+        x, q = _dyadic(rng, (n, D), scale=1, lim=2), _dyadic(rng, (NQ, D), scale=1, lim=2)
+    else:
+        base = _dyadic(rng, (500, D))
+        x, q = base[rng.integers(0, 500, n)], _dyadic(rng, (NQ, D))
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    spec = JaxSearchSpec(select="chunked", block_rows=8192, query_batch_size=NQ)
+    index = build_jax_index(x, spec=spec, mesh=mesh)
+    stats = _check(index, x, q, ks=(17, 100))
+    assert stats["chunks"] == 2 * 40 and index._block == 8192  # 2 searches x 5 blocks x 8
+
+
+def test_query_batch_sized_to_the_device():
+    """query_batch_size=0: the largest batch whose score work fits a quarter of free memory."""
+    assert auto_query_batch("cpu", 65_536, None) == 256
+    assert auto_query_batch("gpu", 65_536, 80 * 2**30) == 4096  # 3 GiB of score work
+    assert auto_query_batch("gpu", 65_536, 4 * 2**30) == 1024  # <= 1 GiB
+    assert auto_query_batch("gpu", 65_536, None) == 1024
+    x, q = _corpus("random")
+    index = build_jax_index(x, spec=JaxSearchSpec(**{**SPEC.to_dict(), "query_batch_size": 0}))
+    _check(index, x, q, ks=(17,))
+    with pytest.raises(ValueError, match="query_batch_size"):
+        JaxSearchSpec(query_batch_size=-1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_float16_export_streams_into_a_16bit_corpus(tmp_path, dtype):
+    """The exporter's float16 shards, read block by block into a 16-bit corpus (values exact in
+    both formats), search exactly; the corpus takes 2 bytes per value on the devices."""
+    rng = np.random.default_rng(17)
+    x, q = _dyadic(rng, (N, D)), _dyadic(rng, (NQ, D))
+    for s, (lo, hi) in enumerate([(0, 1000), (1000, 1001), (1001, N)]):
+        np.save(tmp_path / f"embeddings-{s:05d}.npy", x[lo:hi].astype(np.float16))
+        np.save(tmp_path / f"ids-{s:05d}.npy", np.arange(lo, hi, dtype=np.int64))
+    index = build_jax_index_from_dir(str(tmp_path), JaxSearchSpec(**{**SPEC.to_dict(), "dtype": dtype}),
+                                     progress=False)
+    assert index._corpus.dtype == np.uint16 and len(os.listdir(tmp_path)) == 6
+    _check(index, x, q, ks=(17, 100))
