@@ -1,7 +1,7 @@
 """Exact JAX search (``eval.index=jax``) at the device's speed: one process, a line per figure.
 
     # GPU (H100 / H200; JAX_PLATFORMS unset, no faiss, no TensorFlow; ~100 s wall with
-    # compiles, estimated; tools/gpu/jax_search_31.sh):
+    # compiles, estimated; tools/gpu/check.sh, stage d):
     python -m dense_cf.bench.jax_search --n 1048576,21015324 --dim 768 --k 100 \\
         --dtypes bfloat16 --batches 256,1024,4096 --chunk_rows 1024,4096 --queries 65536 \\
         --check_queries 256 --max_search_s 1.5 --data device --json_out jax_search_31.json

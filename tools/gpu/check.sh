@@ -10,7 +10,8 @@
 #      1 hard negative + 1 counterfactual, Lq 64, Lp 256, bf16; loop steps/s against the
 #      isolated step (dense_cf.bench.accelerator), MFU, input rate, checkpoint time, memory
 #   c  export of real-length passages (Wikipedia summaries) with length buckets: passages/s, MFU
-#   d  exact JAX search (dense_cf.bench.jax_search)
+#   d  exact JAX search (dense_cf.bench.jax_search), then on a GPU its exactness tests
+#      (tests/test_jax_topk.py: the fast top-k kernel's tie order on the device)
 # Environment: CHECK_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_check.py);
 # CHECK_MODE=check (default) | reference (stage a alone in float32 on this machine, writing the
 # reference file); CHECK_STAGES (default abcd); CHECK_CARRY (default .carry: what
@@ -63,8 +64,9 @@ if [ "$SIZE" = tiny ]; then
           --config.train.num_steps=6 --config.train.checkpoint_every=3 --config.train.log_every=2)
   ISO=(--shapes=small --steps=2 --warmup=1)
   C_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64)
-  D_CMD=(--n 4096 --dims 32 --queries 64 --batch 32 --k 100 --rounds 1)
-  LIMIT_A=400 LIMIT_B=300 LIMIT_C=120 LIMIT_D=120
+  D_CMD=(--n=3000 --dim=16 --dtypes=bfloat16 --batches=16 --queries=32 --check_queries=16
+         --chunk_rows=64 --block_rows=1024 --data=device --max_search_s=0.2)
+  LIMIT_A=400 LIMIT_B=300 LIMIT_ISO=120 LIMIT_C=120 LIMIT_D=120
 else
   MODEL=$W/minilm
   say "MiniLM from its bf16 bits"
@@ -73,12 +75,16 @@ else
   A_SIZE=()
   B_SIZE=(--config.model.tiny_hidden=768 --config.model.tiny_layers=12
           --config.model.tiny_heads=12 --config.data.max_q_len=64 --config.data.max_p_len=256
-          --config.train.global_batch=128 --config.train.num_steps=150
-          --config.train.checkpoint_every=75 --config.train.log_every=25)
+          --config.train.global_batch=128 --config.train.num_steps=120
+          --config.train.checkpoint_every=60 --config.train.log_every=20)
   ISO=(--shapes=paper --steps=10 --warmup=2)
-  C_SIZE=(--tiny=768,12,12 --passages=10000 --batch_size=512 --max_p_len=256)
-  D_CMD=(--n 1048576 --dims 768 --queries 4096 --batch 256 --k 100 --rounds 2)
-  LIMIT_A=170 LIMIT_B=150 LIMIT_C=70 LIMIT_D=100
+  C_SIZE=(--tiny=768,12,12 --passages=100000 --batch_size=512 --max_p_len=256)
+  # 2^20 and DPR's 21,015,324 x 768 bfloat16 made on the device; both chunk sizes at 2^20,
+  # the faster at 21M (docs/scale.md "Exact top-k at the bound")
+  D_CMD=(--n=1048576,21015324 --dim=768 --k=100 --dtypes=bfloat16 --batches=256,1024,4096
+         --chunk_rows=1024,4096 --queries=65536 --check_queries=256 --max_search_s=1.5
+         --data=device)
+  LIMIT_A=150 LIMIT_B=140 LIMIT_ISO=90 LIMIT_C=90 LIMIT_D=130
 fi
 if [ "$MODE" = reference ]; then
   PREC=(--config.model.dtype=float32)
@@ -112,7 +118,7 @@ if has b; then
     --config.data.num_hard=1 --config.train.eval_every=0 --config.eval.after_training=false \
     --config.train.async_checkpoint=false "${COMMON[@]}" "${B_SIZE[@]}"
   say "b: the isolated train step (dense_cf.bench.accelerator)"
-  run b_isolated.log 120 "$PY" -m dense_cf.bench.accelerator "${ISO[@]}" --export=false \
+  run b_isolated.log "$LIMIT_ISO" "$PY" -m dense_cf.bench.accelerator "${ISO[@]}" --export=false \
     --search=false --matmul_peak=false --check_sharding=false --out="$OUT/b_isolated.json"
   grep "^\[accelerator.*median\|^train" "$LOGS/b_isolated.log" | tail -3
   "$PY" -m dense_cf.bench.gpu_check --mode=loop --workdir="$W/loop" \
@@ -134,6 +140,12 @@ if has d; then
   say "d: exact JAX search"
   run d_search.log "$LIMIT_D" "$PY" -m dense_cf.bench.jax_search "${D_CMD[@]}" \
     --json_out "$OUT/d_search.json"
-  grep -v "^[IW][0-9]\{4\}" "$LOGS/d_search.log" | tail -12
+  grep -v "^[IW][0-9]\{4\}" "$LOGS/d_search.log" | tail -25
+  if [ "$SIZE" = full ]; then
+    say "d: exactness tests on the device"
+    JAX_PLATFORMS=cuda XLA_FLAGS= run d_tests.log 90 "$PY" -m pytest -q -p no:cacheprovider \
+      -o addopts="" tests/test_jax_topk.py
+    tail -3 "$LOGS/d_tests.log"
+  fi
 fi
 say "done"
