@@ -38,6 +38,7 @@ class Checkpointer:
             enable_async_checkpointing=async_save, create=True,
             cleanup_tmp_directories=True)  # a save cut short (kill, full disk) is never "valid"
         self._pending: tuple[int, int] | None = None  # (step, bytes) of the save in flight
+        self._remove_partial_saves()  # a save cut short by a kill: orbax leaves it on some paths
         self.manager = ocp.CheckpointManager(self.directory, options=options,
                                              item_names=("state", "data"))
 
@@ -46,7 +47,9 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, data_state: dict[str, Any], *, force: bool = False) -> bool:
         """Saves (asynchronously when so configured). Out of space, here or when the async
-        save finishes: :class:`~dense_cf.files.DiskFullError`, and the partial step is removed."""
+        save finishes: :class:`~dense_cf.files.DiskFullError`, and the partial step is removed.
+        The previous save is waited for first, so an error names the step that failed."""
+        self.wait()
         self._pending = (step, sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state)))
         saved = self._guard(lambda: self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=force))
@@ -131,6 +134,12 @@ class Checkpointer:
 
     def wait(self) -> None:
         self._guard(self.manager.wait_until_finished)
+        self._pending = None
+
+    def check(self) -> None:
+        """Raises now if a background save has failed (it does not wait for one in flight)."""
+        if self._pending is not None and not self.manager.is_saving_in_progress():
+            self.wait()
 
     def close(self) -> None:
         try:

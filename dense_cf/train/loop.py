@@ -32,6 +32,7 @@ from dense_cf.parallel.hosts import host0_first, is_host0
 from dense_cf.progress import Progress, timed
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.metric_writer import MetricWriter
+from dense_cf.train.preemption import Preempted, StopSignals
 from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
@@ -110,17 +111,19 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     Returns the summary of the final metrics (also written to ``summary.json``) and the trained
     :class:`Run` (final params in their shardings, for evaluation in the same process). Holds
     the workdir lock (``files.workdir_lock``, process 0 only) throughout, so a second trainer or
-    evaluator on the same workdir refuses at once.
+    evaluator on the same workdir refuses at once. On SIGTERM/SIGINT it finishes the step in
+    flight, saves it and raises :class:`~dense_cf.train.preemption.Preempted` (lock released).
     """
     config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
     validate(config)  # before the lock and any work: a bad value fails in a second, not later
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
-    with lock:
-        return _train(config, workdir)
+    with lock, StopSignals() as stop:
+        return _train(config, workdir, stop)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, Any], Run]:
+def _train(config: ml_collections.ConfigDict, workdir: str,
+           stop: StopSignals) -> tuple[dict[str, Any], Run]:
     rd = RunDir(workdir)
     os.makedirs(workdir, exist_ok=True)
     quiet_library_logs()
@@ -190,7 +193,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
         compiled = False
         bucketer = length_bucketer(method, config)
         shapes: set[tuple] = set()  # batch shapes compiled (one per length bucket combination)
+        preempted = False
         while step < stop_at:
+            ckpt.check()  # a background save that failed stops the run before another step
             local_batch = next(it)
             removed = None
             if bucketer is not None:  # each bucket shape compiles once (jit's cache)
@@ -236,8 +241,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                                label="train", extra=progress.stats())
                 progress.mark_logged()
                 history, t_last, steps_since = [], time.perf_counter(), 0
-            if step % config.train.checkpoint_every == 0 or step == stop_at:
+            preempted = stop.agreed()  # every host: the same answer after the same step
+            if preempted or step % config.train.checkpoint_every == 0 or step == stop_at:
                 ckpt.save(step, state, it.get_state(), force=True)
+            if preempted:
+                break
             if dev_data is not None and config.train.eval_every and (
                     step % config.train.eval_every == 0 or step == total_steps):
                 dev_metrics = evaluate(eval_fn, state.params, dev_data, spec, mesh,
@@ -249,8 +257,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                 t_last = time.perf_counter()  # keep validation out of the step time
         if compiled:
             progress.done()
-        ckpt.close()
+        ckpt.close()  # waits for the last save: on preemption the save is synchronous
     writer.close()
+    if preempted:
+        raise Preempted(step, rd.checkpoints, stop.signame)
     if not last and os.path.exists(rd.summary):  # resumed a finished run: keep its metrics
         with open(rd.summary) as f:
             previous = json.load(f)
