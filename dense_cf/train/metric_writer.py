@@ -8,6 +8,8 @@ written as classic ``simple_value`` summaries, not TF2 tensor summaries, so that
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import time
@@ -18,6 +20,7 @@ import numpy as np
 from absl import logging
 
 from dense_cf.console import import_tensorflow
+from dense_cf.files import DiskFullError, UserError, is_disk_full
 
 
 def _scalar(v: Any) -> float:
@@ -37,6 +40,22 @@ def flatten_numbers(tree: Mapping[str, Any], prefix: str) -> dict[str, float]:
     return out
 
 
+@contextlib.contextmanager
+def _writing(path: str, what: str, nbytes: int = 0):
+    """A full disk or an unwritable directory while writing ``what`` to ``path``: one clear
+    error (TensorFlow's ``ResourceExhaustedError`` included), not a traceback."""
+    try:
+        yield
+    except Exception as e:
+        if is_disk_full(e):
+            raise DiskFullError.for_path(path, max(nbytes, 1), what=f"{what} to {path}",
+                                         estimate=True) from e
+        if (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+                or "Read-only file system" in str(e)):
+            raise UserError(f"cannot write {what} to {path}: {getattr(e, 'strerror', None) or e}") from e
+        raise
+
+
 class MetricWriter:
     def __init__(self, workdir: str, *, enabled: bool | None = None, tensorboard: bool = True):
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
@@ -44,17 +63,22 @@ class MetricWriter:
         self._tb = None
         if not self.enabled:
             return
-        os.makedirs(workdir, exist_ok=True)
-        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
+        self._jsonl_path, self._tb_dir = os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "tb")
+        with _writing(self._jsonl_path, "metrics"):
+            os.makedirs(workdir, exist_ok=True)
+            self._jsonl = open(self._jsonl_path, "a", buffering=1)
         if tensorboard:
             tf = import_tensorflow()  # lazily: only the writer process needs it
-            self._tb = tf.summary.create_file_writer(os.path.join(workdir, "tb"))
+            with _writing(self._tb_dir, "TensorBoard summaries"):
+                self._tb = tf.summary.create_file_writer(self._tb_dir)
 
     def write(self, step: int, metrics: Mapping[str, Any], *, prefix: str = "train") -> dict[str, float]:
         scalars = {f"{prefix}/{k}": _scalar(v) for k, v in metrics.items()}
         if not self.enabled:
             return scalars
-        self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **scalars}) + "\n")
+        line = json.dumps({"step": int(step), "time": time.time(), **scalars}) + "\n"
+        with _writing(self._jsonl_path, f"step {int(step)}'s metrics", len(line)):
+            self._jsonl.write(line)
         self.tensorboard_scalars(step, scalars)
         return scalars
 
@@ -65,18 +89,20 @@ class MetricWriter:
         tf = import_tensorflow()
         summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=k, simple_value=float(v))
                                               for k, v in scalars.items()])
-        with self._tb.as_default(step=int(step)):
-            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(step))
-        self._tb.flush()
+        with _writing(self._tb_dir, f"step {int(step)}'s TensorBoard summaries"):
+            with self._tb.as_default(step=int(step)):
+                tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(step))
+            self._tb.flush()
 
     def tensorboard_text(self, tag: str, text: str, step: int = 0) -> None:
         """Writes ``text`` (markdown; e.g. the config) to TensorBoard's Text tab."""
         if not self.enabled or self._tb is None:
             return
         tf = import_tensorflow()
-        with self._tb.as_default(step=int(step)):
-            tf.summary.text(tag, text)
-        self._tb.flush()
+        with _writing(self._tb_dir, "TensorBoard text"):
+            with self._tb.as_default(step=int(step)):
+                tf.summary.text(tag, text)
+            self._tb.flush()
 
     def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],
                 label: str = "train", extra: str = "") -> None:
@@ -90,6 +116,8 @@ class MetricWriter:
 
     def close(self) -> None:
         if self._jsonl is not None:
-            self._jsonl.close()
+            with _writing(self._jsonl_path, "metrics"):
+                self._jsonl.close()
         if self._tb is not None:
-            self._tb.close()
+            with _writing(self._tb_dir, "TensorBoard summaries"):
+                self._tb.close()
