@@ -39,7 +39,7 @@ __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "at
            "content_sha256", "file_key", "is_tmp_name", "read_json", "remove_if_exists",
            "sha256_hex", "tmp_path", "to_jsonable", "write_json", "LOCK_NAME", "UserError", "WorkdirLockedError",
            "DiskFullError", "is_disk_full", "human_bytes", "tree_bytes",
-           "workdir_lock"]
+           "workdir_lock", "unwritable_error"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -299,6 +299,14 @@ class WorkdirLockedError(UserError):
     """Another live process holds the workdir lock."""
 
 
+def unwritable_error(path: str | os.PathLike, what: str, e: OSError) -> UserError:
+    """One clear error for ``path`` that cannot be written (a read-only file system, no
+    permission): the path, what was being written and the reason."""
+    reason = (e.strerror or str(e)).lower() if isinstance(e, OSError) else str(e)
+    return UserError(f"cannot write {os.fspath(path)} ({what}): {reason}; make it writable or "
+                     f"pass another directory")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -324,8 +332,11 @@ def workdir_lock(workdir: str | os.PathLike, purpose: str,
     then evaluation in one call). Created with O_EXCL, so it also works on shared filesystems
     without flock; multi-host runs take it on process 0 only.
     """
-    os.makedirs(workdir, exist_ok=True)
     path = os.path.abspath(os.path.join(workdir, LOCK_NAME))
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise unwritable_error(workdir, f"the workdir for {purpose}", e) from e
     if _HELD.get(path):
         _HELD[path] += 1
         try:
@@ -361,6 +372,8 @@ def workdir_lock(workdir: str | os.PathLike, purpose: str,
                 f"{workdir} is in use by pid {pid} on {where} ({holder.get('purpose', '?')}, "
                 f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))}): "
                 f"{hint}, or use another workdir") from None
+        except OSError as e:  # a read-only file system, no permission
+            raise unwritable_error(path, f"the workdir lock for {purpose}", e) from None
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         break

@@ -254,3 +254,76 @@ def test_full_disk_checkpoint_and_report_then_resume_after_space_is_freed(tmp_pa
     assert f"faiss DISKFULL no space left writing {mnt}/index/shard-00000.faiss" in out
     assert f"bm25 DISKFULL no space left writing {mnt}/bm25: it needs more than" in out
     assert "LEFT2 {'index': []}" in out
+
+
+# ------------------------------------------------------------------ read-only workdir (issue 34 §5)
+_READ_ONLY_SCRIPT = r'''
+import os, sys
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+from helpers import tiny_tower_config, write_tower_data
+from dense_cf.cli import (_app, eval_aar, eval_e2e, eval_localisation, eval_multihop, eval_pivot,
+                          eval_retrieval, eval_robustness)
+from dense_cf.experiment import train_and_evaluate
+
+ro, data = sys.argv[1], sys.argv[2]
+run = os.path.join(ro, "run")
+write_tower_data(data)
+print("BINARY train", flush=True)
+try:
+    train_and_evaluate(tiny_tower_config(data), os.path.join(ro, "new"))
+except _app.USER_ERRORS as e:
+    _app.report_user_error(e)
+for name, mod, argv in [("eval_retrieval", eval_retrieval, [f"--workdir={run}"]),
+                        ("eval_aar", eval_aar, [f"--workdir={run}"]),
+                        ("eval_robustness", eval_robustness, [f"--workdir={run}"]),
+                        ("eval_multihop", eval_multihop, [f"--workdir={run}"]),
+                        ("eval_e2e", eval_e2e, [f"--reader={run}", f"--retriever={run}"])]:
+    print("BINARY", name, flush=True)
+    print("STATUS", _app.call(mod.main, mod.FLAGS, argv), flush=True)
+'''
+
+
+def test_read_only_workdir_is_one_error_line_for_training_and_evaluation(tmp_path):
+    """A workdir on a read-only file system: training and each evaluation binary that writes
+    into the run directory print one ``error:`` line naming the path and what was being written
+    (the workdir lock, their first write), exit 1, no ``OSError`` traceback."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"],
+            capture_output=True).returncode:
+        pytest.skip("no user namespaces here to mount a read-only file system")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (tmp_path / "data").mkdir()
+    script = tmp_path / "ro.py"
+    script.write_text(_READ_ONLY_SCRIPT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop(_app.TRACEBACK_ENV, None)
+    shell = (f"mount -t tmpfs -o size=1m tmpfs {ro} && mkdir {ro}/run && mount -o remount,ro {ro} && "
+             f"{sys.executable} {script} {ro} {tmp_path / 'data'}")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=300,
+                       env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    out = r.stdout.split("BINARY ")[1:]
+    assert [o.split()[0] for o in out] == ["train", "eval_retrieval", "eval_aar", "eval_robustness",
+                                           "eval_multihop", "eval_e2e"], r.stdout + r.stderr[-3000:]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == len(out), r.stderr[-3000:]
+    assert errors[0] == (f"error: cannot write {ro}/new (the workdir for training dpr): read-only file "
+                         "system; make it writable or pass another directory")
+    for name, err in zip([o.split()[0] for o in out[1:]], errors[1:]):
+        assert err.startswith(f"error: cannot write {ro}/run/{files.LOCK_NAME} (the workdir lock for "
+                              f"{name}): read-only file system"), err
+    assert all("STATUS 1" in o for o in out[1:]), r.stdout
+
+
+def test_read_only_file_system_elsewhere_is_one_line(capsys, monkeypatch):
+    """Binaries that write reports without the workdir lock (eval_localisation, eval_pivot): an
+    OSError EROFS is one line naming the path."""
+    monkeypatch.delenv(_app.TRACEBACK_ENV, raising=False)
+
+    def main(argv):
+        raise OSError(errno.EROFS, "Read-only file system", "/runs/x/eval/step-6")
+
+    assert _app.call(main, eval_aar.FLAGS, []) == 1
+    assert capsys.readouterr().err.startswith(
+        "error: /runs/x/eval/step-6: cannot write: read-only file system\n")
