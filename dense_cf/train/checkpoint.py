@@ -74,9 +74,9 @@ def _leftover_async_noise(u: Any) -> bool:
 
 
 def _quiet_orbax_failures() -> None:
-    handler = logging.get_absl_handler()
-    if not any(isinstance(f, _DropHandledOrbaxTracebacks) for f in handler.filters):
-        handler.addFilter(_DropHandledOrbaxTracebacks())
+    for target in (logging.get_absl_handler(), logging.get_absl_logger()):  # orbax logs via absl
+        if not any(isinstance(f, _DropHandledOrbaxTracebacks) for f in target.filters):
+            target.addFilter(_DropHandledOrbaxTracebacks())
     previous = sys.unraisablehook
     if getattr(previous, "_dense_cf", False):
         return
