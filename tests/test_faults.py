@@ -390,3 +390,41 @@ def test_damaging_each_checkpoint_file_restores_quietly(tmp_path):
     at = r.stderr.find("Traceback")
     assert at < 0 and "Event loop is closed" not in r.stderr, r.stderr[max(0, at - 300):at + 3000]
     assert "Exception ignored" not in r.stderr, r.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ directory modes (issue 34 §4)
+def test_built_directories_honour_the_umask_like_files(tmp_path):
+    """Under umask 022 every directory a build creates is 0755 and every file 0644 (mkdtemp
+    alone gives 0700): the passage store, a BM25 index, an export_hf directory (also when
+    replaced with --overwrite), and ``files.make_dir``. No module calls ``tempfile.mkdtemp``
+    but ``files``."""
+    from helpers import tiny_run
+
+    from dense_cf.index.bm25 import BM25Index
+    from dense_cf.index.passage_store import open_store
+    from dense_cf.retrieval import model_export
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\n" + "".join(f"{i}\tpassage {i} word{i}\tT{i}\n" for i in range(1, 30)))
+    old = os.umask(0o022)
+    try:
+        open_store(str(corpus), str(tmp_path / "out" / "store"))
+        BM25Index.build([(str(i), f"passage {i}", f"T{i}") for i in range(30)], str(tmp_path / "out" / "bm25"),
+                        k1=0.9, b=0.4)
+        run = tiny_run()
+        model_export.write_export(run, str(tmp_path / "out" / "hf"))
+        model_export.write_export(run, str(tmp_path / "out" / "hf"), overwrite=True)
+        made = files.make_dir("x-", str(tmp_path / "out"))
+    finally:
+        os.umask(old)
+    modes = {}
+    for root, dirs, names in os.walk(tmp_path / "out"):
+        for n in dirs + names:
+            p = os.path.join(root, n)
+            modes[os.path.relpath(p, tmp_path / "out")] = (os.path.isdir(p), os.stat(p).st_mode & 0o777)
+    assert {k for k in modes if "/" not in k} == {"store", "bm25", "hf", os.path.basename(made)}
+    bad = {k: oct(m) for k, (d, m) in modes.items() if m != (0o755 if d else 0o644)}
+    assert not bad, bad
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    users = subprocess.run(["grep", "-rln", "tempfile.mkdtemp", os.path.join(root, "dense_cf")],
+                           capture_output=True, text=True).stdout.split()
+    assert [os.path.relpath(u, root) for u in users] == ["dense_cf/files.py"]

@@ -29,7 +29,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -39,7 +38,7 @@ from absl import flags, logging
 
 from dense_cf.bench.index import BLOCK, PeakRSS, clustered_block, make_centers, recall_at
 from dense_cf.cli import _app
-from dense_cf.files import human_bytes
+from dense_cf.files import human_bytes, make_dir
 from dense_cf.index import FAISS_INSTALL, IndexSpec, build_index_from_dir, faiss_available
 from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir, memory_per_device
 
@@ -259,7 +258,7 @@ def main(argv: list[str]) -> None:
         print("RESULT " + json.dumps(_run_single(_SINGLE.value)), flush=True)
         return
     dims = [int(d) for d in _DIMS.value.split(",") if d.strip()]
-    workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="dense_cf_jax_search_bench_")
+    workdir = _WORKDIR.value or make_dir("dense_cf_jax_search_bench_")
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
     failures: list[str] = []
