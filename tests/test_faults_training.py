@@ -161,8 +161,11 @@ def test_sigterm_saves_the_step_in_flight_and_resumes_bit_identical(tmp_path, mo
     assert os.listdir(wd / "checkpoints") == [str(at)]
     assert max(_logged_steps(wd)) == at and not os.path.exists(wd / ".dense_cf.lock")
     monkeypatch.setattr(metric_writer.MetricWriter, "write", real)
+    # What a kill -9 mid-save leaves (orbax's temporary step): removed when training starts.
+    (wd / "checkpoints" / f"{at + 1}.orbax-checkpoint-tmp" / "state").mkdir(parents=True)
     summary, run = loop.train(config, str(wd))
     assert summary["step"] == STEPS and _logged_steps(wd) == list(range(1, STEPS + 1))
+    assert not [n for n in os.listdir(wd / "checkpoints") if "tmp" in n]
     for x, y in zip(jax.tree.leaves(jax.device_get(ref.params)), jax.tree.leaves(jax.device_get(run.params))):
         np.testing.assert_array_equal(x, y)
 

@@ -93,14 +93,17 @@ class Checkpointer:
     """Thin wrapper of ``ocp.CheckpointManager`` with items ``state`` and ``data``."""
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, save_interval_steps: int = 1000,
-                 async_save: bool = True):
+                 async_save: bool = True, remove_partial: bool = False):
+        """``remove_partial``: remove the ``*.orbax-checkpoint-tmp`` steps a killed run left
+        (the trainer, which holds the workdir lock; never a reader beside a running trainer)."""
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
             enable_async_checkpointing=async_save, create=True,
             cleanup_tmp_directories=True)  # a save cut short (kill, full disk) is never "valid"
         self._pending: tuple[int, int] | None = None  # (step, bytes) of the save in flight
-        self._remove_partial_saves()  # a save cut short by a kill: orbax leaves it on some paths
+        if remove_partial:  # a save cut short by a kill: orbax leaves it on some paths
+            self._remove_partial_saves()
         _quiet_orbax_failures()
         self.manager = ocp.CheckpointManager(self.directory, options=options,
                                              item_names=("state", "data"))

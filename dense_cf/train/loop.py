@@ -160,7 +160,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
     writer.tensorboard_text("config", "```\n" + config.to_json_best_effort(indent=2) + "\n```")
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=config.train.keep_checkpoints,
                         save_interval_steps=config.train.checkpoint_every,
-                        async_save=config.train.async_checkpoint)
+                        async_save=config.train.async_checkpoint, remove_partial=True)
     chunks = int(config.train.grad_cache_chunks)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
