@@ -305,3 +305,32 @@ def test_tensorboard_writer_failure_is_one_clear_error(tmp_path):
     with pytest.raises(files.UserError, match=rf"cannot write TensorBoard summaries to {tmp_path}/tb: "
                                               "Read-only file system"):
         w.close()
+
+
+def test_a_signal_after_the_last_check_still_stops(monkeypatch):
+    """SIGTERM after the last step's check (training finished and saved): once training returns
+    the signal takes its usual effect instead of being swallowed (no evaluation after it); a
+    second signal while the first is pending also acts at once. Handlers are restored."""
+    from dense_cf.train.preemption import StopSignals
+    seen = []
+    monkeypatch.setattr(signal, "raise_signal", seen.append)
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert stop.signum == signal.SIGTERM and seen == []
+    assert seen == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    seen.clear()
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # the second one: delivered again at once
+        time.sleep(0.05)
+        assert seen == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        stop.acted = True
+    seen.clear()
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert stop.agreed() and stop.signame == "SIGINT"
+    assert seen == []  # acted upon: the caller saved and raised Preempted
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

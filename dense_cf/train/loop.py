@@ -118,7 +118,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     validate(config)  # before the lock and any work: a bad value fails in a second, not later
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
-    with lock, StopSignals() as stop:
+    with StopSignals() as stop, lock:  # the lock is released before a late signal takes effect
         return _train(config, workdir, stop)
 
 

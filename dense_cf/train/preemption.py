@@ -47,6 +47,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.acted = False  # agreed() said stop: the caller saved and is stopping
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
@@ -55,8 +56,12 @@ class StopSignals:
                 self._previous[s] = signal.signal(s, self._handle)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         self._restore()
+        if self.signum is not None and not self.acted and exc_type is None:
+            # The signal came after the last step's check (training had finished and saved):
+            # it still means "stop", so it takes its usual effect now, not after evaluation.
+            signal.raise_signal(self.signum)
 
     def _restore(self) -> None:
         for s, h in self._previous.items():
@@ -80,7 +85,7 @@ class StopSignals:
         """Whether any host got a signal; every host gets the same answer (a collective on
         several hosts: call it at the same point of every step on all of them)."""
         local = self.signum is not None
-        if jax.process_count() == 1:
-            return local
-        flags = multihost_utils.process_allgather(np.asarray(local, np.int32))
-        return bool(np.asarray(flags).max())
+        if jax.process_count() > 1:
+            local = bool(np.asarray(multihost_utils.process_allgather(np.asarray(local, np.int32))).max())
+        self.acted = self.acted or local
+        return local
