@@ -40,6 +40,7 @@ from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import UserError
 from dense_cf.mining.reader_data import split_files
+from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list(
@@ -257,6 +258,9 @@ def main(argv) -> None:
         run_demo(os.path.abspath(_WORKDIR.value))
     except _app.USER_ERRORS as e:  # a bad path, a full disk, a bad data file: one line
         sys.exit(_app.report_user_error(e))
+    except Preempted as e:  # SIGTERM/SIGINT: the step saved; the same command resumes
+        sys.stderr.write(f"preempted: {e}\n")
+        sys.exit(PREEMPTED_EXIT)
 
 
 def run_demo(workdir: str) -> None:

@@ -39,7 +39,8 @@ __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "at
            "content_sha256", "file_key", "is_tmp_name", "read_json", "remove_if_exists",
            "sha256_hex", "tmp_path", "to_jsonable", "write_json", "LOCK_NAME", "UserError", "WorkdirLockedError",
            "DiskFullError", "is_disk_full", "human_bytes", "tree_bytes",
-           "workdir_lock"]
+           "workdir_lock", "unwritable_error", "STAGING_MARKER", "make_dir", "staging_dir",
+           "remove_stale_staging", "build_dir_atomically"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -209,6 +210,85 @@ def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
         raise DiskFullError.for_path(path, array.nbytes + 128, estimate=True) from e.__cause__
 
 
+# --------------------------------------------------------------------- directories built whole
+# A directory is built in a staging sibling "<name>.tmp-<host>.<pid>-<random>" and renamed into
+# place. A run killed mid-way leaves its staging directory; the next build of the same directory
+# removes it (its process is gone), and so do builds of other directories next to it never.
+STAGING_MARKER = ".tmp-"
+
+
+def make_dir(prefix: str, parent: str | os.PathLike | None = None) -> str:
+    """``tempfile.mkdtemp`` with the mode ``os.mkdir`` gives (0o777 less the umask, 0755 under
+    umask 022), not mkdtemp's 0700: what a run writes stays readable by collaborators."""
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    os.chmod(d, 0o777 & ~_umask())
+    return d
+
+
+def staging_dir(directory: str | os.PathLike) -> str:
+    """A fresh staging directory next to ``directory``, named for this host and process."""
+    directory = os.path.abspath(directory)
+    parent, name = os.path.split(directory.rstrip(os.sep))
+    os.makedirs(parent, exist_ok=True)
+    return make_dir(f"{name}{STAGING_MARKER}{socket.gethostname()}.{os.getpid()}-", parent)
+
+
+def remove_stale_staging(directory: str | os.PathLike,
+                         warn: Callable[[str], Any] | None = None) -> list[str]:
+    """Removes the staging siblings of ``directory`` left by builds that died (this host, a pid
+    no longer running; or the unnamed ``<name>.tmp-XXXXXXXX`` of older versions). A live build
+    or one on another host is left alone. Returns the removed paths."""
+    directory = os.path.abspath(directory)
+    parent, name = os.path.split(directory.rstrip(os.sep))
+    prefix, host, removed = name + STAGING_MARKER, socket.gethostname(), []
+    try:
+        siblings = os.listdir(parent)
+    except OSError:
+        return removed
+    for sib in siblings:
+        path = os.path.join(parent, sib)
+        if not sib.startswith(prefix) or not os.path.isdir(path):
+            continue
+        owner = sib[len(prefix):].rsplit("-", 1)[0]
+        where, _, pid = owner.rpartition(".")
+        if pid.isdigit() and where:
+            if where != host or (int(pid) != os.getpid() and _pid_alive(int(pid))):
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+        if warn:
+            warn(f"removed {path}, left by a build of {directory} that did not finish")
+    return removed
+
+
+def build_dir_atomically(directory: str | os.PathLike, build: Callable[[str], None], *,
+                         replace: bool = False) -> None:
+    """``build(staging)`` in a :func:`staging_dir`, then renamed to ``directory``, which must be
+    absent or empty unless ``replace`` (then the old one is swapped out once the new one is
+    complete). Stale staging directories of earlier killed builds are removed first; a failed
+    build removes its own (a full disk: :class:`DiskFullError` with what it had written)."""
+    directory = os.path.abspath(directory)
+    remove_stale_staging(directory)
+    tmp = staging_dir(directory)
+    try:
+        build(tmp)
+        if os.path.isdir(directory) and not os.listdir(directory):
+            os.rmdir(directory)
+        if replace and os.path.isdir(directory):
+            old = tmp + ".old"  # still a staging name: a kill right here leaves nothing unknown
+            os.rename(directory, old)
+            os.rename(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, directory)
+    except BaseException as e:
+        written = tree_bytes(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, Exception) and is_disk_full(e):
+            raise DiskFullError.for_path(directory, written, what=directory) from e
+        raise
+
+
 def _key(k: Any) -> Any:
     # json accepts str/int/float/bool/None keys; numpy scalars must become Python ones first.
     if isinstance(k, np.generic):
@@ -299,6 +379,14 @@ class WorkdirLockedError(UserError):
     """Another live process holds the workdir lock."""
 
 
+def unwritable_error(path: str | os.PathLike, what: str, e: OSError) -> UserError:
+    """One clear error for ``path`` that cannot be written (a read-only file system, no
+    permission): the path, what was being written and the reason."""
+    reason = (e.strerror or str(e)).lower() if isinstance(e, OSError) else str(e)
+    return UserError(f"cannot write {os.fspath(path)} ({what}): {reason}; make it writable or "
+                     f"pass another directory")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -324,8 +412,11 @@ def workdir_lock(workdir: str | os.PathLike, purpose: str,
     then evaluation in one call). Created with O_EXCL, so it also works on shared filesystems
     without flock; multi-host runs take it on process 0 only.
     """
-    os.makedirs(workdir, exist_ok=True)
     path = os.path.abspath(os.path.join(workdir, LOCK_NAME))
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise unwritable_error(workdir, f"the workdir for {purpose}", e) from e
     if _HELD.get(path):
         _HELD[path] += 1
         try:
@@ -361,6 +452,8 @@ def workdir_lock(workdir: str | os.PathLike, purpose: str,
                 f"{workdir} is in use by pid {pid} on {where} ({holder.get('purpose', '?')}, "
                 f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))}): "
                 f"{hint}, or use another workdir") from None
+        except OSError as e:  # a read-only file system, no permission
+            raise unwritable_error(path, f"the workdir lock for {purpose}", e) from None
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         break

@@ -1,6 +1,7 @@
 """Entry point: ``python -m dense_cf.main --config=configs/picl_nq.py --workdir=DIR [--config.x.y=v]``.
 
-Re-running with the same workdir resumes from the latest checkpoint. Multi-host: run the same
+Re-running with the same workdir resumes from the latest checkpoint. SIGTERM or SIGINT saves the
+step in flight and exits with status 75 (``train.preemption.PREEMPTED_EXIT``): rerun to resume. Multi-host: run the same
 command on every host with ``--distributed=tpu|slurm`` (or ``auto``, the default), or with
 ``--distributed=explicit --coordinator_address=HOST:PORT --num_processes=N --process_id=I``;
 the workdir must be on storage every host sees (GCS or a shared filesystem). See docs/launch.md.
@@ -21,6 +22,7 @@ from dense_cf.console import import_tensorflow, quiet_library_logs
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import UserError
 from dense_cf.parallel import distributed
+from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -59,6 +61,12 @@ def main(argv) -> None:
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:
         summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    except Preempted as e:  # the step is saved and the lock released: rerun to resume
+        if jax.process_index() == 0:
+            sys.stderr.write(f"preempted: {e}\n")
+        logging.flush()
+        sys.stderr.flush()
+        os._exit(PREEMPTED_EXIT)  # every process: no shutdown barrier with peers
     except _app.USER_ERRORS as e:
         logging.flush()
         os._exit(_app.report_user_error(e))  # every process: peers may wait in a collective

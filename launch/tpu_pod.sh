@@ -27,6 +27,9 @@
 #   REMOTE_DIR               checkout location on the workers (default dense_cf, under $HOME)
 #   LOG_WORKER               worker whose log `logs` tails (default 0)
 #   DRY_RUN=1                print the gcloud commands instead of running them
+#   MAX_RESTARTS             `all`: rerun the training command this many times when it exits
+#                            75 (stopped on SIGTERM, e.g. maintenance, after saving the step in
+#                            flight; it resumes from there). Default 20
 set -euo pipefail
 
 TPU_NAME="${TPU_NAME:-dense-cf-${USER:-user}}"
@@ -172,7 +175,17 @@ cmd_all() {
   cmd_create
   trap cmd_delete EXIT  # the pod is billed until deleted: delete on success and on failure
   cmd_install
-  FOREGROUND=1 cmd_run "$@"
+  local status restarts=0
+  while :; do
+    status=0
+    FOREGROUND=1 cmd_run "$@" || status=$?
+    # 75: dense_cf.main stopped on SIGTERM after saving the step in flight; the same command resumes.
+    if [[ "${status}" != 75 ]] || ((restarts >= ${MAX_RESTARTS:-20})); then
+      return "${status}"
+    fi
+    restarts=$((restarts + 1))
+    echo "dense_cf: training preempted (status 75); restart ${restarts}" >&2
+  done
 }
 
 main() {

@@ -254,3 +254,177 @@ def test_full_disk_checkpoint_and_report_then_resume_after_space_is_freed(tmp_pa
     assert f"faiss DISKFULL no space left writing {mnt}/index/shard-00000.faiss" in out
     assert f"bm25 DISKFULL no space left writing {mnt}/bm25: it needs more than" in out
     assert "LEFT2 {'index': []}" in out
+
+
+# ------------------------------------------------------------------ read-only workdir (issue 34 §5)
+_READ_ONLY_SCRIPT = r'''
+import os, sys
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+from helpers import tiny_tower_config, write_tower_data
+from dense_cf.cli import (_app, eval_aar, eval_e2e, eval_localisation, eval_multihop, eval_pivot,
+                          eval_retrieval, eval_robustness)
+from dense_cf.experiment import train_and_evaluate
+
+ro, data = sys.argv[1], sys.argv[2]
+run = os.path.join(ro, "run")
+write_tower_data(data)
+print("BINARY train", flush=True)
+try:
+    train_and_evaluate(tiny_tower_config(data), os.path.join(ro, "new"))
+except _app.USER_ERRORS as e:
+    _app.report_user_error(e)
+for name, mod, argv in [("eval_retrieval", eval_retrieval, [f"--workdir={run}"]),
+                        ("eval_aar", eval_aar, [f"--workdir={run}"]),
+                        ("eval_robustness", eval_robustness, [f"--workdir={run}"]),
+                        ("eval_multihop", eval_multihop, [f"--workdir={run}"]),
+                        ("eval_e2e", eval_e2e, [f"--reader={run}", f"--retriever={run}"])]:
+    print("BINARY", name, flush=True)
+    print("STATUS", _app.call(mod.main, mod.FLAGS, argv), flush=True)
+'''
+
+
+def test_read_only_workdir_is_one_error_line_for_training_and_evaluation(tmp_path):
+    """A workdir on a read-only file system: training and each evaluation binary that writes
+    into the run directory print one ``error:`` line naming the path and what was being written
+    (the workdir lock, their first write), exit 1, no ``OSError`` traceback."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"],
+            capture_output=True).returncode:
+        pytest.skip("no user namespaces here to mount a read-only file system")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (tmp_path / "data").mkdir()
+    script = tmp_path / "ro.py"
+    script.write_text(_READ_ONLY_SCRIPT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop(_app.TRACEBACK_ENV, None)
+    shell = (f"mount -t tmpfs -o size=1m tmpfs {ro} && mkdir {ro}/run && mount -o remount,ro {ro} && "
+             f"{sys.executable} {script} {ro} {tmp_path / 'data'}")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=300,
+                       env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    out = r.stdout.split("BINARY ")[1:]
+    assert [o.split()[0] for o in out] == ["train", "eval_retrieval", "eval_aar", "eval_robustness",
+                                           "eval_multihop", "eval_e2e"], r.stdout + r.stderr[-3000:]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == len(out), r.stderr[-3000:]
+    assert errors[0] == (f"error: cannot write {ro}/new (the workdir for training dpr): read-only file "
+                         "system; make it writable or pass another directory")
+    for name, err in zip([o.split()[0] for o in out[1:]], errors[1:]):
+        assert err.startswith(f"error: cannot write {ro}/run/{files.LOCK_NAME} (the workdir lock for "
+                              f"{name}): read-only file system"), err
+    assert all("STATUS 1" in o for o in out[1:]), r.stdout
+
+
+def test_read_only_file_system_elsewhere_is_one_line(capsys, monkeypatch):
+    """Binaries that write reports without the workdir lock (eval_localisation, eval_pivot): an
+    OSError EROFS is one line naming the path."""
+    monkeypatch.delenv(_app.TRACEBACK_ENV, raising=False)
+
+    def main(argv):
+        raise OSError(errno.EROFS, "Read-only file system", "/runs/x/eval/step-6")
+
+    assert _app.call(main, eval_aar.FLAGS, []) == 1
+    assert capsys.readouterr().err.startswith(
+        "error: /runs/x/eval/step-6: cannot write: read-only file system\n")
+
+
+# ------------------------------------------------------------------ a damaged checkpoint, quietly
+_DAMAGE_SCRIPT = r'''
+import os, shutil, sys
+import jax.numpy as jnp, numpy as np, optax
+from dense_cf.train.checkpoint import Checkpointer, abstract_like
+
+def state(shift):
+    p = {"w": jnp.arange(65536.0).reshape(256, 256) + shift, "b": jnp.full((64,), shift)}
+    return {"params": p, "opt": optax.adam(1e-3).init(p)}
+
+d = sys.argv[1]
+src = os.path.join(d, "src")
+c = Checkpointer(src, async_save=False, save_interval_steps=1)
+c.save(1, state(1.0), {"pos": 1})
+c.save(2, state(2.0), {"pos": 2})
+c.close()
+names = sorted(os.path.relpath(os.path.join(r, f), os.path.join(src, "2"))
+               for r, _, fs in os.walk(os.path.join(src, "2")) for f in fs)
+for i, rel in enumerate(names):
+    for how in ("truncate", "scramble"):
+        work = os.path.join(d, f"{i}-{how}")
+        shutil.copytree(src, work)
+        p = os.path.join(work, "2", rel)
+        size = os.path.getsize(p)
+        with open(p, "r+b") as f:
+            if how == "truncate":
+                f.truncate(size // 2)
+            else:
+                f.seek(size // 3)
+                f.write(bytes(range(256)) * (max(8, size // 3) // 256 + 1))
+        c = Checkpointer(work, async_save=False, save_interval_steps=1)
+        try:
+            st, data, step = c.restore(abstract_like(state(0.0)))
+            exact = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+                        zip(jax.tree.leaves(st), jax.tree.leaves(state(float(step)))))
+            print("CASE", rel, how, "step", step, data["pos"], exact, flush=True)
+        except Exception as e:
+            print("CASE", rel, how, "ERROR", type(e).__name__, str(e)[:200], flush=True)
+        c.close()
+print("END", flush=True)
+'''
+
+
+def test_damaging_each_checkpoint_file_restores_quietly(tmp_path):
+    """Each file of the newest step, cut in half or overwritten in its middle: the restore gives
+    that step intact or falls back to the older one, exactly, and nothing orbax started behind
+    it (tensorstore callbacks into a closed event loop, orphaned coroutines) prints a traceback."""
+    script = tmp_path / "damage.py"
+    script.write_text(_DAMAGE_SCRIPT.replace("import jax.numpy", "import jax\nimport jax.numpy"))
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0 and "END" in r.stdout, r.stderr[-3000:]
+    cases = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("CASE")]
+    assert len(cases) >= 20, r.stdout  # ~12 files x 2 damages
+    for case in cases:
+        assert case[3] == "step" and case[4] == case[5] and case[6] == "True", case
+    assert sum(c[4] == "1" for c in cases) >= 8  # the data files' damage is caught: fallback
+    at = r.stderr.find("Traceback")
+    assert at < 0 and "Event loop is closed" not in r.stderr, r.stderr[max(0, at - 300):at + 3000]
+    assert "Exception ignored" not in r.stderr, r.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ directory modes (issue 34 §4)
+def test_built_directories_honour_the_umask_like_files(tmp_path):
+    """Under umask 022 every directory a build creates is 0755 and every file 0644 (mkdtemp
+    alone gives 0700): the passage store, a BM25 index, an export_hf directory (also when
+    replaced with --overwrite), and ``files.make_dir``. No module calls ``tempfile.mkdtemp``
+    but ``files``."""
+    from helpers import tiny_run
+
+    from dense_cf.index.bm25 import BM25Index
+    from dense_cf.index.passage_store import open_store
+    from dense_cf.retrieval import model_export
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("id\ttext\ttitle\n" + "".join(f"{i}\tpassage {i} word{i}\tT{i}\n" for i in range(1, 30)))
+    old = os.umask(0o022)
+    try:
+        open_store(str(corpus), str(tmp_path / "out" / "store"))
+        BM25Index.build([(str(i), f"passage {i}", f"T{i}") for i in range(30)], str(tmp_path / "out" / "bm25"),
+                        k1=0.9, b=0.4)
+        run = tiny_run()
+        model_export.write_export(run, str(tmp_path / "out" / "hf"))
+        model_export.write_export(run, str(tmp_path / "out" / "hf"), overwrite=True)
+        made = files.make_dir("x-", str(tmp_path / "out"))
+    finally:
+        os.umask(old)
+    modes = {}
+    for root, dirs, names in os.walk(tmp_path / "out"):
+        for n in dirs + names:
+            p = os.path.join(root, n)
+            modes[os.path.relpath(p, tmp_path / "out")] = (os.path.isdir(p), os.stat(p).st_mode & 0o777)
+    assert {k for k in modes if "/" not in k} == {"store", "bm25", "hf", os.path.basename(made)}
+    bad = {k: oct(m) for k, (d, m) in modes.items() if m != (0o755 if d else 0o644)}
+    assert not bad, bad
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    users = subprocess.run(["grep", "-rln", "tempfile.mkdtemp", os.path.join(root, "dense_cf")],
+                           capture_output=True, text=True).stdout.split()
+    assert [os.path.relpath(u, root) for u in users] == ["dense_cf/files.py"]

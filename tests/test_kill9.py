@@ -197,3 +197,69 @@ def test_kill9_during_evidence_annotation_then_rerun_is_identical(world, tmp_pat
     evidence.run_cli(args + ["--output", killed])
     evidence.run_cli(args + ["--output", clean])
     assert _read(killed) == _read(clean)
+
+
+# ------------------------------------------------ staging directories after a kill (issue 34 §3)
+def _stray(parent, keep) -> list[str]:
+    return sorted(n for n in os.listdir(parent) if n not in keep)
+
+
+def test_kill9_during_directory_builds_leaves_nothing_after_the_rerun(world, tmp_path):
+    """export_hf (``write_export``), the passage store and a BM25 index are each built in a
+    staging directory renamed into place; each is killed mid-build, then run again: the new
+    build removes the dead one's staging directory, and nothing but the result remains. An
+    ``--overwrite`` export swaps the old directory out without leaving it behind."""
+    from helpers import tiny_run
+
+    from dense_cf.index.bm25 import BM25Index
+    from dense_cf.index.passage_store import open_store
+    from dense_cf.retrieval import model_export
+    corpus = str(world / "psgs_synth.tsv")
+    out = tmp_path / "export"
+    out.mkdir()
+    _kill_at_marker(f"""
+        sys.path.insert(0, "tests")
+        from helpers import tiny_run
+        from dense_cf.models import checkpoints
+        from dense_cf.retrieval import model_export
+        real = checkpoints.save_tower
+        def save_then_stop(*a, **kw):
+            real(*a, **kw)
+            stop_here()                      # one tower written into the staging directory
+        checkpoints.save_tower = save_then_stop
+        model_export.write_export(tiny_run(), {str(out / "hf")!r})
+        """, tmp_path)
+    assert [n for n in os.listdir(out) if n.startswith("hf.tmp-")]  # what the kill left
+    run = tiny_run()
+    model_export.write_export(run, str(out / "hf"))
+    assert _stray(out, {"hf"}) == []
+    model_export.write_export(run, str(out / "hf"), overwrite=True)
+    assert _stray(out, {"hf"}) == [] and "export.json" in os.listdir(out / "hf")
+
+    idx = tmp_path / "indexes"
+    idx.mkdir()
+    os.remove(str(tmp_path / "stopped"))
+    _kill_at_marker(f"""
+        from dense_cf.index import passage_store
+        from dense_cf.index.passage_store import open_store
+        real = passage_store.PassageStore.write
+        def write_then_stop(*a, **kw):
+            real(*a, **kw)
+            stop_here()                      # the rows written, no store.json yet
+        passage_store.PassageStore.write = staticmethod(write_then_stop)
+        open_store({corpus!r}, {str(idx / "store")!r})
+        """, tmp_path)
+    os.remove(str(tmp_path / "stopped"))
+    rows = [(f"p{i}", f"passage {i} word{i}", f"Title {i}") for i in range(50)]
+    _kill_at_marker(f"""
+        from dense_cf.index import bm25
+        real = bm25.write_meta_json
+        def stop_at_meta(path, obj):
+            stop_here()                      # the index written, meta.json (its mark) not yet
+        bm25.write_meta_json = stop_at_meta
+        bm25.BM25Index.build({rows!r}, {str(idx / "bm25")!r}, k1=0.9, b=0.4)
+        """, tmp_path)
+    assert len([n for n in os.listdir(idx) if ".tmp-" in n]) == 2
+    assert len(open_store(corpus, str(idx / "store"))) == 300
+    BM25Index.build(rows, str(idx / "bm25"), k1=0.9, b=0.4)
+    assert _stray(idx, {"store", "bm25"}) == []

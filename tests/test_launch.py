@@ -28,7 +28,11 @@ with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(json.dumps(rec) + "\\n")
 fail = os.environ.get("FAKE_FAIL_ON")
 if fail and any(fail in a for a in argv):
-    sys.exit(7)
+    count = os.environ["FAKE_LOG"] + ".failures"  # FAKE_FAIL_TIMES: fail only that often
+    n = int(open(count).read()) if os.path.exists(count) else 0
+    if n < int(os.environ.get("FAKE_FAIL_TIMES", "1000000")):
+        open(count, "w").write(str(n + 1))
+        sys.exit(int(os.environ.get("FAKE_STATUS", "7")))
 if argv[0] == "gcloud" and "describe" in argv:
     print("ACTIVE")
 if argv[0] == "scontrol" and argv[1:3] == ["show", "hostnames"]:
@@ -223,3 +227,23 @@ def test_slurm_sbatch_dry_run(fake):
     assert [c["argv"][0] for c in calls] == ["scontrol"]  # srun not executed
     line = [l for l in r.stdout.splitlines() if l.startswith("+ srun")][0]
     assert shlex.split(line[2:])[-2:] == [f"--coordinator_address=a1:{5 + 61440}", "--workdir=/w x"]
+
+
+def test_preempted_training_is_restarted(fake):
+    """Exit status 75 (SIGTERM: the step saved): ``tpu_pod.sh all`` reruns the same command,
+    which resumes; ``slurm_gpu.sbatch`` requeues its job. Other failures are not retried."""
+    r, calls = fake("tpu_pod.sh", "all", "--", "--config=c.py", "--workdir=/w", ZONE="z",
+                    FAKE_FAIL_ON="dense_cf.main", FAKE_STATUS="75", FAKE_FAIL_TIMES="2")
+    trains = [c["argv"] for c in calls if "dense_cf.main" in " ".join(c["argv"])]
+    assert len(trains) == 3 and len({tuple(t) for t in trains}) == 1  # twice preempted, then done
+    assert "restart 2" in r.stderr and calls[-1]["argv"][3:5] == ["tpu-vm", "delete"]
+    r, calls = fake("tpu_pod.sh", "all", "--", "--workdir=/w", ZONE="z", check=False,
+                    FAKE_FAIL_ON="dense_cf.main", FAKE_STATUS="75", MAX_RESTARTS="1")
+    assert r.returncode == 75 and len([c for c in calls if "dense_cf.main" in " ".join(c["argv"])]) == 2
+    job = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "gpu[1-2]"}
+    r, calls = fake("slurm_gpu.sbatch", "--workdir=/w", check=False, FAKE_FAIL_ON="dense_cf.main",
+                    FAKE_STATUS="75", **job)
+    assert r.returncode == 75
+    assert calls[-1]["argv"] == ["scontrol", "requeue", "42"]
+    r, calls = fake("slurm_gpu.sbatch", "--workdir=/w", check=False, FAKE_FAIL_ON="dense_cf.main", **job)
+    assert r.returncode == 7 and not any("requeue" in c["argv"] for c in calls)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import Any, Sequence
 
@@ -44,7 +43,7 @@ from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.experiment import train_and_evaluate
-from dense_cf.files import atomic_open, write_json
+from dense_cf.files import atomic_open, make_dir, write_json
 from dense_cf.progress import format_duration
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.train.run import RunDir
@@ -368,7 +367,7 @@ def main(argv: Sequence[str]) -> None:
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
     f = FLAGS
-    out = f.out or tempfile.mkdtemp(prefix="ablation_bench_")
+    out = f.out or make_dir("ablation_bench_")
     result = run_ablation(out, f.rows, steps=f.steps, seeds=[int(s) for s in f.seeds],
                           model=f.model, num_passages=f.num_passages,
                           test_questions=f.test_questions, batch=f.batch, lr=f.lr,

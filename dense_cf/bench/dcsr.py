@@ -31,7 +31,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import tempfile
 import time
 
 from absl import flags, logging
@@ -42,6 +41,7 @@ from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.files import make_dir
 from dense_cf.synthetic import generate as synthetic
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
@@ -90,7 +90,7 @@ def main(argv) -> None:
     del argv
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
-    out = _OUT.value or tempfile.mkdtemp(prefix="dcsr_bench_")
+    out = _OUT.value or make_dir("dcsr_bench_")
     has_qpp = "questions_per_passage" in inspect.signature(synthetic.generate).parameters
     settings = [("default", 1)] + ([("many_q", _QPP.value)] if has_qpp else [])
     if not has_qpp:

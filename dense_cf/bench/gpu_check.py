@@ -34,6 +34,7 @@ from safetensors.numpy import load_file, save_file
 
 from dense_cf import methods
 from dense_cf.bench import accelerator as accel
+from dense_cf.bench.jax_search import cpu_model
 from dense_cf.cli import _app
 from dense_cf.files import write_json
 from dense_cf.inputs.source import GrainOptions
@@ -264,6 +265,7 @@ def main(argv) -> None:
              f"{out['batches_per_s']:.1f} batches/s = {out['questions_per_s']:.0f} questions/s "
              f"(global batch {out['global_batch']})")
     out["jax_backend"] = jax.default_backend()
+    out["host_cpu"] = f"{cpu_model()} ({os.cpu_count()} cpus)"
     if _OUT.value:
         write_json(_OUT.value, out)
 

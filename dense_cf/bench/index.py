@@ -29,7 +29,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Iterable
@@ -38,6 +37,7 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf.cli import _app
+from dense_cf.files import make_dir
 from dense_cf.index import IndexSpec, build_index_from_dir, merge_topk
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
@@ -166,7 +166,7 @@ def _child_args(kind: str, workdir: str) -> list[str]:
 
 
 def _run_all() -> list[dict[str, Any]]:
-    workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="dense_cf_index_bench_")
+    workdir = _WORKDIR.value or make_dir("dense_cf_index_bench_")
     results = []
     try:
         _prepare(workdir)

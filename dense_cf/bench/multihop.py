@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import Any, Sequence
 
@@ -45,6 +44,7 @@ from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.eval.multihop import add_reader, evaluate_multihop
 from dense_cf.experiment import train_and_evaluate
+from dense_cf.files import make_dir
 from dense_cf.mining.reader_data import split_files
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.synthetic import multihop as synthetic_multihop
@@ -384,7 +384,7 @@ def main(argv) -> dict[str, Any]:
     _app.no_positional(argv)
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
-    return run_seeds(_OUT.value or tempfile.mkdtemp(prefix="mdr_bench_"),
+    return run_seeds(_OUT.value or make_dir("mdr_bench_"),
                      [int(x) for x in _SEEDS.value], steps=_STEPS.value, batch=_BATCH.value,
                      num_questions=_NUM_Q.value, test_frac=_TEST_FRAC.value,
                      num_hard=_NUM_HARD.value, beam_size=_BEAM.value, hop2_k=_HOP2_K.value,

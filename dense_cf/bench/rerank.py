@@ -37,7 +37,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -60,6 +59,7 @@ from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.datasets import wiki_offline
 from dense_cf.eval.stats import compare_outcomes
+from dense_cf.files import make_dir
 from dense_cf.index import IndexSpec, RerankIndex, build_index_from_dir, projected_bytes
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
@@ -252,7 +252,7 @@ def _projection(result: dict[str, Any]) -> str:
 
 
 def _run_all() -> dict[str, Any]:
-    workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="dense_cf_rerank_bench_")
+    workdir = _WORKDIR.value or make_dir("dense_cf_rerank_bench_")
     try:
         about = _prepare(workdir)
         proc = subprocess.run(_child_args(workdir), stdout=subprocess.PIPE, text=True)

@@ -14,6 +14,7 @@ are parsed as usual.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Any, Callable, Sequence
@@ -90,6 +91,8 @@ def user_message(e: BaseException) -> str:
                 IsADirectoryError: "is a directory, expected a file",
                 NotADirectoryError: "a part of the path is not a directory",
                 PermissionError: "permission denied"}.get(type(e), e.strerror or str(e))
+        if e.errno == errno.EROFS:
+            what = "cannot write: read-only file system"
         return f"{name}: {what}"
     return str(e)
 
@@ -139,6 +142,10 @@ def _guarded(main: Callable[[list[str]], Any], argv: list[str]) -> int | None:
         sys.stderr.write(f"error: {e}\nPass --help to see the flags of this binary.\n")
         return e.exitcode
     except USER_ERRORS as e:
+        return report_user_error(e)
+    except OSError as e:  # a read-only file system: the user's situation, one line too
+        if e.errno != errno.EROFS:
+            raise
         return report_user_error(e)
 
 

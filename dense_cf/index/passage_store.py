@@ -9,8 +9,6 @@ from __future__ import annotations
 import array
 import json
 import os
-import shutil
-import tempfile
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -118,24 +116,12 @@ def check_fingerprint(directory: str, meta: Mapping[str, Any], corpus: str | Non
 
 
 def build_atomically(directory: str, build: Callable[[str], None]) -> None:
-    """Runs ``build(tmp_dir)`` and renames the result to ``directory`` (a crash leaves nothing)."""
+    """Runs ``build(tmp_dir)`` and renames the result to ``directory`` (``files.build_dir_atomically``:
+    a crash leaves a staging directory that the next build removes; modes follow the umask)."""
     if os.path.isdir(directory) and os.listdir(directory):
         raise ValueError(f"{directory} exists but holds no complete index or store (no "
                          f"meta.json/store.json): delete it or pass another directory")
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=os.path.basename(directory) + ".tmp-", dir=parent)
-    try:
-        build(tmp)
-        if os.path.isdir(directory) and not os.listdir(directory):
-            os.rmdir(directory)
-        os.rename(tmp, directory)
-    except BaseException as e:
-        written = files.tree_bytes(tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and files.is_disk_full(e):
-            raise files.DiskFullError.for_path(directory, written, what=directory) from e
-        raise
+    files.build_dir_atomically(directory, build)
 
 
 def open_store(corpus: str, directory: str, *, skip_bad: bool = True,

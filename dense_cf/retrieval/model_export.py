@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import jax
 import numpy as np
 
-from dense_cf.files import UserError, atomic_open, write_json
-from dense_cf.index.passage_store import build_atomically
+from dense_cf.files import UserError, atomic_open, build_dir_atomically, write_json
 from dense_cf.models import checkpoints
 from dense_cf.train.run import Run, RunDir, load_run
 
@@ -172,17 +169,8 @@ def write_export(run: Run, out_dir: str, *, fmt: str = "hf", workdir: str | None
             f.write(_card(run, workdir, fmt, towers))
         write_json(os.path.join(tmp, checkpoints.EXPORT_MANIFEST), manifest)
 
-    if os.path.isdir(out_dir) and os.listdir(out_dir):  # --overwrite: swap only once complete
-        parent = os.path.dirname(os.path.abspath(out_dir))
-        staged = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".new-", dir=parent)
-        os.rmdir(staged)
-        build_atomically(staged, build)
-        old = staged.replace(".new-", ".old-")
-        os.rename(out_dir, old)
-        os.rename(staged, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        build_atomically(out_dir, build)
+    # --overwrite swaps the old directory out only once the new one is complete.
+    build_dir_atomically(out_dir, build, replace=True)
     return dict(manifest, out_dir=os.path.abspath(out_dir))
 
 

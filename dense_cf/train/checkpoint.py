@@ -8,8 +8,12 @@ one; the unreadable step directories are moved aside, not deleted.
 
 from __future__ import annotations
 
+import errno
+import inspect
+import logging as py_logging
 import os
 import shutil
+import sys
 import time
 from typing import Any
 
@@ -27,17 +31,80 @@ class CheckpointError(UserError):
     """No checkpoint in the directory can be restored."""
 
 
+def handled_error(e: BaseException | None) -> bool:
+    """Whether ``e`` is one this module turns into one clear error: a full disk, or a directory
+    that cannot be written (read-only file system, permission denied)."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return True
+        if "Read-only file system" in str(e):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+_RESTORING = [0]  # > 0 while Checkpointer.restore tries steps (its warnings say what failed)
+
+
+class _DropHandledOrbaxTracebacks(py_logging.Filter):
+    """Orbax logs every failure of its background threads with a traceback
+    (``logging.exception``) before the error reaches the caller; for the errors the caller turns
+    into one line (a full disk, an unwritable directory) those tracebacks are dropped, and so are
+    orbax's errors about an unreadable step while :meth:`Checkpointer.restore` tries the steps
+    (it warns once per unreadable step, naming it)."""
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        if f"{os.sep}orbax{os.sep}" not in record.pathname or record.levelno < py_logging.ERROR:
+            return True
+        if _RESTORING[0]:
+            return False
+        e = record.exc_info[1] if record.exc_info else None
+        return not (e is not None and (is_disk_full(e) or handled_error(e)))
+
+
+def _leftover_async_noise(u: Any) -> bool:
+    """An unraisable error left by a failed orbax read or write: tensorstore completing a read
+    into the event loop orbax already closed (``Event loop is closed``), or an orbax coroutine
+    that never ran to its end. The failure itself has been raised to the caller already."""
+    if isinstance(u.exc_value, RuntimeError) and str(u.exc_value) == "Event loop is closed":
+        return True
+    code = getattr(u.object, "cr_code", None) if inspect.iscoroutine(u.object) else None
+    return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+
+
+def _quiet_orbax_failures() -> None:
+    for target in (logging.get_absl_handler(), logging.get_absl_logger()):  # orbax logs via absl
+        if not any(isinstance(f, _DropHandledOrbaxTracebacks) for f in target.filters):
+            target.addFilter(_DropHandledOrbaxTracebacks())
+    previous = sys.unraisablehook
+    if getattr(previous, "_dense_cf", False):
+        return
+
+    def hook(u: Any) -> None:
+        if not _leftover_async_noise(u):
+            previous(u)
+
+    hook._dense_cf = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 class Checkpointer:
     """Thin wrapper of ``ocp.CheckpointManager`` with items ``state`` and ``data``."""
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, save_interval_steps: int = 1000,
-                 async_save: bool = True):
+                 async_save: bool = True, remove_partial: bool = False):
+        """``remove_partial``: remove the ``*.orbax-checkpoint-tmp`` steps a killed run left
+        (the trainer, which holds the workdir lock; never a reader beside a running trainer)."""
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
             enable_async_checkpointing=async_save, create=True,
             cleanup_tmp_directories=True)  # a save cut short (kill, full disk) is never "valid"
         self._pending: tuple[int, int] | None = None  # (step, bytes) of the save in flight
+        if remove_partial:  # a save cut short by a kill: orbax leaves it on some paths
+            self._remove_partial_saves()
+        _quiet_orbax_failures()
         self.manager = ocp.CheckpointManager(self.directory, options=options,
                                              item_names=("state", "data"))
 
@@ -46,7 +113,9 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, data_state: dict[str, Any], *, force: bool = False) -> bool:
         """Saves (asynchronously when so configured). Out of space, here or when the async
-        save finishes: :class:`~dense_cf.files.DiskFullError`, and the partial step is removed."""
+        save finishes: :class:`~dense_cf.files.DiskFullError`, and the partial step is removed.
+        The previous save is waited for first, so an error names the step that failed."""
+        self.wait()
         self._pending = (step, sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state)))
         saved = self._guard(lambda: self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=force))
@@ -88,6 +157,7 @@ class Checkpointer:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         errors: list[tuple[int, Exception]] = []
         for s in steps:
+            _RESTORING[0] += 1
             try:
                 out = self._restore(abstract_state, s)
             except Exception as e:  # orbax/tensorstore raise ValueError, OSError, XlaRuntimeError...
@@ -95,6 +165,8 @@ class Checkpointer:
                 logging.warning("checkpoint: step %d in %s is unreadable (%s: %s)", s, self.directory,
                                 type(e).__name__, _first_line(e))
                 continue
+            finally:
+                _RESTORING[0] -= 1
             if errors:
                 bad = [b for b, _ in errors]
                 logging.warning("checkpoint: newest step %d unreadable; resumed from step %d instead "
@@ -131,6 +203,12 @@ class Checkpointer:
 
     def wait(self) -> None:
         self._guard(self.manager.wait_until_finished)
+        self._pending = None
+
+    def check(self) -> None:
+        """Raises now if a background save has failed (it does not wait for one in flight)."""
+        if self._pending is not None and not self.manager.is_saving_in_progress():
+            self.wait()
 
     def close(self) -> None:
         try:

@@ -33,6 +33,7 @@ from dense_cf.parallel.hosts import host0_first, is_host0
 from dense_cf.progress import Progress, timed
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.metric_writer import MetricWriter
+from dense_cf.train.preemption import Preempted, StopSignals
 from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import make_eval_step, make_train_step
@@ -120,17 +121,19 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     Returns the summary of the final metrics (also written to ``summary.json``) and the trained
     :class:`Run` (final params in their shardings, for evaluation in the same process). Holds
     the workdir lock (``files.workdir_lock``, process 0 only) throughout, so a second trainer or
-    evaluator on the same workdir refuses at once.
+    evaluator on the same workdir refuses at once. On SIGTERM/SIGINT it finishes the step in
+    flight, saves it and raises :class:`~dense_cf.train.preemption.Preempted` (lock released).
     """
     config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
     validate(config)  # before the lock and any work: a bad value fails in a second, not later
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
-    with lock:
-        return _train(config, workdir)
+    with StopSignals() as stop, lock:  # the lock is released before a late signal takes effect
+        return _train(config, workdir, stop)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, Any], Run]:
+def _train(config: ml_collections.ConfigDict, workdir: str,
+           stop: StopSignals) -> tuple[dict[str, Any], Run]:
     rd = RunDir(workdir)
     os.makedirs(workdir, exist_ok=True)
     quiet_library_logs()
@@ -167,7 +170,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
     writer.tensorboard_text("config", "```\n" + config.to_json_best_effort(indent=2) + "\n```")
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=config.train.keep_checkpoints,
                         save_interval_steps=config.train.checkpoint_every,
-                        async_save=config.train.async_checkpoint)
+                        async_save=config.train.async_checkpoint, remove_partial=True)
     chunks = int(config.train.grad_cache_chunks)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
@@ -207,7 +210,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
         t_train = time.perf_counter()
         bucketer = length_bucketer(method, config)
         shapes: set[tuple] = set()  # batch shapes compiled (one per length bucket combination)
+        preempted = False
         while step < stop_at:
+            ckpt.check()  # a background save that failed stops the run before another step
             local_batch = next(it)
             removed = None
             if bucketer is not None:  # each bucket shape compiles once (jit's cache)
@@ -255,10 +260,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
                                label="train", extra=progress.stats())
                 progress.mark_logged()
                 history, t_last, steps_since = [], time.perf_counter(), 0
-            if step % config.train.checkpoint_every == 0 or step == stop_at:
+            preempted = stop.agreed()  # every host: the same answer after the same step
+            if preempted or step % config.train.checkpoint_every == 0 or step == stop_at:
                 t_save = time.perf_counter()
                 ckpt.save(step, state, it.get_state(), force=True)
                 timing["checkpoint_save_s"].append(time.perf_counter() - t_save)
+            if preempted:
+                break
             if dev_data is not None and config.train.eval_every and (
                     step % config.train.eval_every == 0 or step == total_steps):
                 dev_metrics = evaluate(eval_fn, state.params, dev_data, spec, mesh,
@@ -272,10 +280,12 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, A
         if compiled:
             progress.done()
         t_close = time.perf_counter()
-        ckpt.close()  # waits for an asynchronous save in flight
+        ckpt.close()  # waits for the last save: on preemption the save is synchronous
         timing["checkpoint_close_s"] = time.perf_counter() - t_close
         timing["train_s"] = time.perf_counter() - t_train
     writer.close()
+    if preempted:
+        raise Preempted(step, rd.checkpoints, stop.signame)
     if not last and os.path.exists(rd.summary):  # resumed a finished run: keep its metrics
         with open(rd.summary) as f:
             previous = json.load(f)

@@ -10,6 +10,8 @@ without TensorFlow (``data.pipeline=grain``) keeps its curves.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import time
@@ -20,6 +22,8 @@ import numpy as np
 from absl import logging
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from dense_cf.files import DiskFullError, UserError, is_disk_full
 
 
 def _scalar(v: Any) -> float:
@@ -39,6 +43,22 @@ def flatten_numbers(tree: Mapping[str, Any], prefix: str) -> dict[str, float]:
     return out
 
 
+@contextlib.contextmanager
+def _writing(path: str, what: str, nbytes: int = 0):
+    """A full disk or an unwritable directory while writing ``what`` to ``path``: one clear
+    error (TensorFlow's ``ResourceExhaustedError`` included), not a traceback."""
+    try:
+        yield
+    except Exception as e:
+        if is_disk_full(e):
+            raise DiskFullError.for_path(path, max(nbytes, 1), what=f"{what} to {path}",
+                                         estimate=True) from e
+        if (isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+                or "Read-only file system" in str(e)):
+            raise UserError(f"cannot write {what} to {path}: {getattr(e, 'strerror', None) or e}") from e
+        raise
+
+
 class MetricWriter:
     def __init__(self, workdir: str, *, enabled: bool | None = None, tensorboard: bool = True):
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
@@ -46,16 +66,21 @@ class MetricWriter:
         self._tb = None
         if not self.enabled:
             return
-        os.makedirs(workdir, exist_ok=True)
-        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
+        self._jsonl_path, self._tb_dir = os.path.join(workdir, "metrics.jsonl"), os.path.join(workdir, "tb")
+        with _writing(self._jsonl_path, "metrics"):
+            os.makedirs(workdir, exist_ok=True)
+            self._jsonl = open(self._jsonl_path, "a", buffering=1)
         if tensorboard:
-            self._tb = EventFileWriter(os.path.join(workdir, "tb"))
+            with _writing(self._tb_dir, "TensorBoard summaries"):
+                self._tb = EventFileWriter(self._tb_dir)
 
     def write(self, step: int, metrics: Mapping[str, Any], *, prefix: str = "train") -> dict[str, float]:
         scalars = {f"{prefix}/{k}": _scalar(v) for k, v in metrics.items()}
         if not self.enabled:
             return scalars
-        self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **scalars}) + "\n")
+        line = json.dumps({"step": int(step), "time": time.time(), **scalars}) + "\n"
+        with _writing(self._jsonl_path, f"step {int(step)}'s metrics", len(line)):
+            self._jsonl.write(line)
         self.tensorboard_scalars(step, scalars)
         return scalars
 
@@ -65,7 +90,7 @@ class MetricWriter:
             return
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=float(v))
                                              for k, v in scalars.items()])
-        self._add(step, summary)
+        self._add(step, summary, f"step {int(step)}'s TensorBoard summaries")
 
     def tensorboard_text(self, tag: str, text: str, step: int = 0) -> None:
         """Writes ``text`` (markdown; e.g. the config) to TensorBoard's Text tab."""
@@ -76,11 +101,13 @@ class MetricWriter:
         meta = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
         self._add(step, summary_pb2.Summary(value=[summary_pb2.Summary.Value(
-            tag=tag, metadata=meta, tensor=tensor)]))
+            tag=tag, metadata=meta, tensor=tensor)]), "TensorBoard text")
 
-    def _add(self, step: int, summary: summary_pb2.Summary) -> None:
-        self._tb.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
-        self._tb.flush()
+    def _add(self, step: int, summary: summary_pb2.Summary, what: str) -> None:
+        with _writing(self._tb_dir, what):
+            self._tb.add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                               summary=summary))
+            self._tb.flush()
 
     def console(self, step: int, total: int, scalars: Mapping[str, float], keys: tuple[str, ...],
                 label: str = "train", extra: str = "") -> None:
@@ -94,6 +121,8 @@ class MetricWriter:
 
     def close(self) -> None:
         if self._jsonl is not None:
-            self._jsonl.close()
+            with _writing(self._jsonl_path, "metrics"):
+                self._jsonl.close()
         if self._tb is not None:
-            self._tb.close()
+            with _writing(self._tb_dir, "TensorBoard summaries"):
+                self._tb.close()
