@@ -203,3 +203,23 @@ def test_killed_grain_run_without_tensorflow_resumes_to_the_tfdata_run(tmp_path)
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)),
                     jax.tree.leaves(jax.device_get(b.params))):
         np.testing.assert_array_equal(x, y)
+
+
+def test_a_tfdata_iterator_alive_at_exit_does_not_hang_the_process():
+    """tf.data calls the numpy batch function from its own threads; an iterator still alive at
+    interpreter shutdown deadlocked the exit at this batch size, every time (inputs.source now
+    closes them at exit)."""
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "from test_pipeline import _examples\n"
+            "from dense_cf.inputs import dpr\n"
+            "from dense_cf.models.hf import resolve_model_dir\n"
+            "from dense_cf.models.tokenizer import load_tokenizer\n"
+            "tok = load_tokenizer(resolve_model_dir('minilm'))\n"
+            "data = dpr.preprocess(_examples(400), tok, max_q_len=64, max_p_len=256, max_hard=2)\n"
+            "spec = dpr.PipelineSpec(global_batch=128, max_q_len=64, max_p_len=256, seed=1)\n"
+            "it = dpr.make_dataset(data, spec).as_numpy_iterator()\n"
+            "batches = [next(it) for _ in range(3)]\n"
+            "print('batches', len(batches))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(1), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "batches 3" in r.stdout, r.stderr[-2000:]

@@ -20,9 +20,12 @@ docs/scale.md "Input pipelines".
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
+import gc
 import importlib
+import weakref
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -171,7 +174,47 @@ def tfdata_dataset(source: BatchSource, *, start_step: int = 0, repeat: bool = T
 
     ds = tf.data.Dataset.range(start_step, source.stop_step(start_step, repeat))
     ds = ds.map(call, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return TfDataBatches(ds.prefetch(tf.data.AUTOTUNE))
+
+
+class TfDataBatches:
+    """A tf.data dataset whose numpy iterators are closed at exit. A tf.data iterator whose
+    map calls Python still alive when the interpreter finalises deadlocks (its threads wait for
+    the GIL, its destructor for them); :func:`_close_tf_iterators` drops them first."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def as_numpy_iterator(self) -> Iterator[Batch]:
+        it = _TfIterator(self.dataset.as_numpy_iterator())
+        _LIVE_TF_ITERATORS.add(it)
+        return it
+
+
+class _TfIterator:
+    def __init__(self, it: Iterator[Batch]) -> None:
+        self._it: Iterator[Batch] | None = it
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._it is None:
+            raise StopIteration
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it = None
+
+
+_LIVE_TF_ITERATORS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_tf_iterators() -> None:
+    for it in list(_LIVE_TF_ITERATORS):
+        it.close()
+    gc.collect()
 
 
 @dataclasses.dataclass(frozen=True)
