@@ -26,7 +26,7 @@ import numpy as np
 from absl import flags
 from flax import linen as nn
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.configs.base import base_config
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.models.bert import axis_rules_for

@@ -37,7 +37,7 @@ from typing import Any, Iterable
 import numpy as np
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.index import IndexSpec, build_index_from_dir, merge_topk
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
