@@ -28,12 +28,12 @@ if tf is not None:
 
 
 # ----------------------------------------------------------------------------- kinds of tests
-# Every test gets one marker (pytest.ini): ``unit``, ``integration`` (trains a tiny model, or
-# runs a study that does) or ``e2e`` (runs binaries in child processes, kills them). A test
-# that carries one already keeps it; otherwise its kind is read from its source, the fixtures
-# it asks for and the functions of its module it calls: a child process makes it e2e, a
-# training call integration, anything else unit. ``make test-unit`` runs ``-m unit``
-# (README, "Tests").
+# Every test gets one marker (pytest.ini): ``unit``, ``integration`` (trains a tiny model, runs
+# a study that does, or compiles a full model: the measured list below) or ``e2e`` (runs
+# binaries in child processes, kills them). A test that carries one already keeps it; otherwise
+# its kind is read from its source, the fixtures it asks for and the functions of its module it
+# calls: a child process makes it e2e, a training call integration, anything else unit.
+# ``make test-unit`` runs ``-m unit`` (README, "Two commands").
 import ast  # noqa: E402
 import inspect  # noqa: E402
 import re  # noqa: E402
@@ -46,8 +46,14 @@ _E2E = re.compile(r"\bsubprocess\.\w+\((?!\s*\[\s*\"grep\")|\bsys\.executable\b|
                   r"\bmultiprocessing\b|\bPopen\(")
 _INTEGRATION = re.compile(r"(?<![\w.])(train|train_and_evaluate|make_train_step|run_[a-z]\w*|main|"
                           r"study_over_seeds|mine_model)\s*\(|\b(bench|rep|replicate)\.run\w*\(")
-# Tests whose cost the patterns miss (measured with --durations), and cheap ones they flag.
-OVERRIDES: dict[str, str] = {}
+# Tests whose cost the patterns miss: they compile a full model (BERT, T5, FiD, the search and
+# loss kernels) or run real MiniLM / T5 weights. tests/compile_heavy.txt lists each test function
+# (file::name, parameters dropped) measured over 3 s with --durations on 2 busy cores; they run
+# with the integration tests so that `make test-unit` stays a fast loop. Remeasure with
+# `pytest -m unit --durations=0` and add what grows past 3 s.
+_HEAVY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_heavy.txt")
+OVERRIDES: dict[str, str] = {
+    ln.strip(): "integration" for ln in open(_HEAVY) if ln.strip() and not ln.startswith("#")}
 
 
 def _module_functions(module) -> dict[str, str]:

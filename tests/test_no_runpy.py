@@ -4,6 +4,7 @@ with ``runpy``; a ``cli/`` alias imports the ``main`` of the module that owns th
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -45,6 +46,7 @@ def test_cli_alias_imports_the_owners_main(alias, owner):
     assert cli.main is lib.main and cli.FLAGS is lib.FLAGS and cli.run_cli is lib.run_cli
 
 
+@functools.lru_cache(maxsize=None)
 def _module_file(name: str) -> pathlib.Path | None:
     rel = pathlib.Path(*name.split("."))
     for cand in (ROOT.parent / rel.with_suffix(".py"), ROOT.parent / rel / "__init__.py"):
@@ -53,7 +55,8 @@ def _module_file(name: str) -> pathlib.Path | None:
     return None
 
 
-def _deps(name: str) -> set[str]:
+@functools.lru_cache(maxsize=None)
+def _deps(name: str) -> frozenset[str]:
     """dense_cf modules that importing ``name`` imports directly (packages included)."""
     path = _module_file(name)
     out: set[str] = set()
@@ -67,7 +70,7 @@ def _deps(name: str) -> set[str]:
             if t.startswith("dense_cf") and _module_file(t) is not None:
                 parts = t.split(".")
                 out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return out
+    return frozenset(out)
 
 
 @pytest.mark.parametrize("owner", sorted(set(ALIASES.values())))
