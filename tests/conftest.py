@@ -48,9 +48,10 @@ _INTEGRATION = re.compile(r"(?<![\w.])(train|train_and_evaluate|make_train_step|
                           r"study_over_seeds|mine_model)\s*\(|\b(bench|rep|replicate)\.run\w*\(")
 # Tests whose cost the patterns miss: they compile a full model (BERT, T5, FiD, the search and
 # loss kernels) or run real MiniLM / T5 weights. tests/compile_heavy.txt lists each test function
-# (file::name, parameters dropped) measured over 3 s with --durations on 2 busy cores; they run
-# with the integration tests so that `make test-unit` stays a fast loop. Remeasure with
-# `pytest -m unit --durations=0` and add what grows past 3 s.
+# (file::name, parameters dropped) measured over 3 s on 2 busy cores, then over 1.5 s in the
+# remaining unit run (a --durations log); they run with the integration tests so that
+# `make test-unit` stays a fast loop. Remeasure with `pytest -m unit --durations=0` and add
+# what grows past 1.5 s.
 _HEAVY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_heavy.txt")
 OVERRIDES: dict[str, str] = {
     ln.strip(): "integration" for ln in open(_HEAVY) if ln.strip() and not ln.startswith("#")}
