@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dense_cf_installed
 WORKDIR ?= runs/demo
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-unit bench clean
 
 $(STAMP): setup.py Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check dense_cf tests configs tools
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+
+# The unit tests alone (no training, no child processes): the fast loop while developing.
+test-unit: $(STAMP)
+	$(PY) -m ruff check dense_cf tests configs tools
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 -m unit tests
 
 bench: $(STAMP)
 	$(PY) -m dense_cf.bench.train_step

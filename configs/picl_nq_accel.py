@@ -21,8 +21,7 @@ from dense_cf.configs.base import base_config
 
 def get_config():
     c = base_config()  # PiCL on NQ as in configs/picl_nq.py (config files load by path)
-    c.method = "picl"
-    c.loss.lam, c.loss.tau1, c.loss.tau2 = 0.2, 1.0, 1.0
+    c.method = "picl"  # and PiCL's loss weights, which the method carries
     c.data.counterfactual = "sentence"
     c.model.dtype = "bfloat16"
     c.model.attention_impl = "dot_product"

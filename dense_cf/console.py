@@ -19,7 +19,7 @@ import types
 from absl import logging
 
 __all__ = ["NATIVE_NOISE", "NOISY_LOGGERS", "import_tensorflow", "quiet_library_logs",
-           "quiet_tensorflow_native_logs"]
+           "quiet_tensorflow_native_logs", "tensorflow_for_host"]
 
 VERBOSE_ENV = "DENSE_CF_VERBOSE_LIBS"
 # Python loggers whose INFO records are noise here (their warnings still show).
@@ -84,6 +84,15 @@ def import_tensorflow() -> types.ModuleType:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
     return tensorflow
+
+
+def tensorflow_for_host() -> types.ModuleType:
+    """TensorFlow for host-side input pipelines: imported quietly (:func:`import_tensorflow`)
+    and kept off the GPUs, which JAX owns (a tf.data op would otherwise grab their memory).
+    Call it before any TensorFlow op; every binary that uses tf.data starts with it."""
+    tf = import_tensorflow()
+    tf.config.set_visible_devices([], "GPU")
+    return tf
 
 
 def quiet_library_logs() -> None:

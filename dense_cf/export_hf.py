@@ -1,6 +1,8 @@
-"""``python -m dense_cf.export_hf``: see :mod:`dense_cf.cli.export_hf`."""
+"""``python -m dense_cf.export_hf``: an alias of :mod:`dense_cf.cli.export_hf`, whose ``main`` it
+runs (imported, not re-run as a module)."""
 
-import runpy
+from dense_cf import app
+from dense_cf.cli import export_hf
 
 if __name__ == "__main__":
-    runpy.run_module("dense_cf.cli.export_hf", run_name="__main__", alter_sys=True)
+    app.run(export_hf.main, export_hf.FLAGS, export_hf.__doc__)

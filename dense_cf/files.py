@@ -48,7 +48,7 @@ TMP_MARKER = ".tmp"
 
 class UserError(RuntimeError):
     """An error about the user's situation (a full disk, a held lock, no intact checkpoint), not
-    a bug: binaries print its message as one line, without a traceback (``cli._app``)."""
+    a bug: binaries print its message as one line, without a traceback (``dense_cf.app``)."""
 
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -25,3 +25,85 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 if tf is not None:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
+
+
+# ----------------------------------------------------------------------------- kinds of tests
+# Every test gets one marker (pytest.ini): ``unit``, ``integration`` (trains a tiny model, runs
+# a study that does, or compiles a full model: the measured list below) or ``e2e`` (runs
+# binaries in child processes, kills them). A test that carries one already keeps it; otherwise
+# its kind is read from its source, the fixtures it asks for and the functions of its module it
+# calls: a child process makes it e2e, a training call integration, anything else unit.
+# ``make test-unit`` runs ``-m unit`` (README, "Two commands").
+import ast  # noqa: E402
+import inspect  # noqa: E402
+import re  # noqa: E402
+
+import pytest  # noqa: E402
+
+KINDS = ("unit", "integration", "e2e")
+# A child process, but not a grep over the sources.
+_E2E = re.compile(r"\bsubprocess\.\w+\((?!\s*\[\s*\"grep\")|\bsys\.executable\b|\bos\.kill\(|\bSIGKILL\b|"
+                  r"\bmultiprocessing\b|\bPopen\(")
+_INTEGRATION = re.compile(r"(?<![\w.])(train|train_and_evaluate|make_train_step|run_[a-z]\w*|main|"
+                          r"study_over_seeds|mine_model)\s*\(|\b(bench|rep|replicate)\.run\w*\(")
+# Tests whose cost the patterns miss: they compile a full model (BERT, T5, FiD, the search and
+# loss kernels) or run real MiniLM / T5 weights. tests/compile_heavy.txt lists each test function
+# (file::name, parameters dropped) measured over 3 s on 2 busy cores, then over 1.5 s in the
+# remaining unit run (a --durations log); they run with the integration tests so that
+# `make test-unit` stays a fast loop. Remeasure with `pytest -m unit --durations=0` and add
+# what grows past 1.5 s.
+_HEAVY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_heavy.txt")
+OVERRIDES: dict[str, str] = {
+    ln.strip(): "integration" for ln in open(_HEAVY) if ln.strip() and not ln.startswith("#")}
+
+
+def _module_functions(module) -> dict[str, str]:
+    out = {}
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError, SyntaxError):
+        return out
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = ast.get_source_segment(inspect.getsource(module), node) or ""
+    return out
+
+
+_SOURCES: dict[str, dict[str, str]] = {}
+
+
+def _kind(item) -> str:
+    module = item.module
+    funcs = _SOURCES.setdefault(module.__name__, _module_functions(module))
+    name = item.originalname or item.name
+    seen, todo, text = set(), [name, *item.fixturenames], []
+    while todo:  # the test, its fixtures and the module's functions they reach
+        n = todo.pop()
+        if n in seen or n not in funcs:
+            continue
+        seen.add(n)
+        text.append(funcs[n])
+        todo.extend(re.findall(r"\b(\w+)\b", funcs[n]))
+    for fixture in item.fixturenames:  # conftest / helper fixtures outside the module
+        defs = item._fixtureinfo.name2fixturedefs.get(fixture) or ()
+        for d in defs:
+            if fixture not in seen and getattr(d.func, "__module__", "") != module.__name__:
+                try:
+                    text.append(inspect.getsource(d.func))
+                except (OSError, TypeError):
+                    pass
+    src = "\n".join(text)
+    if _E2E.search(src):
+        return "e2e"
+    if _INTEGRATION.search(src):
+        return "integration"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(k) for k in KINDS):
+            continue
+        key = f"{item.path.name}::{item.originalname or item.name}"
+        kind = OVERRIDES.get(key) or (_kind(item) if isinstance(item, pytest.Function) else "unit")
+        item.add_marker(getattr(pytest.mark, kind))

@@ -3,7 +3,6 @@
 import os
 
 from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import PICL_LOSS
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
 
 
@@ -30,7 +29,7 @@ def tiny_tower_config(data_dir, **overrides):
     c.data.data_dir = str(data_dir)
     c.data.train_file, c.data.dev_file = "train.json", "dev.json"
     c.data.max_q_len, c.data.max_p_len = 12, 24
-    c.loss.update(PICL_LOSS)
+    c.method = "picl"  # with PiCL's own loss weights
     c.train.global_batch = 8
     c.train.num_steps = 6
     c.train.log_every = 2
@@ -66,7 +65,6 @@ def tiny_synthetic_config(data_dir, **overrides):
     c.data.corpus_file, c.data.test_file = "psgs_synth.tsv", "synth-test.qa.csv"
     c.data.gold_file = "synth-test_gold_info.json"
     c.data.max_q_len, c.data.max_p_len = 24, 64
-    c.loss.update(PICL_LOSS)
     c.train.global_batch = 8
     c.train.log_every = 1
     c.train.eval_every = 0
@@ -217,11 +215,8 @@ def write_hotpot_world(d, **kw):
 
 def tiny_mdr_config(data_dir, method="mdr-eadpr", **overrides):
     """A tiny random-BERT MDR config over ``write_hotpot_world(data_dir)``."""
-    from dense_cf.configs.presets import LOSS_PRESETS
-
     c = base_config()
-    c.method = method
-    c.loss.update(LOSS_PRESETS[method])
+    c.method = method  # with the method's own loss weights
     c.model.name_or_path = "tiny"
     c.model.tiny_layers = 1
     c.model.shared = True

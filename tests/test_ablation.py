@@ -11,7 +11,8 @@ import pytest
 from configs import picl_ablation
 from dense_cf.bench import ablation as bench
 from dense_cf.configs.ablation import ROWS
-from dense_cf.configs.presets import PICL_LOSS, demo_config
+from dense_cf.configs.presets import demo_config
+from dense_cf.methods.contrastive import PICL_LOSS
 
 # row -> (method, use_dpr, lam, tau1, tau2, counterfactual)
 EXPECTED = {

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
+from dense_cf import methods
 from dense_cf.configs.base import base_config, merge_over_base
 from dense_cf.models.bert import BertConfig, BertEncoder, _fused_impl
 from dense_cf.models.dual_encoder import model_from_config
@@ -136,4 +137,5 @@ def test_accelerator_config_builds_bf16_fused_attention_model():
     c = model.config
     assert (c.dtype, c.param_dtype, c.attention_impl) == ("bfloat16", "float32", "dot_product")
     assert c.attention_dropout_rate == 0.0 and c.dropout_rate == 0.1
-    assert cfg.method == "picl" and (cfg.loss.lam, cfg.loss.tau1, cfg.loss.tau2) == (0.2, 1.0, 1.0)
+    hp = methods.get(cfg.method).loss_hparams(cfg.loss)
+    assert cfg.method == "picl" and (hp["lam"], hp["tau1"], hp["tau2"]) == (0.2, 1.0, 1.0)

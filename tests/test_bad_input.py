@@ -35,7 +35,8 @@ from helpers import tiny_synthetic_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dense_cf.cli import _app, eval_aar, eval_retrieval, prepare
+from dense_cf import app as _app
+from dense_cf.cli import eval_aar, eval_retrieval, prepare
 from dense_cf.cli import stats as stats_cli
 from dense_cf.datasets import evidence_file, formats
 from dense_cf.datasets.formats import DataFormatError, SkipReport
@@ -514,7 +515,7 @@ def test_unreadable_file_without_root_powers(bench: str, tmp_path: pathlib.Path)
     path.write_bytes(pathlib.Path(bench, FILES["corpus"]).read_bytes())
     path.chmod(0)
     code = textwrap.dedent(f"""
-        from dense_cf.cli import _app
+        from dense_cf import app as _app
         from dense_cf.datasets import formats
         try:
             list(formats.read_corpus_tsv({str(path)!r}))

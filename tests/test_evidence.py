@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import write_tiny_t5_tokenizer
 
+from dense_cf import methods
 from dense_cf.cli import evidence as evidence_cli
 from dense_cf.datasets import evidence_file
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
@@ -322,7 +323,8 @@ def test_eadpr_config_gold_and_pseudo():
     gold = mod.get_config()
     assert gold.data.counterfactual == "sentence" and gold.data.evidence_file == ""
     pseudo = mod.get_config("pseudo")
-    assert pseudo.data.counterfactual == "evidence" and (pseudo.loss.lam, pseudo.loss.tau1) == (1.0, 1.0)
+    hp = methods.get(pseudo.method).loss_hparams(pseudo.loss)
+    assert pseudo.data.counterfactual == "evidence" and (hp["lam"], hp["tau1"]) == (1.0, 1.0)
     pseudo.data.data_dir = "/somewhere"   # the default evidence file follows data_dir
     assert pseudo.data.evidence_file == "/somewhere/biencoder-nq-train.evidence.jsonl"
     with pytest.raises(ValueError, match="gold' or 'pseudo"):

@@ -18,8 +18,9 @@ import numpy as np
 import optax
 import pytest
 
+from dense_cf import app as _app
 from dense_cf import files
-from dense_cf.cli import _app, eval_aar, eval_retrieval, eval_robustness
+from dense_cf.cli import eval_aar, eval_retrieval, eval_robustness
 from dense_cf.train.checkpoint import Checkpointer, CheckpointError, abstract_like
 
 

@@ -178,7 +178,7 @@ def test_a_failed_command_creates_no_run_directory(outcomes):
 
 
 def test_user_errors_cover_path_and_format_errors():
-    from dense_cf.cli import _app
+    from dense_cf import app as _app
     from dense_cf.models.hf import CheckpointError
     assert issubclass(DataFormatError, UserError) and issubclass(CheckpointError, UserError)
     assert _app.user_message(IsADirectoryError(21, "Is a directory", "/x")) == \

@@ -15,7 +15,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
 
 # Bottom to top. A module may import only packages at or below its own rank.
-LAYERS = ("console", "progress", "files", "text", "configs", "losses", "datasets", "models", "parallel",
+LAYERS = ("console", "progress", "files", "app", "text", "configs", "losses", "datasets", "models", "parallel",
           "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "mining")
 TOP = ("experiment", "main", "demo", "cli", "bench", "export_hf")
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import hotpot_world
 
+from dense_cf import methods
 from dense_cf.inputs import multihop as mh
 from dense_cf.inputs.tokens import encode_texts, hop2_query_row, passage_rows, question_row, tokenize_hop2_queries
 from dense_cf.losses import contrastive_loss
@@ -301,7 +302,7 @@ def test_configs_validate_and_the_demo_world_is_generated_once(tmp_path):
         c = runpy.run_path(f"configs/{name}.py")["get_config"]()
         assert c.method == method and c.model.shared and problems(c, check_files=False) == []
     c = runpy.run_path("configs/mdr_demo.py")["get_config"]("mdr")
-    assert c.method == "mdr" and c.loss.lam == 0.0
+    assert c.method == "mdr" and methods.get("mdr").loss_hparams(c.loss)["lam"] == 0.0
     c.data.data_dir = str(tmp_path)
     c.multihop.synthetic_questions = 40
     maybe_generate_synthetic(c)

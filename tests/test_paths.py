@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dense_cf.cli._app import REPO_ROOT, resolve_config_arg
+from dense_cf.app import REPO_ROOT, resolve_config_arg
 from dense_cf.configs.base import base_config, resolve_paths
 from dense_cf.files import UserError
 

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
+from dense_cf import methods
 from dense_cf.bench import replicate as rep
-from dense_cf.configs.presets import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 from dense_cf.eval import claims
+from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 
 
 @pytest.mark.parametrize("diff,p,expect,verdict", [
@@ -73,7 +74,10 @@ def test_registry_is_consistent():
 
 def test_run_configs(tmp_path):
     kw = {"steps": 10, "seed": 1}
-    loss = lambda c: {k: c.loss[k] for k in ("lam", "tau1", "tau2")}  # noqa: E731
+    def loss(c):  # the weights it trains with (unset: the method's own)
+        hp = methods.get(c.method).loss_hparams(c.loss)
+        return {k: hp[k] for k in ("lam", "tau1", "tau2")}
+
     cfgs = {name: rep.run_config(name, str(tmp_path), **kw) for name in rep.RUNS}
     assert loss(cfgs["dpr"]) == DPR_LOSS and loss(cfgs["picl"]) == PICL_LOSS
     assert cfgs["eadpr"].method == "eadpr" and loss(cfgs["eadpr"]) == EADPR_LOSS

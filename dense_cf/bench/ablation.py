@@ -35,10 +35,11 @@ from typing import Any, Sequence
 import ml_collections
 from absl import flags, logging
 
+from dense_cf import app as _app
 from dense_cf import methods
-from dense_cf.cli import _app
 from dense_cf.configs.ablation import ROWS, ablation_config
 from dense_cf.configs.base import base_config, resolve_paths
+from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -139,7 +140,10 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     # a relative --out finds its own finished runs. Fields added since it was saved count at
     # their defaults, so finished runs stay reusable when the config grows.
     saved = with_new_defaults(saved, _as_json(base_config()))
-    diff = [k for k in _diff_keys(saved, _as_json(resolve_paths(config)))
+    # Unset loss weights are the method's, on both sides (training saves them filled in).
+    saved = _as_json(methods.with_loss_defaults(ml_collections.ConfigDict(saved)))
+    # Unset loss weights are the method's (training saves them filled in).
+    diff = [k for k in _diff_keys(saved, _as_json(resolve_paths(methods.with_loss_defaults(config))))
             if k not in _ignored_fields(config)]
     if diff:
         raise ValueError(f"{workdir} holds a run trained with another config (differs in "
@@ -364,8 +368,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
+    tensorflow_for_host()
     f = FLAGS
     out = f.out or make_dir("ablation_bench_")
     result = run_ablation(out, f.rows, steps=f.steps, seeds=[int(s) for s in f.seeds],

@@ -62,17 +62,17 @@ import optax
 from absl import flags
 from flax import linen as nn
 
+from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, random_batch
 from dense_cf.bench.index import clustered_queries, clustered_vectors, recall_at
 from dense_cf.bench.jax_search import peer_skipped, time_search
 from dense_cf.bench.peak import measure_matmul_peak
-from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import PICL_LOSS
 from dense_cf.files import human_bytes
 from dense_cf.index import IndexSpec, build_index
 from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index, memory_per_device
+from dense_cf.methods.contrastive import PICL_LOSS
 from dense_cf.models.bert import BertConfig, axis_rules_for
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib

@@ -35,8 +35,9 @@ import time
 
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.configs.base import base_config
+from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -88,8 +89,7 @@ def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: s
 
 def main(argv) -> None:
     del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
+    tensorflow_for_host()
     out = _OUT.value or make_dir("dcsr_bench_")
     has_qpp = "questions_per_passage" in inspect.signature(synthetic.generate).parameters
     settings = [("default", 1)] + ([("many_q", _QPP.value)] if has_qpp else [])

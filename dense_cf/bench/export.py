@@ -26,8 +26,8 @@ import numpy as np
 from absl import flags
 from flax import linen as nn
 
+from dense_cf import app as _app
 from dense_cf.bench import accelerator as accel
-from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.files import write_json
 from dense_cf.inputs import buckets as bucket_lib

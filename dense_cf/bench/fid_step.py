@@ -23,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench.common import time_method_train_step
 from dense_cf.bench.peak import measure_matmul_peak
-from dense_cf.cli import _app
 from dense_cf.configs.presets import fid_demo_config
 from dense_cf.models.fid import FiD, greedy_decode_scored
 from dense_cf.models.t5 import T5Config

@@ -32,10 +32,10 @@ import numpy as np
 from absl import flags
 from safetensors.numpy import load_file, save_file
 
+from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench import accelerator as accel
 from dense_cf.bench.jax_search import cpu_model
-from dense_cf.cli import _app
 from dense_cf.files import write_json
 from dense_cf.inputs.source import GrainOptions
 from dense_cf.models.hf import resolve_model_dir

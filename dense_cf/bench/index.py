@@ -36,7 +36,7 @@ from typing import Any, Iterable
 import numpy as np
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.files import make_dir
 from dense_cf.index import IndexSpec, build_index_from_dir, merge_topk
 

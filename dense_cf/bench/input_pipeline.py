@@ -19,7 +19,7 @@ import tempfile
 
 from absl import flags
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.synthetic import generate as synthetic
 
 FLAGS = flags.FlagValues()

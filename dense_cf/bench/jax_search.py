@@ -54,9 +54,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
+from dense_cf import app as _app
 from dense_cf.bench.index import BLOCK, clustered_block, make_centers, recall_at
 from dense_cf.bench.peak import measure_matmul_peak
-from dense_cf.cli import _app
 from dense_cf.files import human_bytes
 from dense_cf.index import FAISS_INSTALL, IndexSpec, build_index, faiss_available
 from dense_cf.index.jax_search import (

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from absl import flags
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.configs.base import base_config
 from dense_cf.eval import marginalize as mg
 from dense_cf.eval import stats

@@ -35,7 +35,7 @@ from flax import linen as nn
 from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, random_batch
 from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.methods.contrastive import PICL_LOSS
 from dense_cf.models.bert import BertConfig
 from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib

@@ -37,8 +37,9 @@ from typing import Any, Sequence
 import numpy as np
 from absl import flags, logging
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.configs.presets import MDR_READER, mdr_demo_config, mdr_reader_config
+from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -382,8 +383,7 @@ def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any
 
 def main(argv) -> dict[str, Any]:
     _app.no_positional(argv)
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
+    tensorflow_for_host()
     return run_seeds(_OUT.value or make_dir("mdr_bench_"),
                      [int(x) for x in _SEEDS.value], steps=_STEPS.value, batch=_BATCH.value,
                      num_questions=_NUM_Q.value, test_frac=_TEST_FRAC.value,

@@ -35,12 +35,13 @@ from typing import Any, Sequence
 import ml_collections
 from absl import flags, logging
 
+from dense_cf import app as _app
 from dense_cf.bench import ablation as ablation_lib
 from dense_cf.bench import data_stats as data_stats_lib
 from dense_cf.bench import dcsr as dcsr_lib
 from dense_cf.bench import marginalize as marginalize_lib
-from dense_cf.cli import _app
 from dense_cf.configs.presets import with_method
+from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -620,8 +621,7 @@ def list_text(claim_ids: Sequence[str], steps: int, seeds: Sequence[int]) -> str
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
+    tensorflow_for_host()
     f = FLAGS
     ids = list(f.claims or CLAIM_IDS)
     seeds = [int(s) for s in f.seeds]

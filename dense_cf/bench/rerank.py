@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from absl import flags, logging
 
+from dense_cf import app as _app
 from dense_cf import files
 from dense_cf.bench.index import (
     BLOCK,
@@ -55,7 +56,6 @@ from dense_cf.bench.index import (
     rss_anon,
     write_shards_and_truth,
 )
-from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
 from dense_cf.datasets import wiki_offline
 from dense_cf.eval.stats import compare_outcomes

@@ -39,8 +39,8 @@ from typing import Any, Sequence
 
 from absl import flags, logging
 
+from dense_cf import app as _app
 from dense_cf import files
-from dense_cf.cli import _app
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.retrieval import evaluate_run, run_corpus
 from dense_cf.retrieval.retriever import ensure_index, export_corpus

@@ -18,11 +18,11 @@ import jax.numpy as jnp
 from absl import flags
 from flax import linen as nn
 
+from dense_cf import app as _app
 from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch, time_train_step
 from dense_cf.bench.peak import measure_matmul_peak
-from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import PICL_LOSS
+from dense_cf.methods.contrastive import PICL_LOSS
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as loop
 

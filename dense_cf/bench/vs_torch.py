@@ -46,15 +46,15 @@ import numpy as np
 from absl import flags
 from flax import linen as nn
 
+from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
-from dense_cf.cli import _app
 from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import DPR_LOSS, PICL_LOSS
 from dense_cf.datasets import wiki_offline
 from dense_cf.eval.stats import mcnemar_exact
 from dense_cf.files import UserError
 from dense_cf.inputs.tokens import tokenize_passages
+from dense_cf.methods.contrastive import DPR_LOSS, PICL_LOSS
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.retrieval import export

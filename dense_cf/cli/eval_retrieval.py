@@ -1,6 +1,6 @@
 """Retrieval evaluation of a trained run: export → index → search → DPR metrics (docs/method.md §6).
 
-    python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] \\
+    python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] \
         [--k 100]
 
 Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, report.json/md), reusing the
@@ -9,52 +9,13 @@ dense_cf.eval.retrieval``. Decisions: :mod:`dense_cf.eval.retrieval`.
 
 Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
 [--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
-``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.cli._model_flags`).
+``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.eval.model_flags`).
 """
 
-from __future__ import annotations
+from dense_cf import app
+from dense_cf.eval.retrieval import FLAGS, USAGE, main, run_cli
 
-import json
-from typing import Any, Sequence
-
-from absl import flags, logging
-
-from dense_cf.cli import _app, _model_flags
-from dense_cf.console import import_tensorflow
-from dense_cf.eval.retrieval import evaluate_run
-from dense_cf.files import workdir_lock
-
-FLAGS = flags.FlagValues()
-
-_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
-                              flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).",
-                          flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: config).",
-                             flag_values=FLAGS)
-_K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
-                          flag_values=FLAGS)
-
-
-def main(argv: Sequence[str]) -> dict[str, Any]:
-    """Evaluates the run; prints and returns the summary."""
-    _app.no_positional(argv)
-    tf = import_tensorflow()
-    tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    workdir, run = _model_flags.workdir_and_run(FLAGS)
-    with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
-        summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,
-                               index_kind=_INDEX.value, k=_K.value)
-    print(json.dumps(summary, indent=2, default=float))
-    _app.say_written(summary["out_dir"])
-    return summary
-
-
-def run_cli(argv: Sequence[str]) -> dict[str, Any]:
-    """``main`` in-process on ``argv`` (flags, no program name); returns the summary."""
-    return main(_app.parse(FLAGS, argv, __name__))
-
+__all__ = ["FLAGS", "main", "run_cli"]
 
 if __name__ == "__main__":
-    _app.run(main, FLAGS, __doc__)
+    app.run(main, FLAGS, USAGE)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from absl import flags
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.retrieval.model_export import FORMATS, export_run
 
 FLAGS = flags.FlagValues()

@@ -1,6 +1,6 @@
 """Encoder marginalisation: attribute retrieval accuracy to question vs passage encoders (docs/method.md §7).
 
-    python -m dense_cf.cli.marginalize --workdirs A B C ... --test FILE [--corpus FILE] \\
+    python -m dense_cf.cli.marginalize --workdirs A B C ... --test FILE [--corpus FILE] \
         [--k 1,5,20,100] [--in_domain NAME] [--out DIR]
 
 Pairs every question encoder of K trained runs with every passage encoder, prints the top-k
@@ -11,55 +11,10 @@ matrices with the encoders' marginal contributions (eq. 7) and writes ``report.j
 :mod:`dense_cf.eval.marginalize`.
 """
 
-from __future__ import annotations
+from dense_cf import app
+from dense_cf.eval.marginalize import FLAGS, USAGE, main, run_cli
 
-from typing import Any, Sequence
-
-from absl import flags
-
-from dense_cf.cli import _app
-from dense_cf.console import import_tensorflow
-from dense_cf.eval import marginalize
-
-FLAGS = flags.FlagValues()
-
-_WORKDIRS = flags.DEFINE_list("workdirs", None, "Run dirs (DIR or DIR@STEP); more may follow "
-                              "as arguments.", required=True, flag_values=FLAGS)
-_TEST = flags.DEFINE_string("test", None, "Test qa CSV (question \\t answers).", required=True,
-                            flag_values=FLAGS)
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the first run's).",
-                              flag_values=FLAGS)
-_K = flags.DEFINE_list("k", [str(k) for k in marginalize.DEFAULT_KS], "Top-k cut-offs.",
-                       flag_values=FLAGS)
-_IN_DOMAIN = flags.DEFINE_string("in_domain", None, "Run name or index whose tandem = 100%.",
-                                 flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", "flat", "flat | hnsw | ivfpq | sq8 | ivfsq | jax.",
-                             flag_values=FLAGS)
-_ANSWER_MODE = flags.DEFINE_enum("answer_mode", None, ["string", "regex"],
-                                 "DPR has_answer mode (default: the first run's).",
-                                 flag_values=FLAGS)
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", None, "Encoding batch size (default: config).",
-                                   flag_values=FLAGS)
-_OUT = flags.DEFINE_string("out", None, "Report directory.", flag_values=FLAGS)
-
-
-def main(argv: Sequence[str]) -> dict[str, Any]:
-    """Cross-pairs the runs (``--workdirs`` and the arguments); prints and returns the report."""
-    tf = import_tensorflow()
-    tf.config.set_visible_devices([], "GPU")   # tf.data must not grab accelerators JAX owns
-    rep = marginalize.run_marginalization(
-        [*_WORKDIRS.value, *argv[1:]], _TEST.value, corpus_path=_CORPUS.value,
-        ks=[int(x) for x in _K.value], out_dir=_OUT.value, in_domain=_IN_DOMAIN.value,
-        index_kind=_INDEX.value, answer_mode=_ANSWER_MODE.value, batch_size=_BATCH_SIZE.value)
-    print(marginalize.summary_text(rep))
-    _app.say_written(rep["out_dir"])
-    return rep
-
-
-def run_cli(argv: Sequence[str]) -> dict[str, Any]:
-    """``main`` in-process on ``argv`` (flags and runs, no program name); returns the report."""
-    return main(_app.parse(FLAGS, argv, __name__))
-
+__all__ = ["FLAGS", "main", "run_cli"]
 
 if __name__ == "__main__":
-    _app.run(main, FLAGS, __doc__)
+    app.run(main, FLAGS, USAGE)

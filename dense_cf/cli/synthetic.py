@@ -12,7 +12,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.synthetic.generate import TYPE_NAMES, WORLDS, generate, generate_domains
 
 FLAGS = flags.FlagValues()

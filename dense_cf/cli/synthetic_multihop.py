@@ -11,7 +11,7 @@ from typing import Sequence
 
 from absl import flags
 
-from dense_cf.cli import _app
+from dense_cf import app as _app
 from dense_cf.synthetic.multihop import generate_multihop
 
 FLAGS = flags.FlagValues()

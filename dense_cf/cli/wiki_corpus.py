@@ -13,8 +13,8 @@ from typing import Sequence
 
 from absl import flags
 
+from dense_cf import app as _app
 from dense_cf import files
-from dense_cf.cli import _app
 from dense_cf.datasets import wiki_offline
 
 FLAGS = flags.FlagValues()

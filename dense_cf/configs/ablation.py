@@ -17,10 +17,11 @@ eq. 10, and the L_dpr of eq. 10 is the modified L_dpr of eq. 7, which carries λ
 So a row that keeps L_dpr keeps λ = 0.2 (p* stays a down-weighted negative inside L_dpr, on top
 of L_chn in ``dpr_chn``), and ``cpp_chn`` has no L_dpr (λ is left at 0.2 but weights nothing).
 
-τ: 1.0, PiCL's main setting (Table 2; ``presets.PICL_LOSS``). Table 4's DPR and PiCL figures
-differ from Table 2's, so Table 4 was probably trained in the paper's limited-compute setting
-(appendix: 25 epochs, λ = 0.2, τ1 = τ2 = 0.2); the ``tau=0.2`` option sets every non-zero τ to
-0.2 for that setting.
+τ: 1.0, PiCL's main setting (Table 2; the ``picl`` method's own weights,
+``methods.contrastive.PICL_LOSS``, which tests/test_ablation.py pins the ``picl`` row to).
+Table 4's DPR and PiCL figures differ from Table 2's, so Table 4 was probably trained in the
+paper's limited-compute setting (appendix: 25 epochs, λ = 0.2, τ1 = τ2 = 0.2); the ``tau=0.2``
+option sets every non-zero τ to 0.2 for that setting.
 """
 
 from __future__ import annotations
@@ -28,17 +29,19 @@ from __future__ import annotations
 import ml_collections
 
 from dense_cf.configs.base import base_config
-from dense_cf.configs.presets import DPR_LOSS, PICL_LOSS, demo_config, dpr_files, with_method
+from dense_cf.configs.presets import demo_config, dpr_files, with_method
 
 __all__ = ["BASES", "LOSS_ROWS", "ROWS", "SAMPLING_ROWS", "ablation_config", "parse_arg"]
 
-# row -> (method, loss weights). Every row sets all four fields of config.loss.
+# row -> (method, loss weights). Every row sets all four fields of config.loss: a row is the
+# table's explicit setting (λ = 0.2, τ = 1, PiCL's), whatever a method's defaults.
+_LAM, _TAU = 0.2, 1.0
 LOSS_ROWS: dict[str, tuple[str, dict[str, float | bool]]] = {
-    "dpr": ("dpr", {"use_dpr": True, **DPR_LOSS}),
-    "picl": ("picl", {"use_dpr": True, **PICL_LOSS}),
-    "dpr_cpp": ("picl", {"use_dpr": True, "lam": PICL_LOSS["lam"], "tau1": 0.0, "tau2": 1.0}),
-    "dpr_chn": ("picl", {"use_dpr": True, "lam": PICL_LOSS["lam"], "tau1": 1.0, "tau2": 0.0}),
-    "cpp_chn": ("picl", {"use_dpr": False, "lam": PICL_LOSS["lam"], "tau1": 1.0, "tau2": 1.0}),
+    "dpr": ("dpr", {"use_dpr": True, "lam": 0.0, "tau1": 0.0, "tau2": 0.0}),
+    "picl": ("picl", {"use_dpr": True, "lam": _LAM, "tau1": _TAU, "tau2": _TAU}),
+    "dpr_cpp": ("picl", {"use_dpr": True, "lam": _LAM, "tau1": 0.0, "tau2": _TAU}),
+    "dpr_chn": ("picl", {"use_dpr": True, "lam": _LAM, "tau1": _TAU, "tau2": 0.0}),
+    "cpp_chn": ("picl", {"use_dpr": False, "lam": _LAM, "tau1": _TAU, "tau2": _TAU}),
 }
 # row -> data.counterfactual, with full PiCL's losses.
 SAMPLING_ROWS: dict[str, str] = {"answer": "answer", "window": "window", "sentence": "sentence"}

@@ -72,11 +72,14 @@ def base_config() -> ml_collections.ConfigDict:
          "questions_per_passage": 1,  # k > 1: questions on k sentences of a positive (DCSR)
          "world": "entity"})  # "mixed": every sentence of a passage about another entity (SQuAD-like)
 
+    # Loss weights (docs/method.md §3). None: the method's own (Method.loss_defaults: DPR 0, PiCL
+    # 0.2/1/1, EADPR 1/1/1), filled in when training starts; weights that contradict the
+    # method are refused there.
     c.loss = ml_collections.ConfigDict()
     c.loss.use_dpr = True
-    c.loss.lam = 0.0
-    c.loss.tau1 = 0.0
-    c.loss.tau2 = 0.0
+    c.loss.lam = ml_collections.config_dict.placeholder(float)
+    c.loss.tau1 = ml_collections.config_dict.placeholder(float)
+    c.loss.tau2 = ml_collections.config_dict.placeholder(float)
 
     # DCSR (docs/method.md §4; read by the dcsr method and its inputs; docs/dcsr.md).
     c.dcsr = ml_collections.ConfigDict()

@@ -9,21 +9,12 @@ import ml_collections
 
 from dense_cf.configs.base import base_config
 
-# Loss weights (docs/method.md §3). PiCL's main runs: λ = 0.2, τ1 = τ2 = 1.0 (its limited-compute
-# runs use τ = 0.2); EADPR: λ = τ1 = τ2 = 1.0. Plain DPR: all zero.
-DPR_LOSS = {"lam": 0.0, "tau1": 0.0, "tau2": 0.0}
-PICL_LOSS = {"lam": 0.2, "tau1": 1.0, "tau2": 1.0}
-EADPR_LOSS = {"lam": 1.0, "tau1": 1.0, "tau2": 1.0}
-LOSS_PRESETS = {"dpr": DPR_LOSS, "picl": PICL_LOSS, "eadpr": EADPR_LOSS, "dcsr": DPR_LOSS,
-                "mdr": DPR_LOSS, "mdr-eadpr": EADPR_LOSS}
-
 
 def with_method(c: ml_collections.ConfigDict, method: str) -> ml_collections.ConfigDict:
-    """Sets ``c.method`` and its preset loss weights (DCSR: the DPR NLL over sentences)."""
-    if method not in LOSS_PRESETS:
-        raise ValueError(f"no preset for method {method!r}; presets: {sorted(LOSS_PRESETS)}")
+    """Sets ``c.method`` and unsets the loss weights, so the method's own apply (each method
+    carries them: ``Method.loss_defaults``, docs/method.md §3)."""
     c.method = method
-    c.loss.update(LOSS_PRESETS[method])
+    c.loss.lam = c.loss.tau1 = c.loss.tau2 = None
     return c
 
 

@@ -170,7 +170,7 @@ class SkipReport:
 # What reading a damaged file can raise: bad gzip header/CRC (OSError), truncated gzip
 # (EOFError), corrupt deflate data (zlib.error).
 _READ_ERRORS = (OSError, EOFError, zlib.error)
-# A path that cannot be opened is the caller's to report (cli/_app names the path).
+# A path that cannot be opened is the caller's to report (dense_cf.app names the path).
 _OPEN_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
@@ -184,7 +184,7 @@ def _open_bytes(path: PathLike) -> BinaryIO:
     The one opener of every reader (here, and through :func:`iter_lines` in
     ``evidence_file``); text is decoded after it (:func:`_decoder`, :func:`iter_lines`), where a
     leading byte-order mark is dropped. A missing path, a directory or an unreadable file raise
-    the usual ``OSError`` subclass, which names the path (``cli/_app`` prints it in one line).
+    the usual ``OSError`` subclass, which names the path (``dense_cf.app`` prints it in one line).
     """
     return gzip.open(path, "rb") if _is_gz(path) else open(path, "rb")
 

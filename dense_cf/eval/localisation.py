@@ -46,12 +46,12 @@ def localisation(run, records: Sequence[dict[str, Any]], answers: Sequence[Seque
         raise ValueError(f"method {run.config.method!r} indexes {run.method.unit}s, not sentences: "
                          "localisation needs a sentence-unit run (e.g. dcsr)")
     cfg = run.config
-    token = run.method.added_tokens[0]
+    si = run.method.sentence_index(cfg)
     t = tokens.tokenize_marked_passages(run.tokenizer, [r["title"] for r in records],
                                         [r["context"] for r in records],
                                         max_len=int(cfg.data.max_p_len),
-                                        max_sents=int(cfg.dcsr.max_sents), sent_token=token,
-                                        title=bool(cfg.dcsr.title))
+                                        max_sents=si.max_sents, sent_token=si.token,
+                                        title=si.title)
     at = jax.jit(lambda p, i, m, w: run.model.apply({"params": p}, i, m, w,
                                                     method=run.model.encode_passage_at))
     vec = np.concatenate([np.asarray(at(run.params, t["ids"][s:s + batch_size],
@@ -59,7 +59,7 @@ def localisation(run, records: Sequence[dict[str, Any]], answers: Sequence[Seque
                                         t["positions"][s:s + batch_size]))
                           for s in range(0, len(records), batch_size)]) if records else None
     q = export.encode_questions(run, [r["question"] for r in records])
-    stop = {run.tokenizer.token_to_id("[SEP]"), run.tokenizer.token_to_id(token)}
+    stop = {run.tokenizer.token_to_id("[SEP]"), run.tokenizer.token_to_id(si.token)}
     top = chance = 0.0
     n = no_answer_sentence = single_sentence = 0
     margins, spreads, cosines = [], [], []

@@ -29,18 +29,22 @@ scored exactly as DPR's (``score`` in the result files is HasAns).
 
 from __future__ import annotations
 
+import json
 import os
-import runpy
 import time
-from typing import Any
+from typing import Any, Sequence
 
-from absl import logging
+from absl import flags, logging
 
+from dense_cf import app as _app
+from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
+from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
 from dense_cf.eval import stats
+from dense_cf.files import workdir_lock
 from dense_cf.retrieval.corpus import StoredCorpus, load_qa, open_corpus
 from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.train.run import RunDir, load_run
@@ -121,6 +125,51 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     return summary
 
 
+# The binary ``python -m dense_cf.eval.retrieval`` (alias ``dense_cf.cli.eval_retrieval``); its --help text:
+USAGE = """Retrieval evaluation of a trained run: export → index → search → DPR metrics (docs/method.md §6).
+
+    python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] \
+        [--k 100]
+
+Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, report.json/md), reusing the
+run's export and index, and prints the summary as JSON. Also ``python -m
+dense_cf.eval.retrieval``. Decisions: :mod:`dense_cf.eval.retrieval`.
+
+Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
+[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
+``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.eval.model_flags`).
+"""
+
+FLAGS = flags.FlagValues()
+
+_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
+_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
+                              flag_values=FLAGS)
+_QA = flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).",
+                          flag_values=FLAGS)
+_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: config).",
+                             flag_values=FLAGS)
+_K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
+                          flag_values=FLAGS)
+
+
+def main(argv: Sequence[str]) -> dict[str, Any]:
+    """Evaluates the run; prints and returns the summary."""
+    _app.no_positional(argv)
+    tensorflow_for_host()
+    workdir, run = _model_flags.workdir_and_run(FLAGS)
+    with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
+        summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,
+                               index_kind=_INDEX.value, k=_K.value)
+    print(json.dumps(summary, indent=2, default=float))
+    _app.say_written(summary["out_dir"])
+    return summary
+
+
+def run_cli(argv: Sequence[str]) -> dict[str, Any]:
+    """``main`` in-process on ``argv`` (flags, no program name); returns the summary."""
+    return main(_app.parse(FLAGS, argv, __name__))
+
+
 if __name__ == "__main__":
-    # The binary lives in dense_cf/cli/eval_retrieval.py; by name, so no upward import.
-    runpy.run_module("dense_cf.cli.eval_retrieval", run_name="__main__", alter_sys=True)
+    _app.run(main, FLAGS, USAGE)

@@ -8,6 +8,7 @@ method defined outside dense_cf works with every binary, big_vision-style).
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 from dense_cf.methods import contrastive, dcsr, fid, multihop, reader
@@ -19,11 +20,13 @@ from dense_cf.methods.base import (
     ModelSpec,
     PredictFn,
     Prediction,
+    SentenceIndex,
     embed_passages,
 )
+from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 
 __all__ = ["DUAL_ENCODER", "Embeddings", "Inputs", "Method", "ModelSpec", "Prediction", "PredictFn",
-           "embed_passages", "get", "names", "register"]
+           "SentenceIndex", "embed_passages", "get", "names", "register", "with_loss_defaults"]
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -58,7 +61,22 @@ def get(name: str) -> Method:
                      f"(or 'package.module:ATTRIBUTE' for a plug-in)")
 
 
-for _m in (contrastive.make("dpr"), contrastive.make("picl"), contrastive.make("eadpr"),
-           dcsr.METHOD, multihop.make("mdr"), multihop.make("mdr-eadpr"), reader.METHOD,
-           fid.METHOD):
+def with_loss_defaults(config):
+    """A copy of ``config`` whose unset (None) ``config.loss`` fields hold its method's weights,
+    so a run's config.json records the numbers it trained with (docs/method.md §3)."""
+    out = copy.deepcopy(config)
+    try:
+        method = get(config.method)
+    except ValueError:  # the config check names it
+        return out
+    for key, value in method.loss_defaults.items():
+        if out.loss.get(key) is None:
+            out.loss[key] = value
+    return out
+
+
+# Each entry carries its own loss weights (Method.loss_defaults).
+for _m in (contrastive.make("dpr", DPR_LOSS), contrastive.make("picl", PICL_LOSS),
+           contrastive.make("eadpr", EADPR_LOSS), dcsr.METHOD, multihop.make("mdr", DPR_LOSS),
+           multihop.make("mdr-eadpr", EADPR_LOSS), reader.METHOD, fid.METHOD):
     register(_m)

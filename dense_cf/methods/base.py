@@ -19,6 +19,13 @@ A :class:`Method` names everything that differs between methods and nothing else
   docs/multihop.md), which after-training evaluation sends to the multi-hop evaluator.
 - ``predict``: a reader's answers to questions given ranked passages (:data:`PredictFn`), what
   ``python -m dense_cf.eval.e2e`` calls; None for retrievers.
+- ``loss_defaults``: the method's own ``config.loss`` weights; a weight the config leaves unset
+  (None) takes them (docs/method.md §3, "A method owns its weights").
+- ``config_block``: the config node the method reads (``"dcsr"``, ``"multihop"``...; "" for none);
+  ``config_problems(config)``: what is wrong with it and with ``config.loss`` for this method
+  (the start-up check, ``train.validate``, asks the method; it never reads a method's block).
+- ``sentence_index(config)``: how a sentence-unit method exports and searches sentences
+  (:class:`SentenceIndex`); None for passage-unit methods.
 
 The train step, export, retrieval and evaluation read these fields; no module outside
 ``dense_cf.methods`` branches on a method's name.
@@ -40,7 +47,7 @@ from dense_cf.models.hf import resolve_model_dir
 from dense_cf.models.tokenizer import load_tokenizer
 
 __all__ = ["DPR_LENGTH_GROUPS", "DUAL_ENCODER", "Embeddings", "Inputs", "KINDS", "Method", "ModelSpec",
-           "Prediction", "PredictFn", "embed_passages", "predict_ks"]
+           "Prediction", "PredictFn", "SentenceIndex", "embed_passages", "predict_ks"]
 
 KINDS = ("retriever", "reader")
 
@@ -220,6 +227,23 @@ DUAL_ENCODER = ModelSpec(
 
 
 @dataclasses.dataclass(frozen=True)
+class SentenceIndex:
+    """What export, retrieval and evaluation need of a sentence-unit method (docs/dcsr.md).
+
+    ``token``: the marker before each sentence (its output is the sentence vector);
+    ``question_prefix``: questions start with ``token`` too; ``title``: passages keep their
+    title; ``max_sents``: sentence vectors per passage at export; ``retrieve_sentences``:
+    sentences retrieved per question (0: ``ceil(k * mean sentences per passage)``).
+    """
+
+    token: str
+    question_prefix: bool
+    title: bool
+    max_sents: int
+    retrieve_sentences: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Method:
     """One method (module docstring)."""
 
@@ -239,6 +263,10 @@ class Method:
     gather: bool = True
     hops: int = 1
     predict: PredictFn | None = None
+    loss_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    config_block: str = ""
+    config_problems: Callable[[Any], list[str]] = lambda config: []
+    sentence_index: Callable[[Any], SentenceIndex | None] = lambda config: None
 
     def __post_init__(self) -> None:
         if self.hops not in (1, 2):

@@ -11,13 +11,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dense_cf.configs import checks
 from dense_cf.inputs import dcsr as dcsr_inputs
-from dense_cf.methods.base import DPR_LENGTH_GROUPS, Embeddings, Inputs, Method
-from dense_cf.methods.contrastive import contrastive_embeddings_loss
+from dense_cf.methods.base import DPR_LENGTH_GROUPS, Embeddings, Inputs, Method, SentenceIndex
+from dense_cf.methods.contrastive import DPR_LOSS, contrastive_embeddings_loss
 from dense_cf.models.dual_encoder import gather_positions
+from dense_cf.models.hf import NEW_TOKEN_INITS
 from dense_cf.models.tokenizer import SENT_TOKEN
 
-__all__ = ["METHOD", "embed_sentences"]
+__all__ = ["METHOD", "config_problems", "embed_sentences", "sentence_index"]
 
 
 def embed_sentences(model, params, batch: dict[str, jax.Array], *, deterministic: bool,
@@ -41,10 +43,34 @@ def embed_sentences(model, params, batch: dict[str, jax.Array], *, deterministic
     return Embeddings(q=q, pos=vec[:, 0], neg=vec[:, 1:], neg_valid=batch["neg_valid"])
 
 
+def config_problems(config) -> list[str]:
+    """``config.dcsr`` and ``config.loss`` (DPR's NLL over sentences: no counterfactual term)."""
+    out: list[str] = []
+    checks.enum(out, "dcsr.negatives", config.dcsr.negatives, dcsr_inputs.NEGATIVES)
+    checks.enum(out, "dcsr.sent_init", config.dcsr.sent_init, NEW_TOKEN_INITS)
+    if any(config.loss.get(k) for k in DPR_LOSS):
+        out.append("config.method='dcsr' trains with the DPR NLL over sentences (docs/method.md §4): "
+                   "config.loss.lam = tau1 = tau2 must be 0 or unset (counterfactual terms are "
+                   "passage-level)")
+    return out
+
+
+def sentence_index(config) -> SentenceIndex:
+    """Export and search settings of ``config.dcsr`` (docs/dcsr.md)."""
+    d = config.dcsr
+    return SentenceIndex(token=SENT_TOKEN, question_prefix=bool(d.question_prefix),
+                         title=bool(d.title), max_sents=int(d.max_sents),
+                         retrieve_sentences=int(d.retrieve_sentences))
+
+
 METHOD = Method(
     name="dcsr",
-    # DPR's NLL over sentences; config.loss must keep λ = τ1 = τ2 = 0 (checked by the inputs).
+    # DPR's NLL over sentences; config.loss must keep λ = τ1 = τ2 = 0 (config_problems).
     loss=lambda emb: contrastive_embeddings_loss(emb, use_dpr=True),
+    loss_defaults=dict(DPR_LOSS),
+    config_block="dcsr",
+    config_problems=config_problems,
+    sentence_index=sentence_index,
     embed=embed_sentences,
     inputs=Inputs(prepare=dcsr_inputs.prepare, spec=dcsr_inputs.spec_from_config,
                   make_dataset=dcsr_inputs.make_dataset,

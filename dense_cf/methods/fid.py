@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dense_cf.configs import checks
 from dense_cf.inputs import fid as fid_inputs
 from dense_cf.inputs import reader as reader_inputs
 from dense_cf.inputs.tokens import encode_texts
@@ -173,8 +174,22 @@ def predict(run, questions: Sequence[str], contexts: Sequence[Sequence[Any]], ks
     return out
 
 
+def config_problems(config) -> list[str]:
+    """Ranges of ``config.fid`` (docs/readers.md, "Fusion-in-Decoder"); it reads
+    ``config.reader``'s files too."""
+    out: list[str] = []
+    f = config.fid
+    checks.number(out, "fid.n_passages", f.n_passages, 1)
+    checks.number(out, "fid.max_len", f.max_len, 2)            # the question's first piece + </s>
+    checks.number(out, "fid.max_answer_len", f.max_answer_len, 2)
+    checks.number(out, "fid.decode_len", f.decode_len, 1)
+    return out
+
+
 METHOD = Method(
     name="fid",
+    config_block="fid",
+    config_problems=config_problems,
     loss=lambda out: answer_nll_loss(**out),
     embed=fid_embed,
     inputs=Inputs(load=fid_inputs.load_config_split, prepare=lambda config, tokenizer, data: data,

@@ -27,13 +27,14 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from dense_cf.configs import checks
 from dense_cf.inputs import multihop as multihop_inputs
 from dense_cf.losses import contrastive_terms, summarize_terms
+from dense_cf.methods import contrastive
 from dense_cf.methods.base import Inputs, Method
-from dense_cf.methods.contrastive import loss_hparams, needs_counterfactual
 
-__all__ = ["HOP_METRICS", "INPUTS", "HopEmbeddings", "embed_hops", "flatten_hops", "make",
-           "multihop_loss"]
+__all__ = ["HOP_METRICS", "INPUTS", "HopEmbeddings", "config_problems", "embed_hops",
+           "flatten_hops", "make", "multihop_loss"]
 
 # Per-hop metrics reported as hop1_<name>, hop2_<name>.
 HOP_METRICS = ("loss", "l_dpr", "rank_acc", "mean_pos_rank", "cf_margin")
@@ -126,8 +127,27 @@ INPUTS = Inputs(prepare=lambda config, tokenizer, data: data,
                 length_groups=(("q",), ("q2",), ("p1", "p2", "cf1", "cf2", "hard")))
 
 
-def make(name: str) -> Method:
-    """An MDR method; ``mdr`` and ``mdr-eadpr`` differ only in their preset loss weights
-    (``dense_cf.configs.presets``), as DPR and EADPR do."""
-    return Method(name=name, loss=multihop_loss, loss_hparams=loss_hparams, embed=embed_hops,
-                  inputs=INPUTS, needs_counterfactual=needs_counterfactual, hops=2)
+def config_problems(config) -> list[str]:
+    """``config.multihop`` (docs/multihop.md)."""
+    out: list[str] = []
+    mh, d = config.multihop, config.data
+    checks.enum(out, "multihop.comparison_order", mh.comparison_order,
+                multihop_inputs.COMPARISON_ORDERS)
+    checks.number(out, "multihop.max_hop2_len", mh.max_hop2_len, 2, 512)
+    if isinstance(mh.max_hop2_len, int) and isinstance(d.max_q_len, int) and \
+            mh.max_hop2_len <= d.max_q_len:
+        out.append(f"config.multihop.max_hop2_len={mh.max_hop2_len} must exceed "
+                   f"config.data.max_q_len={d.max_q_len} (the hop-2 query holds the question "
+                   f"and a passage)")
+    for f in ("beam_size", "hop2_k", "top_chains"):
+        checks.number(out, f"multihop.{f}", mh[f], 1)
+    for k in mh.ks:
+        checks.number(out, "multihop.ks[]", k, 1, mh.top_chains)
+    return out
+
+
+def make(name: str, defaults) -> Method:
+    """An MDR method whose ``config.loss`` weights default to ``defaults``: ``mdr`` (DPR's) and
+    ``mdr-eadpr`` (EADPR's) differ only in them, as DPR and EADPR do."""
+    return contrastive.make(name, defaults, loss=multihop_loss, embed=embed_hops, inputs=INPUTS,
+                            hops=2, config_block="multihop", config_problems=config_problems)

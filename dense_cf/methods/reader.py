@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from dense_cf.configs import checks
 from dense_cf.inputs import reader as reader_inputs
 from dense_cf.inputs.tokens import encode_texts, pad_reader_rows, question_row, reader_passage, reader_row, special_ids
 from dense_cf.losses import reader_loss
@@ -224,8 +225,27 @@ def predict(run, questions: Sequence[str], contexts: Sequence[Sequence[Any]], ks
     return out
 
 
+def config_problems(config) -> list[str]:
+    """Ranges of ``config.reader`` (docs/readers.md)."""
+    out: list[str] = []
+    r = config.reader
+    checks.number(out, "reader.passages", r.passages, 1)
+    checks.number(out, "reader.max_len", r.max_len, 8, 512)
+    checks.number(out, "reader.max_q_len", r.max_q_len, 3)
+    if isinstance(r.max_q_len, int) and isinstance(r.max_len, int) and r.max_q_len >= r.max_len - 1:
+        out.append(f"config.reader.max_q_len={r.max_q_len} leaves no room for the passage in "
+                   f"config.reader.max_len={r.max_len}")
+    for f in ("max_answer_len", "max_spans", "max_positives"):
+        checks.number(out, f"reader.{f}", r[f], 1)
+    for f in ("max_negatives", "max_retrieved", "num_layers"):
+        checks.number(out, f"reader.{f}", r[f], 0)
+    return out
+
+
 METHOD = Method(
     name="reader",
+    config_block="reader",
+    config_problems=config_problems,
     loss=lambda out: reader_loss(**out),
     embed=reader_embed,
     inputs=Inputs(load=reader_inputs.load_config_split, prepare=lambda config, tokenizer, data: data,

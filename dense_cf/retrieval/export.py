@@ -185,8 +185,9 @@ def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
     """float32 [Q, D] question embeddings."""
     encoder = encoder or Encoder(run, batch_size)
     prefix = None
-    if run.method.unit == "sentence" and run.config.dcsr.question_prefix:
-        prefix = run.tokenizer.token_to_id(run.method.added_tokens[0])
+    sentences = run.method.sentence_index(run.config)
+    if sentences is not None and sentences.question_prefix:
+        prefix = run.tokenizer.token_to_id(sentences.token)
     ids, mask = tokenize_questions(run.tokenizer, questions, run.config.data.max_q_len,
                                    prefix_id=prefix)
     return encoder.questions(ids, mask)
@@ -532,12 +533,15 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     if dtype not in ("float16", "float32"):
         raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
     cfg = run.config
+    si = run.method.sentence_index(cfg)
+    if si is None:
+        raise ValueError(f"method {run.method.name!r} indexes passages, not sentences")
     max_p_len = max_p_len or cfg.data.max_p_len
-    max_sents = max_sents or cfg.dcsr.max_sents
+    max_sents = max_sents or si.max_sents
     settings = {"unit": "sentence", "input_format": INPUT_FORMAT, "step": int(run.step),
                 "dim": int(run.model.config.hidden_size), "dtype": dtype,
                 "max_p_len": int(max_p_len), "max_sents": int(max_sents),
-                "title": bool(cfg.dcsr.title)}
+                "title": si.title}
     exp = _ShardedExport(out_dir, settings, shard_size, source)
     encoder = encoder or Encoder(run, batch_size)
     shards: list[dict] = []
@@ -549,8 +553,8 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     def tokenize(chunk):
         return tokenize_marked_passages(run.tokenizer, [r[2] for r in chunk],
                                         [r[1] for r in chunk], max_len=max_p_len,
-                                        max_sents=max_sents, title=cfg.dcsr.title,
-                                        sent_token=run.method.added_tokens[0])
+                                        max_sents=max_sents, title=si.title,
+                                        sent_token=si.token)
 
     for k, chunk, names, stored, record, tokens in _shards_ahead(
             exp, rows, tokenize, ("sentence_pids", "spids", "npy")):
@@ -602,7 +606,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
         "unit": "sentence", "count": n_sent, "passages": n_pass,
         "mean_sentences_per_passage": n_sent / max(n_pass, 1), "dim": settings["dim"],
         "dtype": dtype, "max_p_len": max_p_len, "max_sents": max_sents,
-        "title": bool(cfg.dcsr.title), "step": int(run.step), "encoded_this_run": encoded,
+        "title": si.title, "step": int(run.step), "encoded_this_run": encoded,
         "skipped_done": done, "dropped_sentences_this_run": dropped,
         "cls_only_passages_this_run": no_sent,
         "passages_per_s": encoded / max(time.perf_counter() - t0, 1e-9)})

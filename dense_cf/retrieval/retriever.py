@@ -265,7 +265,8 @@ class SentenceRetriever(Retriever):
         self.index, self.timing, self.sentence_passage, kbar = ensure_sentence_index(
             self.run, self.corpus, root, kind=kind, encoder=self.encoder, **kw)
         self.n_sentences = min(
-            num_sentences_to_retrieve(k, kbar, int(self.run.config.dcsr.retrieve_sentences)),
+            num_sentences_to_retrieve(k, kbar,
+                                      self.run.method.sentence_index(self.run.config).retrieve_sentences),
             len(self.sentence_passage))
         self.extra = {"unit": "sentence", "sentences": int(len(self.sentence_passage)),
                       "mean_sentences_per_passage": kbar,

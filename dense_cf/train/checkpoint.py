@@ -185,6 +185,20 @@ class Checkpointer:
         logging.info("checkpoint: restored step %d from %s", step, self.directory)
         return out["state"], out["data"], step
 
+    def restore_params(self, abstract_params: Any, step: int | None = None) -> tuple[Any, int]:
+        """Restores only ``state.params`` (``abstract_params``: ShapeDtypeStructs with target
+        shardings) of step ``step`` (default the newest): the optimizer state and the data
+        state stay on disk, so evaluation reads and places the parameters' bytes alone."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        target = {"params": abstract_params}
+        out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True)))
+        logging.info("checkpoint: restored the params of step %d from %s", step, self.directory)
+        return out["state"]["params"], step
+
     def _aside_dir(self) -> str:
         return self.directory.rstrip("/") + ".corrupt"
 

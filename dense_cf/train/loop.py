@@ -125,6 +125,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     flight, saves it and raises :class:`~dense_cf.train.preemption.Preempted` (lock released).
     """
     config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
+    config = methods.with_loss_defaults(config)  # config.json records the weights it trains with
     validate(config)  # before the lock and any work: a bad value fails in a second, not later
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())

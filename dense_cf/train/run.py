@@ -34,8 +34,8 @@ from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import file_key, write_json
 from dense_cf.models.tokenizer import tokenizer_for_run
 from dense_cf.parallel import mesh as mesh_lib
-from dense_cf.train.checkpoint import Checkpointer, abstract_like
-from dense_cf.train.state import TrainState, make_optimizer
+from dense_cf.train.checkpoint import Checkpointer
+from dense_cf.train.state import TrainState
 
 __all__ = ["Run", "RunDir", "axis_rules", "build_model", "init_state", "load_config", "load_run", "model_slug",
            "model_workdir", "pretrained_run"]
@@ -170,8 +170,26 @@ class Run:
         return methods.get(self.config.method)
 
 
+def abstract_params(config, model, mesh, rules) -> Any:
+    """The model's parameters as ShapeDtypeStructs carrying their shardings on ``mesh``, from
+    ``jax.eval_shape``: nothing is initialised or allocated (a restore target)."""
+    dummies = methods.get(config.method).model.dummy_inputs(config)
+    boxed = jax.eval_shape(lambda r: model.init(r, *dummies)["params"], jax.random.key(0))
+    shardings = mesh_lib.tree_shardings(boxed, mesh, rules)
+    # The values under the logical-axis boxes (nn.meta.unbox would apply their sharding
+    # constraints, which needs arrays).
+    shapes = jax.tree.map(lambda x: x.unbox(apply_constraint=False) if isinstance(x, nn.Partitioned) else x,
+                          boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        shapes, shardings)
+
+
 def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
-    """Restores the latest (or given) checkpoint's params into ``mesh`` (default: all devices)."""
+    """Restores the latest (or given) checkpoint's params into ``mesh`` (default: all devices).
+
+    Evaluation needs the params alone: their shapes come from ``jax.eval_shape`` and only
+    ``state.params`` is read from the checkpoint (no optimizer, no random init, no Adam
+    moments; docs/ARCHITECTURE.md, "Stages talk through files")."""
     config = load_config(workdir)
     mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
     model, _, tok_dir = build_model(config, load_pretrained=False)
@@ -179,13 +197,13 @@ def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
     ckpt = Checkpointer(RunDir(workdir).checkpoints, async_save=False)
     if ckpt.latest_step() is None:
         raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints: train the run first")
-    # The optimizer only shapes the restore target (Adam moments mirror the params).
-    tx, _ = make_optimizer(config.optim, total_steps=max(config.train.num_steps, 1))
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        template = init_state(config, model, None, tx, mesh, rules, jax.random.key(0))
-        state, _, restored_step = ckpt.restore(abstract_like(template), step)
-    ckpt.close()
-    return Run(config=config, model=model, params=state.params,
+    try:
+        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+            params, restored_step = ckpt.restore_params(abstract_params(config, model, mesh, rules),
+                                                        step)
+    finally:
+        ckpt.close()
+    return Run(config=config, model=model, params=params,
                tokenizer=run_tokenizer(config, tok_dir, workdir),
                step=restored_step, mesh=mesh, rules=rules, tok_dir=tok_dir)
 

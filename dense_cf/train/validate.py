@@ -7,26 +7,23 @@ each naming the field, the value and what is allowed (with a "did you mean" for 
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from typing import Any, Iterable
 
 import ml_collections
 
 from dense_cf import methods
+from dense_cf.configs.checks import enum as _enum
+from dense_cf.configs.checks import number as _range
 from dense_cf.files import UserError
 from dense_cf.index.jax_search import ALL_KINDS as INDEX_KINDS
 from dense_cf.index.jax_search import DTYPES as JAX_DTYPES
 from dense_cf.index.jax_search import SELECTS as JAX_SELECTS
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
-from dense_cf.inputs.dcsr import NEGATIVES as DCSR_NEGATIVES
-from dense_cf.inputs.multihop import COMPARISON_ORDERS as MULTIHOP_ORDERS
 from dense_cf.inputs.source import PIPELINES
 from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
-from dense_cf.models.hf import NEW_TOKEN_INITS
 from dense_cf.synthetic.world import WORLDS
 from dense_cf.text.answers import MODES as ANSWER_MODES
 from dense_cf.text.counterfactuals import TEXT_STRATEGIES
@@ -42,29 +39,9 @@ class ConfigError(UserError):
     """The config has values that cannot work (listed, field by field)."""
 
 
-def _enum(out: list[str], field: str, value: Any, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    if value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        out.append(f"config.{field}={value!r} is not one of {', '.join(allowed)}{hint}")
-
-
-def _range(out: list[str], field: str, value: Any, lo: float | None = None, hi: float | None = None,
-           *, lo_open: bool = False, hi_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and lo is not None:
-        ok = value > lo if lo_open else value >= lo
-    if ok and hi is not None:
-        ok = value < hi if hi_open else value <= hi
-    if not ok:
-        lo_s = "" if lo is None else f"{'>' if lo_open else '>='} {lo}"
-        hi_s = "" if hi is None else f"{'<' if hi_open else '<='} {hi}"
-        out.append(f"config.{field}={value!r} must be a number {' and '.join(s for s in (lo_s, hi_s) if s)}")
-
-
 def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> list[str]:
-    """Every problem found in ``config`` (a complete config: see ``configs.base``)."""
+    """Every problem found in ``config`` (a complete config: see ``configs.base``); a method's
+    own block and loss weights are checked by the method (``Method.config_problems``)."""
     out: list[str] = []
     try:
         method = methods.get(config.method)
@@ -101,21 +78,6 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "data.train_fraction", d.train_fraction, 0, 1, lo_open=True)
     for b in d.length_buckets:
         _range(out, "data.length_buckets[]", b, 1)
-    _enum(out, "dcsr.negatives", config.dcsr.negatives, DCSR_NEGATIVES)
-    _enum(out, "dcsr.sent_init", config.dcsr.sent_init, NEW_TOKEN_INITS)
-
-    mh = config.multihop
-    _enum(out, "multihop.comparison_order", mh.comparison_order, MULTIHOP_ORDERS)
-    _range(out, "multihop.max_hop2_len", mh.max_hop2_len, 2, 512)
-    if isinstance(mh.max_hop2_len, int) and isinstance(d.max_q_len, int) and \
-            mh.max_hop2_len <= d.max_q_len:
-        out.append(f"config.multihop.max_hop2_len={mh.max_hop2_len} must exceed "
-                   f"config.data.max_q_len={d.max_q_len} (the hop-2 query holds the question "
-                   f"and a passage)")
-    for f in ("beam_size", "hop2_k", "top_chains"):
-        _range(out, f"multihop.{f}", mh[f], 1)
-    for k in mh.ks:
-        _range(out, "multihop.ks[]", k, 1, mh.top_chains)
 
     _range(out, "optim.learning_rate", o.learning_rate, 0, lo_open=True)
     _range(out, "optim.warmup_steps", o.warmup_steps, 0)
@@ -169,37 +131,11 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
 
     if d.synthetic.generate:
         _enum(out, "data.synthetic.world", d.synthetic.get("world", "entity"), WORLDS)
-    out += reader_problems(config.reader)
-    out += fid_problems(config.fid)
+    if method is not None:  # its loss weights and its own config block (docs/method.md §3)
+        out += method.config_problems(config)
     if check_files and not d.synthetic.generate:
         # The files this method's Inputs.load reads (an unknown method: DPR's, the default).
         out += (method.inputs.file_problems if method else dpr_inputs.file_problems)(config)
-    return out
-
-
-def reader_problems(r: ml_collections.ConfigDict) -> list[str]:
-    """Ranges of ``config.reader`` (docs/readers.md)."""
-    out: list[str] = []
-    _range(out, "reader.passages", r.passages, 1)
-    _range(out, "reader.max_len", r.max_len, 8, 512)
-    _range(out, "reader.max_q_len", r.max_q_len, 3)
-    if isinstance(r.max_q_len, int) and isinstance(r.max_len, int) and r.max_q_len >= r.max_len - 1:
-        out.append(f"config.reader.max_q_len={r.max_q_len} leaves no room for the passage in "
-                   f"config.reader.max_len={r.max_len}")
-    for f in ("max_answer_len", "max_spans", "max_positives"):
-        _range(out, f"reader.{f}", r[f], 1)
-    for f in ("max_negatives", "max_retrieved", "num_layers"):
-        _range(out, f"reader.{f}", r[f], 0)
-    return out
-
-
-def fid_problems(f: ml_collections.ConfigDict) -> list[str]:
-    """Ranges of ``config.fid`` (docs/readers.md, "Fusion-in-Decoder")."""
-    out: list[str] = []
-    _range(out, "fid.n_passages", f.n_passages, 1)
-    _range(out, "fid.max_len", f.max_len, 2)            # the question's first piece + </s>
-    _range(out, "fid.max_answer_len", f.max_answer_len, 2)
-    _range(out, "fid.decode_len", f.decode_len, 1)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Start-up shared by the ``dense_cf.cli`` binaries.
+"""Start-up shared by the binaries (``python -m dense_cf.eval.aar``, ``dense_cf.cli.*``...).
 
 Every binary defines its flags on its own ``flags.FlagValues`` (``FLAGS = flags.FlagValues()``,
 ``flag_values=FLAGS``), not on absl's global one, so several binaries can be imported into one
@@ -24,8 +24,9 @@ from absl import app, flags
 from dense_cf.console import quiet_library_logs
 from dense_cf.files import UserError
 
-__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "USER_ERRORS", "flags_help", "usage", "parse", "run", "call",
-           "no_positional", "report_user_error", "user_message", "resolve_config_arg", "say_written", "REPO_ROOT"]
+__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "TRACEBACK_ENV", "USER_ERRORS", "flags_help", "usage", "parse", "run",
+           "call", "no_positional", "report_user_error", "user_message", "resolve_config_arg", "say_written",
+           "REPO_ROOT"]
 
 # Errors that describe the user's situation, not a bug: one line, no traceback (unless
 # DENSE_CF_TRACEBACK=1), exit status 1. Everything else keeps its traceback.
@@ -41,9 +42,18 @@ HELPFULL_ARGS = ("-helpfull", "--helpfull")
 
 
 def flags_help(flag_values: flags.FlagValues) -> str:
-    """The help lines of ``flag_values``' flags (absl's format, without module headings)."""
+    """The help lines of ``flag_values``' flags (absl's format, without module headings), sorted
+    by flag name: absl orders by defining module and puts ``__main__``'s first, which would make
+    ``python -m dense_cf.eval.aar --help`` and its alias ``dense_cf.cli.eval_aar`` differ."""
     text = flag_values.get_help(prefix="", include_special_flags=False)
-    return "\n".join(ln for ln in text.splitlines() if ln.startswith("  "))
+    blocks: list[list[str]] = []
+    for ln in text.splitlines():
+        if ln.startswith("  --"):
+            blocks.append([ln])
+        elif ln.startswith("    ") and blocks:
+            blocks[-1].append(ln)
+    blocks.sort(key=lambda b: b[0].lstrip(" -").removeprefix("[no]"))
+    return "\n".join(ln for b in blocks for ln in b)
 
 
 def usage(doc: str | None, flag_values: flags.FlagValues, *, full: bool = False) -> str:
@@ -164,7 +174,7 @@ def call(main: Callable[[list[str]], Any], flag_values: flags.FlagValues, argv: 
 
 
 # The repository checkout this package runs from (where configs/ lives in a source install).
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def resolve_config_arg(argv: list[str], cwd: str | None = None) -> list[str]:

@@ -1,0 +1,86 @@
+"""One name per command, run once (issue 33 item 4): no module under dense_cf/ re-runs another
+with ``runpy``; a ``cli/`` alias imports the ``main`` of the module that owns the binary."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
+MODULES = sorted(ROOT.rglob("*.py"))
+
+
+def _uses_runpy(path: pathlib.Path) -> list[int]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "runpy" for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "runpy":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Name) and node.id == "runpy":
+            lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(ROOT)) for p in MODULES])
+def test_no_runpy(path):
+    assert not _uses_runpy(path), f"{path}: runpy at lines {_uses_runpy(path)}"
+
+
+ALIASES = {"eval_aar": "dense_cf.eval.aar", "compare": "dense_cf.eval.compare", "eval_e2e": "dense_cf.eval.e2e",
+           "marginalize": "dense_cf.eval.marginalize", "eval_multihop": "dense_cf.eval.multihop",
+           "eval_retrieval": "dense_cf.eval.retrieval", "eval_robustness": "dense_cf.eval.robustness",
+           "evidence": "dense_cf.mining.evidence.annotate", "mine_model": "dense_cf.mining.model_negatives",
+           "stats": "dense_cf.mining.stats", "prepare": "dense_cf.datasets.dpr",
+           "prepare_tfds": "dense_cf.datasets.dpr_tfds"}
+
+
+@pytest.mark.parametrize("alias,owner", sorted(ALIASES.items()))
+def test_cli_alias_imports_the_owners_main(alias, owner):
+    import importlib
+    cli, lib = importlib.import_module(f"dense_cf.cli.{alias}"), importlib.import_module(owner)
+    assert cli.main is lib.main and cli.FLAGS is lib.FLAGS and cli.run_cli is lib.run_cli
+
+
+@functools.lru_cache(maxsize=None)
+def _module_file(name: str) -> pathlib.Path | None:
+    rel = pathlib.Path(*name.split("."))
+    for cand in (ROOT.parent / rel.with_suffix(".py"), ROOT.parent / rel / "__init__.py"):
+        if cand.exists():
+            return cand
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _deps(name: str) -> frozenset[str]:
+    """dense_cf modules that importing ``name`` imports directly (packages included)."""
+    path = _module_file(name)
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for t in targets:
+            if t.startswith("dense_cf") and _module_file(t) is not None:
+                parts = t.split(".")
+                out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return frozenset(out)
+
+
+@pytest.mark.parametrize("owner", sorted(set(ALIASES.values())))
+def test_a_binary_runs_once(owner):
+    """``python -m owner`` executes owner's file once: nothing it imports imports it again."""
+    seen, todo = set(), list(_deps(owner) | {".".join(owner.split(".")[:i]) for i in range(1, owner.count(".") + 1)})
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo.extend(_deps(m) - seen)
+    assert owner not in seen
