@@ -262,7 +262,8 @@ _READ_ONLY_SCRIPT = r'''
 import os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
 from helpers import tiny_tower_config, write_tower_data
-from dense_cf.cli import (_app, eval_aar, eval_e2e, eval_localisation, eval_multihop, eval_pivot,
+from dense_cf import app as _app
+from dense_cf.cli import (eval_aar, eval_e2e, eval_localisation, eval_multihop, eval_pivot,
                           eval_retrieval, eval_robustness)
 from dense_cf.experiment import train_and_evaluate
 
@@ -309,7 +310,7 @@ def test_read_only_workdir_is_one_error_line_for_training_and_evaluation(tmp_pat
                                            "eval_multihop", "eval_e2e"], r.stdout + r.stderr[-3000:]
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == len(out), r.stderr[-3000:]
-    assert errors[0] == (f"error: cannot write {ro}/new (the workdir for training dpr): read-only file "
+    assert errors[0] == (f"error: cannot write {ro}/new (the workdir for training picl): read-only file "
                          "system; make it writable or pass another directory")
     for name, err in zip([o.split()[0] for o in out[1:]], errors[1:]):
         assert err.startswith(f"error: cannot write {ro}/run/{files.LOCK_NAME} (the workdir lock for "

@@ -68,14 +68,14 @@ def test_questions_match_hf_tokenizer(tok, hf_tok):
 
 
 def test_export_token_ids_equal_the_training_pipelines(tok):
-    """The training batch (cache + tf.data) and export encode the same passage identically."""
+    """The training batch (cache + batch source) and export encode the same passage identically."""
     exs = [BiencoderExample(f"question {i}?", ["x"], [Passage(title=t, text=x)], [], [])
            for i, (t, x) in enumerate(PASSAGES)]
     data = pipeline.preprocess(exs, tok, max_q_len=MAX_Q, max_p_len=MAX_P, max_hard=0)
     spec = pipeline.PipelineSpec(global_batch=1, max_q_len=MAX_Q, max_p_len=MAX_P, num_hard=0,
                                  strategy="none", pad_id=0, sep_id=tok.token_to_id("[SEP]"),
                                  shuffle=False)
-    batch = next(pipeline.make_eval_dataset(data, spec, batch_size=len(exs)).as_numpy_iterator())
+    batch = next(pipeline.make_eval_dataset(data, spec, batch_size=len(exs)))
     ids, mask = tokens.tokenize_passages(tok, [t for t, _ in PASSAGES], [x for _, x in PASSAGES],
                                          MAX_P)
     np.testing.assert_array_equal(batch["pos_ids"], ids)

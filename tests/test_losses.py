@@ -280,8 +280,9 @@ def test_lambda_zero_is_plain_dpr():
     base, bm = run(q, pos, hard, hv, None, None, static=True)
     l0, m0 = run(q, pos, hard, hv, cf, cv, lam=0.0, static=True)
     assert np.isfinite(l0)
-    assert l0 == base
-    assert m0["l_dpr"] == bm["l_dpr"]
+    # Equal up to float rounding: the two programs fuse differently (1-ulp differences seen).
+    assert l0 == pytest.approx(base, rel=1e-6)
+    assert m0["l_dpr"] == pytest.approx(bm["l_dpr"], rel=1e-6)
     want, _ = ref_loss(q, pos, hard, hv, None, None)
     assert base == pytest.approx(want, rel=1e-5)
 

@@ -87,7 +87,8 @@ def _batches(data, spec, start, process_index, process_count):
 
 
 class Iterator:
-    def __init__(self, data, spec, *, process_index=0, process_count=1):
+    def __init__(self, data, spec, *, process_index=0, process_count=1, pipeline="tfdata",
+                 grain_options=None):
         self.data, self.spec, self.pi, self.pc, self.step = data, spec, process_index, process_count, 0
         self._it = None
 

@@ -17,8 +17,9 @@ K_DEPTH = 400
 
 def _config(data_dir):
     # Plain DPR loss: the run the ranking assertions below were written against.
-    return tiny_synthetic_config(data_dir, **{"train.num_steps": 2, "eval.after_training": False,
-                                              "loss.lam": 0.0, "loss.tau1": 0.0, "loss.tau2": 0.0})
+    return tiny_synthetic_config(data_dir, **{"method": "dpr", "train.num_steps": 2,
+                                              "eval.after_training": False, "loss.lam": 0.0,
+                                              "loss.tau1": 0.0, "loss.tau2": 0.0})
 
 
 def test_build_distractors_shared_context_and_missing_answers():

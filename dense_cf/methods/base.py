@@ -149,7 +149,8 @@ class Inputs:
     split (or None) into the method's data; ``spec(config, tokenizer, shuffle=...,
     counterfactual=...)`` builds its batch spec (a dataclass with ``global_batch`` and
     ``shuffle``); ``make_dataset(data, spec, repeat=..., process_index=..., process_count=...)``
-    and ``batch_iterator(data, spec, process_index=..., process_count=...)`` (``next``,
+    and ``batch_iterator(data, spec, process_index=..., process_count=..., pipeline=...,
+    grain_options=...)`` (``next``,
     ``get_state``/``set_state`` for exact resume) are the tf.data dataset and the resumable
     iterator over it. Loaded data has ``num_examples`` and a ``stats`` dict. ``file_problems(config)``
     lists what is wrong with the files ``load`` will read (missing, a directory...), for the
