@@ -320,3 +320,19 @@ def tiny_fid_config(train_file, tok_dir, dev_file="", **overrides):
     c.optim.learning_rate, c.optim.warmup_steps, c.optim.grad_clip = 3e-3, 10, 0.5
     c.mesh.data = 2
     return apply_overrides(c, overrides)
+
+
+def communicate_all(procs, timeout: float) -> list[tuple[int, str, str]]:
+    """``(returncode, stdout, stderr)`` of each child process, in order; any still running
+    when one times out (or the test fails) is killed, so no trainer outlives its test."""
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            outs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs

@@ -20,7 +20,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from helpers import write_tower_data
+from helpers import communicate_all, write_tower_data
 from test_multihost import _free_port, _gloo_available
 
 from dense_cf.train.preemption import PREEMPTED_EXIT
@@ -76,20 +76,6 @@ def _wait_for_step(marker, step, procs, timeout=300):
                             f"{p.communicate()[1][-3000:]}")
         time.sleep(0.02)
     pytest.fail(f"no step {step} within {timeout} s")
-
-
-def _finish(procs, timeout=300):
-    out = []
-    try:
-        for p in procs:
-            o, e = p.communicate(timeout=timeout)
-            out.append((p.returncode, o, e))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return out
 
 
 def _logged_steps(workdir) -> list[int]:
@@ -187,11 +173,12 @@ def test_sigterm_on_one_of_two_hosts_stops_both_at_the_same_step(tmp_path):
     victim = pod(tmp_path / "run", tmp_path / "run.marker")
     _wait_for_step(tmp_path / "run.marker", at, victim)
     victim[1].send_signal(signal.SIGTERM)  # host 1 only: host 0 learns of it in the step sync
-    saved = _check_preempted(tmp_path / "run", _finish(victim), at)
+    saved = _check_preempted(tmp_path / "run", communicate_all(victim, timeout=300), at)
     state = tmp_path / "run" / "checkpoints" / str(saved) / "state"
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state))  # both hosts saved it
-    _check_resumed(tmp_path / "run", _finish(pod(tmp_path / "run", tmp_path / "run.marker")), saved)
-    assert [r[0] for r in _finish(ref)] == [0, 0]
+    resumed = pod(tmp_path / "run", tmp_path / "run.marker")
+    _check_resumed(tmp_path / "run", communicate_all(resumed, timeout=300), saved)
+    assert [r[0] for r in communicate_all(ref, timeout=300)] == [0, 0]
     _assert_same_params(tmp_path / "ref", tmp_path / "run")
 
 

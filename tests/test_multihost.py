@@ -16,7 +16,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import write_tower_data
+from helpers import communicate_all, write_tower_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 3
@@ -68,20 +68,6 @@ def _losses(workdir) -> dict[int, float]:
     return {rec["step"]: rec["train/loss"] for rec in lines if "train/loss" in rec}
 
 
-def _wait(procs, timeout=420):
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            outs.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
-
-
 def test_two_processes_match_one_process(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -97,7 +83,7 @@ def test_two_processes_match_one_process(tmp_path):
     ref = subprocess.Popen(_cmd(single, data, "--distributed=none",
                                 f"--config.data.cache_dir={tmp_path / 'ref_cache'}"),
                            env=_env(4), **popen)
-    results = _wait(hosts + [ref])
+    results = communicate_all(hosts + [ref], timeout=420)
     for i, (rc, _, err) in enumerate(results):
         assert rc == 0, f"process {i} failed:\n{err[-4000:]}"
     (_, out0, err0), (_, out1, err1), (_, _, err_ref) = results

@@ -21,9 +21,9 @@ from dense_cf.configs.base import base_config
 from dense_cf.index import (
     RERANK_NAME,
     DenseIndex,
+    ExportShards,
     IndexSpec,
     RerankIndex,
-    ShardRows,
     build_index,
     build_rerank_index,
     load_index,
@@ -161,22 +161,25 @@ def test_export_of_another_size_is_refused(tmp_path, data):
 def test_shards_are_memory_mapped_not_loaded(built, data, monkeypatch):
     _, q, _ = data
     emb, index = built
-    assert all(isinstance(a, np.memmap) for a in index.rows.arrays)
     assert index.rows.lookup_bytes == 0  # contiguous export ids: no id table in RAM
+    real_load = np.load
 
-    def no_load(*args, **kwargs):
-        raise AssertionError("search must not np.load a shard")
+    def mmap_only(*args, **kwargs):
+        if kwargs.get("mmap_mode") != "r":
+            raise AssertionError("search must not np.load a shard whole")
+        return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(rerank_mod.np, "load", no_load)
+    monkeypatch.setattr(rerank_mod.np, "load", mmap_only)
     _, i = index.search(q[:10], K)
     assert (i >= 0).all()
+    assert index.rows._maps and all(isinstance(a, np.memmap) for a in index.rows._maps.values())
 
 
 def test_shuffled_ids_use_a_lookup_table(tmp_path, data):
     x, q, stored = data
     ids = np.random.default_rng(0).permutation(N).astype(np.int64) * 3 + 7
     emb = write_export(tmp_path / "export", x, ids)
-    rows = ShardRows(emb)
+    rows = ExportShards(emb)
     assert rows.lookup_bytes == 3 * 8 * N
     np.testing.assert_array_equal(rows.gather(ids[[5, 19_999, 6000]]), stored[[5, 19_999, 6000]])
     with pytest.raises(ValueError, match=r"ids \[8\] returned by the index are not in the export"):

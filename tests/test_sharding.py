@@ -122,3 +122,18 @@ def test_train_step_sharded_equals_single_device():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
 
 
+
+
+def test_init_on_host_equals_init_on_devices():
+    """``mesh_lib.init_sharded``: the host-CPU path (the default on GPU/TPU, where XLA's
+    compile of the random init takes minutes) gives the params of the jitted on-device init,
+    in the same shardings, with the default (threefry) key of ``train.run.init_state``."""
+    mesh, rules, on_devices, sh = sharded_params(MODEL, LP, 4, 2)
+    ids = jnp.ones((1, LP), jnp.int32)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        on_host = mesh_lib.init_sharded(
+            lambda r: nn.meta.unbox(MODEL.init(r, ids, ids, ids, ids)["params"]),
+            jax.random.key(0), sh, host=True)
+    for a, b in zip(jax.tree.leaves(on_host), jax.tree.leaves(on_devices)):
+        assert a.sharding == b.sharding
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -161,11 +161,8 @@ def loop_figures(workdir: str, isolated: str = "") -> dict[str, Any]:
     b, d = int(config.train.global_batch), config.data
     method = methods.get(config.method)
     cf = 1 if method.needs_counterfactual(config.loss) else 0
-    bert = accel.BertConfig.tiny(vocab_size=int(config.model.tiny_vocab),
-                                 hidden=int(config.model.tiny_hidden),
-                                 layers=int(config.model.tiny_layers),
-                                 heads=int(config.model.tiny_heads),
-                                 max_position_embeddings=512)
+    # The run's own network (config.json of a checkpoint, or the tiny_* sizes of a random one).
+    bert = build_model(config, load_pretrained=False)[0].config
     flops = accel.train_step_flops(bert, b, b * (1 + int(d.num_hard) + cf), int(d.max_q_len),
                                    int(d.max_p_len))
     dev = s.get("device_memory", {})

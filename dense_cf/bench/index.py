@@ -39,6 +39,7 @@ from absl import flags, logging
 from dense_cf import app as _app
 from dense_cf.files import make_dir
 from dense_cf.index import IndexSpec, build_index_from_dir, merge_topk
+from dense_cf.index.shards import shard_name
 
 FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
 _N = flags.DEFINE_integer("n", 1_000_000, "Corpus vectors.", flag_values=FLAGS)
@@ -130,8 +131,8 @@ def write_shards_and_truth(emb_dir: str, blocks: Iterable[np.ndarray], queries: 
     for b, x in enumerate(blocks):
         x = x.astype(dtype)
         ids = np.arange(start, start + len(x), dtype=np.int64)
-        np.save(os.path.join(emb_dir, f"ids-{b:05d}.npy"), ids)
-        np.save(os.path.join(emb_dir, f"embeddings-{b:05d}.npy"), x)
+        np.save(os.path.join(emb_dir, shard_name("ids", b)), ids)
+        np.save(os.path.join(emb_dir, shard_name("embeddings", b)), x)
         # Exact ground truth on exactly the stored values (float16 shards included).
         flat = faiss.IndexFlatIP(x.shape[1])
         flat.add(np.ascontiguousarray(x, dtype=np.float32))

@@ -23,13 +23,13 @@ from dense_cf.index.faiss_index import (
 from dense_cf.index.rerank import (
     RERANK_NAME,
     RerankIndex,
-    ShardRows,
     build_rerank_index,
     load_index,
     projected_bytes,
     rerank_topk,
     source_fingerprint,
 )
+from dense_cf.index.shards import ExportShards
 
 __all__ = [
     "FAISS_INSTALL",
@@ -51,7 +51,7 @@ __all__ = [
     "require_faiss",
     "RERANK_NAME",
     "RerankIndex",
-    "ShardRows",
+    "ExportShards",
     "build_rerank_index",
     "load_index",
     "projected_bytes",

@@ -50,6 +50,8 @@ import numpy as np
 from absl import logging
 
 from dense_cf import files
+from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
+from dense_cf.index.shards import list_shards as list_embedding_shards
 from dense_cf.progress import Progress, timed
 
 try:
@@ -93,7 +95,6 @@ FAISS_INSTALL = ('pip install -e ".[cpu]" (faiss-cpu; [tpu] brings it too) or '
                  'pip install -e ".[gpu]" (faiss-gpu-cu12)')
 _FORMAT = "dense_cf.index"
 _FORMAT_VERSION = 1
-_EMB_RE = re.compile(r"^embeddings-(\d+)\.npy$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,42 +557,16 @@ class ShardedIndex(DenseIndex):
 # Vector sources (array, directory of shards, iterator of chunks)
 # --------------------------------------------------------------------------------------------
 
-def _check_ids(ids: np.ndarray, where: str) -> np.ndarray:
-    ids = np.asarray(ids)
-    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"{where}: ids must be a 1-D integer array, got {ids.dtype} {ids.shape}")
-    ids = ids.astype(np.int64, copy=False)
-    if ids.size and ids.min() < 0:
-        raise ValueError(f"{where}: ids must be >= 0 (faiss uses -1 for 'no result')")
-    return ids
-
-
-def _check_vectors(v: np.ndarray, where: str, dim: int | None = None) -> np.ndarray:
-    v = np.asarray(v)
-    if v.ndim != 2 or not np.issubdtype(v.dtype, np.floating):
-        raise ValueError(f"{where}: embeddings must be a 2-D float array, got {v.dtype} {v.shape}")
-    if dim is not None and v.shape[1] != dim:
-        raise ValueError(f"{where}: embedding dim {v.shape[1]} != {dim} of the first chunk")
-    return v
-
-
-def _check_unique(ids: np.ndarray, where: str) -> None:
-    u, counts = np.unique(ids, return_counts=True)
-    if len(u) != len(ids):
-        dup = u[counts > 1][:5].tolist()
-        raise ValueError(f"{where}: duplicate ids, e.g. {dup}")
-
-
 class _ArraySource:
     def __init__(self, vectors: np.ndarray, ids: np.ndarray | None, batch: int):
-        self.vectors = _check_vectors(vectors, "build_index")
+        self.vectors = check_vectors(vectors, "build_index")
         self.n, self.dim = map(int, self.vectors.shape)
         if ids is None:
             ids = np.arange(self.n, dtype=np.int64)
-        self.ids = _check_ids(ids, "build_index")
+        self.ids = check_ids(ids, "build_index")
         if len(self.ids) != self.n:
             raise ValueError(f"build_index: {len(self.ids)} ids for {self.n} vectors")
-        _check_unique(self.ids, "build_index")
+        check_unique(self.ids, "build_index")
         self.batch = batch
 
     def sample(self, size: int, seed: int) -> np.ndarray:
@@ -601,74 +576,6 @@ class _ArraySource:
 
     def chunks(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         yield "array", self.vectors, self.ids
-
-
-class _DirSource:
-    def __init__(self, emb_dir: str):
-        self.files = list_embedding_shards(emb_dir)  # raises on empty / missing dir
-        self.rows, self.dim = [], None
-        first = None
-        all_ids = []
-        for emb_path, ids_path in self.files:
-            arr = np.load(emb_path, mmap_mode="r")  # header only; no data is read
-            try:
-                _check_vectors(arr, emb_path)
-                if self.dim is None:
-                    self.dim, first = int(arr.shape[1]), emb_path
-                elif arr.shape[1] != self.dim:
-                    raise ValueError(f"{emb_path}: embedding dim {arr.shape[1]} != {self.dim} "
-                                     f"of {first}")
-                n = int(arr.shape[0])
-            finally:
-                del arr
-            if not os.path.exists(ids_path):
-                raise FileNotFoundError(f"{ids_path} missing (ids of {emb_path})")
-            ids = _check_ids(np.load(ids_path), ids_path)
-            if len(ids) != n:
-                raise ValueError(f"{ids_path}: {len(ids)} ids for {n} rows of {emb_path}")
-            self.rows.append(n)
-            all_ids.append(ids)
-        self.n = int(sum(self.rows))
-        if self.n == 0:
-            raise ValueError(f"{emb_dir}: embedding shards hold 0 rows")
-        _check_unique(np.concatenate(all_ids), emb_dir)
-        self._check_export_manifest(emb_dir)
-
-    def _check_export_manifest(self, emb_dir: str) -> None:
-        # The exporter writes manifest.json last; a count mismatch means a partial export.
-        path = os.path.join(emb_dir, "manifest.json")
-        if not os.path.exists(path):
-            return
-        try:
-            with open(path) as f:
-                count = json.load(f).get("count")
-        except (OSError, ValueError, AttributeError):
-            return
-        if isinstance(count, int) and count != self.n:
-            raise ValueError(f"{path} says count={count} but the shards hold {self.n} rows "
-                             "(incomplete or mixed export)")
-
-    def sample(self, size: int, seed: int) -> np.ndarray:
-        rows = np.sort(np.random.default_rng(seed).choice(self.n, size=min(size, self.n),
-                                                          replace=False))
-        out = np.empty((len(rows), self.dim), np.float32)
-        start, filled = 0, 0
-        for (emb_path, _), n in zip(self.files, self.rows):
-            lo, hi = np.searchsorted(rows, [start, start + n])
-            if hi > lo:
-                # Sequential read of one shard; random mmap reads would be slower on disk.
-                out[filled:filled + hi - lo] = np.load(emb_path)[rows[lo:hi] - start]
-                filled += hi - lo
-            start += n
-        return out
-
-    def chunks(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
-        for emb_path, ids_path in self.files:
-            v = np.load(emb_path)
-            ids = np.load(ids_path).astype(np.int64, copy=False)
-            if len(v):
-                yield os.path.basename(emb_path), v, ids
-            del v, ids  # before loading the next shard: hold one shard at a time
 
 
 class _IterSource:
@@ -690,8 +597,8 @@ class _IterSource:
         except StopIteration:
             return None
         where = "build_index chunk"
-        v = _check_vectors(v, where, getattr(self, "dim", None))
-        ids = _check_ids(ids, where)
+        v = check_vectors(v, where, getattr(self, "dim", None))
+        ids = check_ids(ids, where)
         if len(ids) != len(v):
             raise ValueError(f"{where}: {len(ids)} ids for {len(v)} vectors")
         return v, ids
@@ -718,23 +625,6 @@ class _IterSource:
         while (nxt := self._next()) is not None:
             yield f"chunk {k}", nxt[0], nxt[1]
             k += 1
-
-
-def list_embedding_shards(emb_dir: str) -> list[tuple[str, str]]:
-    """(embeddings-K.npy, ids-K.npy) path pairs of an export directory, by shard number."""
-    if not os.path.isdir(emb_dir):
-        raise FileNotFoundError(f"embedding directory {emb_dir} does not exist")
-    found = []
-    for name in os.listdir(emb_dir):
-        m = _EMB_RE.match(name)
-        if m:
-            k = int(m.group(1))
-            found.append((k, os.path.join(emb_dir, name),
-                          os.path.join(emb_dir, f"ids-{m.group(1)}.npy")))
-    if not found:
-        raise ValueError(f"no embedding shards (embeddings-XXXXX.npy) in {emb_dir}")
-    found.sort()
-    return [(e, i) for _, e, i in found]
 
 
 # --------------------------------------------------------------------------------------------
@@ -847,4 +737,4 @@ def build_index_from_dir(emb_dir: str, spec: IndexSpec | None = None, *,
     All shards are checked first (same dim, ids per row, ids unique and >= 0); then a uniform
     training sample is read shard by shard and the vectors are added shard by shard.
     """
-    return _build(_DirSource(emb_dir), spec or IndexSpec(), progress)
+    return _build(ExportShards(emb_dir), spec or IndexSpec(), progress)

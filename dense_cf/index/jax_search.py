@@ -16,8 +16,9 @@ devices' k-lists. Per block the selection is
 
 - ``sort``: ``lax.top_k`` over the whole [B, block] score matrix. On GPUs XLA's fast top-k
   kernel serves k <= 16 (and rows >= 1024); beyond, ``top_k`` sorts every row of the block.
-- ``chunked`` (``auto`` picks it where k > chunk_k): each chunk of ``chunk_rows`` rows gives its
-  top ``chunk_k`` (a k the fast kernel serves); the carry and the chunks' lists merge into a new
+- ``chunked`` (asked for by ``select="chunked"``; ``auto`` is ``sort``, measured faster on an
+  H200): each chunk of ``chunk_rows`` rows gives its top ``chunk_k`` (a k the fast kernel
+  serves); the carry and the chunks' lists merge into a new
   top-k whose k-th score is m. Proof, per query and chunk: a chunk's unlisted rows score at most
   its ``chunk_k``-th score t_c; if t_c < m, none of them can enter the top k (k listed rows
   score >= m > t_c). Chunks with t_c >= m are unsafe: when every query has at most
@@ -70,6 +71,7 @@ from jax.sharding import PartitionSpec as P
 from dense_cf import files
 from dense_cf.index import faiss_index
 from dense_cf.index.faiss_index import MANIFEST_NAME, DenseIndex, merge_topk
+from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
 from dense_cf.parallel.mesh import make_mesh
 from dense_cf.progress import Progress
 
@@ -96,7 +98,7 @@ class JaxSearchSpec(faiss_index.DictSpec):
     ``block_rows``: corpus rows scored at once per device (bounds the [queries, block] score
     matrix). ``select``: exact selection per block, ``chunked`` (chunk top-``chunk_k``, merge,
     proven exact or re-scanned; module docstring), ``sort`` (``lax.top_k`` over the whole
-    block) or ``auto`` (chunked where k > chunk_k and a device holds two chunks or more).
+    block) or ``auto`` (= ``sort``: the chunked selection lost to it on an H200, docs/scale.md).
     ``chunk_rows``: rows per chunk (XLA's fast GPU top-k kernel wants >= 1024); blocks are
     whole chunks. ``rescan_chunks``: unsafe chunks per query re-scanned by gathering them;
     a block with more falls back to ``sort`` for that block.
@@ -189,15 +191,15 @@ def _storage_dtype(dtype: str) -> np.dtype:
 
 def chunked_applies(spec: JaxSearchSpec, block: int, k: int, platform: str) -> bool:
     """Whether ``spec`` searches a layout with this ``block`` chunk-wise for ``k`` on devices
-    of ``platform``. ``auto`` chooses it on GPUs only, where XLA's fast top-k kernel serves the
-    chunks; XLA's CPU top-k is slower on many short rows than on a few long ones (measured:
-    [8192, 1024] k=16 179 ms vs [128, 65536] k=100 75 ms; docs/scale.md)."""
-    if spec.approx or spec.select == "sort":
+    of ``platform``: only when ``select="chunked"`` asks for it. ``auto`` is ``sort`` on every
+    platform, as measured: on an H200 (27 Nov 2026, bfloat16, k = 100, query batch 256) the
+    chunked selection ran at 0.85x sort on 2^20 rows and 0.82x on 21M (docs/scale.md); on
+    CPUs XLA's top-k is slower on many short rows than on a few long ones ([8192, 1024] k=16
+    179 ms vs [128, 65536] k=100 75 ms)."""
+    del k, platform  # kept in the signature: the choice may depend on them again once measured
+    if spec.approx or spec.select != "chunked":
         return False
-    fits = block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
-    if spec.select == "chunked":
-        return fits
-    return fits and k > spec.chunk_k and platform in ("gpu", "cuda", "rocm")
+    return block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,34 +353,11 @@ def _write_rows(buf: jax.Array, rows: jax.Array, start: jax.Array) -> jax.Array:
 
 class _ArrayRows:
     def __init__(self, vectors: np.ndarray):
-        self.vectors = faiss_index._check_vectors(vectors, "build_jax_index")
+        self.vectors = check_vectors(vectors, "build_jax_index")
         self.n, self.dim = map(int, self.vectors.shape)
 
     def read(self, lo: int, hi: int, out: np.ndarray) -> None:
         out[:hi - lo] = self.vectors[lo:hi]
-
-
-class _ShardRows:
-    """Rows [lo, hi) of an export directory's shards, read through memory maps."""
-
-    def __init__(self, source: Any):
-        self.files = [e for e, _ in source.files]
-        self.starts = np.concatenate([[0], np.cumsum(source.rows)]).astype(np.int64)
-        self.n, self.dim = int(source.n), int(source.dim)
-        self._maps: dict[int, np.ndarray] = {}
-
-    def read(self, lo: int, hi: int, out: np.ndarray) -> None:
-        f = int(np.searchsorted(self.starts, lo, side="right")) - 1
-        at = lo
-        while at < hi:
-            if f not in self._maps:  # one open map at a time: pages are dropped as we go
-                self._maps = {f: np.load(self.files[f], mmap_mode="r")}
-            a, z = at - self.starts[f], min(hi, self.starts[f + 1]) - self.starts[f]
-            out[at - lo:at - lo + z - a] = self._maps[f][a:z]
-            at += z - a
-            f += 1
-        if hi >= self.n:
-            self._maps.clear()
 
 
 class _GeneratedRows:
@@ -629,10 +608,10 @@ def build_jax_index(vectors: np.ndarray, ids: np.ndarray | None = None,
     """A JaxIndex over a [N, D] float array (ids default to 0..N-1) on ``mesh`` (default: all
     devices, ``parallel.mesh.make_mesh()``)."""
     rows = _ArrayRows(vectors)
-    ids = faiss_index._check_ids(np.arange(rows.n) if ids is None else ids, "build_jax_index")
+    ids = check_ids(np.arange(rows.n) if ids is None else ids, "build_jax_index")
     if len(ids) != rows.n:
         raise ValueError(f"build_jax_index: {len(ids)} ids for {rows.n} vectors")
-    faiss_index._check_unique(ids, "build_jax_index")
+    check_unique(ids, "build_jax_index")
     return _build(rows, ids, spec or JaxSearchSpec(), mesh, progress, None)
 
 
@@ -662,12 +641,12 @@ def build_jax_index_from_dir(emb_dir: str, spec: JaxSearchSpec | None = None, *,
                              mesh: Mesh | None = None, progress: bool = True) -> JaxIndex:
     """A JaxIndex over an export directory's ``embeddings-K.npy`` + ``ids-K.npy`` shards,
     checked as ``build_index_from_dir`` checks them, streamed to the devices block by block."""
-    source = faiss_index._DirSource(emb_dir)
-    ids = np.concatenate([np.load(i).astype(np.int64, copy=False) for _, i in source.files])
+    source = ExportShards(emb_dir)
+    ids = source.ids()
     record = {"source": os.path.abspath(emb_dir),
               "shards": [{"file": os.path.abspath(e), "rows": int(n),
                           "key": files.file_key(e)} for (e, _), n in zip(source.files, source.rows)]}
-    return _build(_ShardRows(source), ids, spec or JaxSearchSpec(), mesh, progress, record)
+    return _build(source, ids, spec or JaxSearchSpec(), mesh, progress, record)
 
 
 def load_index(directory: str, **kwargs: Any) -> DenseIndex | JaxIndex:

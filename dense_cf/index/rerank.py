@@ -35,12 +35,12 @@ from dense_cf.index.faiss_index import (
     IndexSpec,
     build_index_from_dir,
     bytes_per_vector,
-    list_embedding_shards,
     merge_topk,
 )
 from dense_cf.index.jax_search import JaxIndex
+from dense_cf.index.shards import ExportShards, list_shards
 
-__all__ = ["RERANK_NAME", "RerankIndex", "ShardRows", "build_rerank_index", "load_index",
+__all__ = ["RERANK_NAME", "RerankIndex", "build_rerank_index", "load_index",
            "projected_bytes", "rerank_topk", "source_fingerprint"]
 
 RERANK_NAME = "rerank.json"
@@ -56,7 +56,7 @@ def source_fingerprint(emb_dir: str) -> dict[str, Any]:
     """What a re-ranking index records about its export directory: every embeddings/ids shard
     as [name, size, mtime_ns] and the sha256 of ``manifest.json`` (None when absent)."""
     shards = []
-    for emb_path, ids_path in list_embedding_shards(emb_dir):
+    for emb_path, ids_path in list_shards(emb_dir):
         for path in (emb_path, ids_path):
             st = os.stat(path)
             shards.append([os.path.basename(path), int(st.st_size), int(st.st_mtime_ns)])
@@ -83,86 +83,6 @@ def _fingerprint_difference(want: dict[str, Any], have: dict[str, Any]) -> str |
     if want.get("manifest_sha256") != have.get("manifest_sha256"):
         return "manifest.json changed"
     return None
-
-
-class ShardRows:
-    """Rows of an export directory by id, from the shards opened with ``mmap_mode="r"``.
-
-    Exports number rows 0..N-1 shard after shard, so when every shard's ids are one
-    contiguous range only (first id, count) per shard is kept; otherwise a sorted id table
-    (16 bytes per row) maps ids to rows.
-    """
-
-    def __init__(self, emb_dir: str):
-        self.dir = emb_dir
-        self.paths = list_embedding_shards(emb_dir)
-        self.arrays = [np.load(e, mmap_mode="r") for e, _ in self.paths]
-        dims = {int(a.shape[1]) for a in self.arrays if a.ndim == 2}
-        if len(dims) != 1 or any(a.ndim != 2 for a in self.arrays):
-            raise ValueError(f"{emb_dir}: embedding shards must be 2-D with one dimension, got "
-                             f"shapes {[a.shape for a in self.arrays][:5]}")
-        self.dim = dims.pop()
-        self.counts = np.array([len(a) for a in self.arrays], np.int64)
-        self.n = int(self.counts.sum())
-        firsts, contiguous, all_ids = [], True, []
-        for (emb_path, ids_path), count in zip(self.paths, self.counts):
-            ids = np.load(ids_path)
-            if len(ids) != count:
-                raise ValueError(f"{ids_path}: {len(ids)} ids for {count} rows of {emb_path}")
-            ids = ids.astype(np.int64, copy=False)
-            first = int(ids[0]) if len(ids) else 0
-            contiguous = contiguous and bool(np.array_equal(ids, first + np.arange(count)))
-            firsts.append(first)
-            all_ids.append(ids)
-        if contiguous:
-            order = np.argsort(firsts, kind="stable")
-            starts = np.asarray(firsts, np.int64)[order]
-            ends = starts + self.counts[order]
-            if np.any(starts[1:] < ends[:-1]):
-                contiguous = False
-        if contiguous:
-            self._starts, self._order, self._table = starts, order, None
-        else:
-            ids = np.concatenate(all_ids)
-            sort = np.argsort(ids, kind="stable")
-            shard = np.repeat(np.arange(len(self.arrays)), self.counts)
-            row = np.concatenate([np.arange(c) for c in self.counts])
-            self._table = (ids[sort], shard[sort], row[sort])
-        del all_ids
-
-    @property
-    def lookup_bytes(self) -> int:
-        """RAM of the id → row map (0 for contiguous exports)."""
-        return 0 if self._table is None else int(sum(a.nbytes for a in self._table))
-
-    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(shard, row) of each id (int64 [n] each); raises on an id the export lacks."""
-        ids = np.asarray(ids, np.int64)
-        if self._table is None:
-            pos = np.searchsorted(self._starts, ids, side="right") - 1
-            shard = self._order[np.maximum(pos, 0)]
-            row = ids - self._starts[np.maximum(pos, 0)]
-            bad = (pos < 0) | (row >= self.counts[shard])
-        else:
-            table_ids, table_shard, table_row = self._table
-            pos = np.minimum(np.searchsorted(table_ids, ids), len(table_ids) - 1)
-            bad = table_ids[pos] != ids
-            shard, row = table_shard[pos], table_row[pos]
-        if np.any(bad):
-            raise ValueError(f"{self.dir}: ids {ids[bad][:5].tolist()} returned by the index are "
-                             "not in the export (index built from another export?)")
-        return shard, row
-
-    def gather(self, ids: np.ndarray) -> np.ndarray:
-        """float32 [n, D] stored vectors of ``ids`` (n = len(ids)), read shard by shard in row
-        order (sequential-ish reads of the memory map)."""
-        shard, row = self.locate(ids)
-        out = np.empty((len(ids), self.dim), np.float32)
-        for s in np.unique(shard):
-            sel = np.nonzero(shard == s)[0]
-            sel = sel[np.argsort(row[sel], kind="stable")]
-            out[sel] = self.arrays[s][row[sel]]
-        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,7 +128,7 @@ class RerankIndex:
             if diff is not None:
                 raise ValueError(f"{where or 'rerank index'}: the export {source_dir} is not the "
                                  f"one this index was built from ({diff}); rebuild the index")
-        self.rows = ShardRows(source_dir)
+        self.rows = ExportShards(source_dir)
         if self.rows.dim != base.dim or self.rows.n != base.ntotal:
             raise ValueError(f"{where or 'rerank index'}: export {source_dir} holds "
                              f"{self.rows.n} x {self.rows.dim}, the index {base.ntotal} x "

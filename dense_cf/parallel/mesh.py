@@ -71,3 +71,30 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
     """Assembles each host's slice of the global batch into global jax.Arrays (multi-host safe)."""
     sh = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sh, v) for k, v in local.items()}
+
+
+def init_sharded(init: Any, rng: jax.Array, shardings: Any, host: bool | None = None) -> Any:
+    """``init(rng)`` (a one-off random initialisation) placed in ``shardings``.
+
+    ``host`` (default: when the default backend is not the CPU) runs it on the host CPU and
+    copies each leaf's shards to its devices: XLA:GPU spends 55-92 s (H100) and ~80 s (H200)
+    compiling the random init of two BERT-base towers, the host CPU ~12 s. Every process
+    computes the same full values from the same key, so this also places them on multi-host
+    meshes (each host copies only its own shards)."""
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # JAX_PLATFORMS without cpu
+        cpu = None
+    if host is None:
+        host = jax.default_backend() != "cpu"
+    if not host or cpu is None:
+        return jax.jit(init, out_shardings=shardings)(rng)
+    # A 1x1 mesh on the CPU: the logical-axis constraints inside ``init`` then resolve there,
+    # not against the accelerator mesh of the caller's context.
+    with jax.set_mesh(make_mesh(1, 1, devices=[cpu])):
+        values = jax.device_get(jax.jit(init)(jax.device_put(rng, cpu)))
+
+    def place(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(place, values, shardings)

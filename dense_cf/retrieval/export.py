@@ -50,7 +50,6 @@ import concurrent.futures
 import hashlib
 import json
 import os
-import re
 import time
 from typing import Iterable, Iterator, Sequence
 
@@ -61,6 +60,7 @@ from flax import linen as nn
 from jax.experimental import multihost_utils
 
 from dense_cf import files
+from dense_cf.index.shards import MANIFEST, SHARD_FILE_RE, shard_name
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
 from dense_cf.parallel import mesh as mesh_lib
@@ -233,10 +233,6 @@ def _token_counts(encoder) -> tuple[int, int]:
     return int(getattr(encoder, "tokens", 0)), int(getattr(encoder, "tokens_at_max", 0))
 
 
-def _shard_name(kind: str, k: int, ext: str) -> str:
-    return f"{kind}-{k:05d}.{ext}"
-
-
 def _len_or_none(rows) -> int | None:
     """The row count where ``rows`` knows it (a list, a corpus), for progress totals."""
     try:
@@ -257,8 +253,6 @@ def _chunks(rows: Iterable[tuple[str, str, str]], size: int) -> Iterator[list[tu
 
 
 FINGERPRINT_FORMAT = "sha256 of netstrings id,title,text per row (v1)"
-_MANIFEST = "manifest.json"
-_SHARD_FILE_RE = re.compile(r"(?:embeddings|ids|pids|spids|shard)-(\d{5})\.(?:npy|txt|json)")
 
 
 def _rows_bytes(chunk: Sequence[tuple[str, str, str]]) -> bytes:
@@ -331,13 +325,13 @@ class _ShardedExport:
         os.makedirs(out_dir, exist_ok=True)
         self.out_dir, self.settings, self.source = out_dir, settings, source
         self.writer = jax.process_index() == 0
-        previous = _read_json(self.path(_MANIFEST))
+        previous = _read_json(self.path(MANIFEST))
         if previous is not None and not isinstance(previous.get("corpus"), dict):
             logging.warning("export: %s predates corpus fingerprints; its shards cannot be "
                             "verified against this corpus and are re-encoded", out_dir)
             previous = None
         self.previous = previous  # a complete export of a known corpus: never overwritten
-        first = _read_json(self.path(_shard_name("shard", 0, "json"))) or {}
+        first = _read_json(self.path(shard_name("shard", 0, "json"))) or {}
         kept = (previous or {}).get("shard_size") or first.get("shard_size")
         if kept and int(kept) != shard_size:
             logging.warning("export: %s was written with shard_size=%d; keeping it (not %d)",
@@ -356,9 +350,9 @@ class _ShardedExport:
         return enumerate(_chunks(rows, self.shard_size))
 
     def names(self, k: int, *kinds: tuple[str, str, str]) -> dict[str, str]:
-        names = {"embeddings": _shard_name("embeddings", k, "npy"), "ids": _shard_name("ids", k, "npy"),
-                 "pids": _shard_name("pids", k, "txt"), "record": _shard_name("shard", k, "json")}
-        names.update({key: _shard_name(prefix, k, ext) for key, prefix, ext in kinds})
+        names = {"embeddings": shard_name("embeddings", k, "npy"), "ids": shard_name("ids", k, "npy"),
+                 "pids": shard_name("pids", k, "txt"), "record": shard_name("shard", k, "json")}
+        names.update({key: shard_name(prefix, k, ext) for key, prefix, ext in kinds})
         return names
 
     def check(self, k: int, chunk: Sequence[tuple[str, str, str]], names: dict[str, str]
@@ -412,7 +406,7 @@ class _ShardedExport:
                 f"({self.source or 'rows passed in'}) {how}. Reusing the export would pair vectors "
                 f"with the wrong passages and overwriting it would destroy it: export this corpus "
                 f"into another directory (e.g. another workdir), or delete "
-                f"{self.path(_MANIFEST)} to re-export here (shards of unchanged rows are kept).")
+                f"{self.path(MANIFEST)} to re-export here (shards of unchanged rows are kept).")
 
     def write(self, names: dict[str, str], record: dict, emb: np.ndarray, *,
               arrays: dict[str, np.ndarray], texts: dict[str, str]) -> None:
@@ -420,7 +414,7 @@ class _ShardedExport:
         if not self.writer:
             return
         if not self._incomplete:  # from now on the directory is no complete export
-            files.remove_if_exists(self.path(_MANIFEST))
+            files.remove_if_exists(self.path(MANIFEST))
             self._incomplete = True
         files.remove_if_exists(self.path(names["embeddings"]))  # a crash below: not "done"
         for key, arr in arrays.items():
@@ -447,10 +441,10 @@ class _ShardedExport:
             # Index builders list every embeddings-K.npy: leftovers of a longer export must go,
             # and so must temp files of a killed writer (this host is the directory's only one).
             for name in os.listdir(self.out_dir):
-                m = _SHARD_FILE_RE.fullmatch(name)
+                m = SHARD_FILE_RE.fullmatch(name)
                 if (m and int(m.group(1)) >= len(shards)) or files.is_tmp_name(name):
                     files.remove_if_exists(self.path(name))
-            files.write_json(self.path(_MANIFEST), manifest)
+            files.write_json(self.path(MANIFEST), manifest)
         return manifest
 
 
@@ -614,7 +608,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
 
 def load_sentence_passages(out_dir: str) -> np.ndarray:
     """int64 [sentences]: the passage row (corpus order) of every exported sentence row."""
-    with open(os.path.join(out_dir, "manifest.json")) as f:
+    with open(os.path.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     if manifest.get("unit") != "sentence":
         raise ValueError(f"{out_dir} is a passage export, not a DCSR sentence export")
@@ -624,7 +618,7 @@ def load_sentence_passages(out_dir: str) -> np.ndarray:
 
 def load_passage_ids(out_dir: str) -> list[str]:
     """Corpus ids in row order, from an export directory."""
-    with open(os.path.join(out_dir, "manifest.json")) as f:
+    with open(os.path.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     out: list[str] = []
     for s in manifest["shards"]:
@@ -635,7 +629,7 @@ def load_passage_ids(out_dir: str) -> list[str]:
 
 def load_embeddings(out_dir: str) -> np.ndarray:
     """All embeddings (float32) of an export, in row order (small corpora/tests)."""
-    with open(os.path.join(out_dir, "manifest.json")) as f:
+    with open(os.path.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     return np.concatenate([np.load(os.path.join(out_dir, s["embeddings"])).astype(np.float32)
                            for s in manifest["shards"]])

@@ -147,7 +147,7 @@ def init_state(config, model, hf_params, tx, mesh, rules, rng) -> TrainState:
         placed = spec.place_pretrained(model, hf_params)
         params = jax.device_put(placed, shardings)
     else:
-        params = jax.jit(lambda r: nn.meta.unbox(init_fn(r)), out_shardings=shardings)(rng)
+        params = mesh_lib.init_sharded(lambda r: nn.meta.unbox(init_fn(r)), rng, shardings)
     opt_state = jax.jit(tx.init)(params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state)
 
