@@ -16,7 +16,6 @@ with ``data.length_buckets`` set to the same buckets (docs/scale.md, "Length-awa
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import tempfile
 import time
@@ -28,6 +27,7 @@ from flax import linen as nn
 
 from dense_cf import app as _app
 from dense_cf.bench import accelerator as accel
+from dense_cf.bench.rss import peak_rss_mb
 from dense_cf.configs.base import base_config
 from dense_cf.files import write_json
 from dense_cf.inputs import buckets as bucket_lib
@@ -188,7 +188,7 @@ def main(argv) -> None:
            "passages_per_s": round(m["count"] / total_s, 1),
            "tokenize_share": round(tok_s / total_s, 3),
            "mean_tokens": round(float(mask.sum(1).mean()), 1),
-           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+           "peak_rss_mb": peak_rss_mb()}
     # Model FLOPs at each row's bucket length (what length-bucketed encoding must compute; rows
     # padded further by their batch-mates are not counted), against the chip's bf16 peak.
     lengths = bucket_lib.row_lengths(mask)

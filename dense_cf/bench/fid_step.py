@@ -14,7 +14,6 @@ FLOP/s against this machine's matmul peak (``dense_cf.bench.peak``). Defaults ar
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 import time
 
@@ -27,6 +26,7 @@ from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench.common import time_method_train_step
 from dense_cf.bench.peak import measure_matmul_peak
+from dense_cf.bench.rss import peak_rss_mb
 from dense_cf.configs.presets import fid_demo_config
 from dense_cf.models.fid import FiD, greedy_decode_scored
 from dense_cf.models.t5 import T5Config
@@ -92,7 +92,7 @@ def main(argv) -> None:
         "flop_utilisation": round(xla_flops / step_s / peak, 4) if xla_flops else None,
         "decode_compile_s": round(decode_compile_s, 2), "decode_time_s_median": round(dec_s, 4),
         "decode_questions_per_s": round(b / dec_s, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "peak_rss_mb": peak_rss_mb(),
         "loss": float(m["loss"]),
     }
     for k, v in out.items():

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Iterable
 
@@ -37,6 +35,7 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf import app as _app
+from dense_cf.bench.rss import PeakRSS
 from dense_cf.files import make_dir
 from dense_cf.index import IndexSpec, build_index_from_dir, merge_topk
 from dense_cf.index.shards import shard_name
@@ -207,51 +206,6 @@ def _table(results: list[dict[str, Any]]) -> str:
 # ------------------------------------------------------------------------------------------
 # Child: one kind
 # ------------------------------------------------------------------------------------------
-
-def rss_anon() -> int:
-    """Anonymous resident bytes of this process (``RssAnon`` in /proc/self/status): RSS without
-    the file pages of memory maps, which are page cache the kernel may drop. 0 off Linux."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-class PeakRSS:
-    """Max RSS (and max anonymous RSS, :func:`rss_anon`) of this process while active, sampled
-    by a thread (psutil)."""
-
-    def __init__(self, interval: float = 0.02):
-        import psutil
-        self._proc = psutil.Process()
-        self.base = self._proc.memory_info().rss
-        self.peak = self.base
-        self.base_anon = self.peak_anon = rss_anon()
-        self._stop = threading.Event()
-        self._interval = interval
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.peak = max(self.peak, self._proc.memory_info().rss)
-            self.peak_anon = max(self.peak_anon, rss_anon())
-
-    def __enter__(self) -> "PeakRSS":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._proc.memory_info().rss)
-        self.peak_anon = max(self.peak_anon, rss_anon())
-        # ru_maxrss (KiB on Linux) catches spikes between samples; it is a lifetime maximum.
-        self.peak = max(self.peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-
 
 def _run_single(kind: str) -> dict[str, Any]:
     import faiss

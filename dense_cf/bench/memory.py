@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from flax import linen as nn
 
 from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, random_batch
+from dense_cf.bench.rss import peak_rss_mb, rss_bytes
 from dense_cf.configs.base import base_config
 from dense_cf.methods.contrastive import PICL_LOSS
 from dense_cf.models.bert import BertConfig
@@ -47,13 +47,6 @@ BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072)
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
-
-
-def _current_rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +85,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss), mesh=None,
                                    grad_cache_chunks=chunks), donate_argnums=(0,))
     rng = jax.random.key(1)
-    out["rss_before_compile_mb"] = round(_current_rss_mb(), 1)
+    out["rss_before_compile_mb"] = round(rss_bytes() / 2**20, 1)
     t0 = time.perf_counter()
     compiled = step.lower(state, shapes, rng).compile()
     out["compile_s"] = round(time.perf_counter() - t0, 1)
@@ -116,7 +109,7 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         jax.block_until_ready(m)
         out["step_s"] = round(time.perf_counter() - t0, 2)
         out["loss"] = round(float(m["loss"]), 4)
-    out["peak_rss_mb"] = round(_rss_mb(), 1)
+    out["peak_rss_mb"] = peak_rss_mb()
     return out
 
 

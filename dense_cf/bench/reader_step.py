@@ -12,7 +12,6 @@ Defaults are the demo's reader (MiniLM's first 3 layers, 4 × 4 × 128); DPR's N
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 
 import jax
@@ -24,6 +23,7 @@ from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench.common import time_method_train_step
 from dense_cf.bench.peak import measure_matmul_peak
+from dense_cf.bench.rss import peak_rss_mb
 from dense_cf.configs.presets import reader_demo_config
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as run_lib
@@ -88,7 +88,7 @@ def main(argv) -> None:
         "compile_s": round(compile_s, 2), "step_time_s_median": round(step_s, 4),
         "step_time_s_min": round(min(times), 4), "questions_per_s": round(b / step_s, 2),
         "rows_per_s": round(rows / step_s, 2), "tokens_per_s": round(tokens / step_s, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "peak_rss_mb": peak_rss_mb(),
         "flops_per_step_xla": xla_flops, "flops_per_step_estimate": est,
         "achieved_gflops": round(flops / step_s / 1e9, 2), "matmul_peak_gflops": round(peak / 1e9, 2),
         "flop_utilisation": round(flops / step_s / peak, 4), "loss": float(m["loss"]),

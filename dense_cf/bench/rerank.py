@@ -47,15 +47,14 @@ from dense_cf import app as _app
 from dense_cf import files
 from dense_cf.bench.index import (
     BLOCK,
-    PeakRSS,
     _fmt_bytes,
     clustered_block,
     clustered_queries,
     make_centers,
     recall_per_query,
-    rss_anon,
     write_shards_and_truth,
 )
+from dense_cf.bench.rss import PeakRSS, rss_anon
 from dense_cf.configs.base import base_config
 from dense_cf.datasets import wiki_offline
 from dense_cf.eval.stats import compare_outcomes

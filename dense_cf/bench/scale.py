@@ -41,6 +41,7 @@ from absl import flags, logging
 
 from dense_cf import app as _app
 from dense_cf import files
+from dense_cf.bench.rss import peak_rss_bytes
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.retrieval import evaluate_run, run_corpus
 from dense_cf.retrieval.retriever import ensure_index, export_corpus
@@ -186,7 +187,7 @@ def run_stage(stage: str, out: str) -> dict[str, Any]:
         with open(detail_path) as f:
             detail = json.load(f)
     rec = {"stage": stage, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-           "peak_rss_bytes": usage.ru_maxrss * 1024,
+           "peak_rss_bytes": peak_rss_bytes(usage),
            "disk_bytes": files.tree_bytes(detail["output"]), "passages": _N.value, **detail}
     files.write_json(record_path, rec)
     logging.info("scale: stage %s: %.1f s, peak RSS %.2f GB, disk %.2f GB", stage, wall,

@@ -10,7 +10,6 @@ fraction of this machine's measured matmul peak (``dense_cf.bench.peak``).
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 
 import jax
@@ -21,6 +20,7 @@ from flax import linen as nn
 from dense_cf import app as _app
 from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch, time_train_step
 from dense_cf.bench.peak import measure_matmul_peak
+from dense_cf.bench.rss import peak_rss_mb
 from dense_cf.configs.base import base_config
 from dense_cf.methods.contrastive import PICL_LOSS
 from dense_cf.parallel import mesh as mesh_lib
@@ -44,8 +44,6 @@ _MESH_MODEL = flags.DEFINE_integer("mesh_model", 1, "Size of the 'model' mesh ax
 _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.", flag_values=FLAGS)
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
 def main(argv) -> None:
@@ -103,7 +101,7 @@ def main(argv) -> None:
         "compile_s": round(compile_s, 2), "step_time_s_median": round(step_s, 4),
         "step_time_s_min": round(min(times), 4),
         "questions_per_s": round(b / step_s, 2), "passages_per_s": round(passages / step_s, 2),
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": peak_rss_mb(),
         "flops_per_step_xla": xla_flops, "flops_per_step_estimate": est_flops,
         "achieved_gflops": round(flops / step_s / 1e9, 2),
         "matmul_peak_gflops": round(peak / 1e9, 2),
