@@ -1,7 +1,8 @@
 """Robustness of a trained run to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
 
     python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \
-        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax]
+        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax] \
+        [--heldout]
 
 Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
 and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table

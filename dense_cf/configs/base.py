@@ -182,6 +182,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.length_buckets = (32, 64, 96, 128, 160, 192, 224, 256)
     c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
     c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
+    c.eval.robustness_heldout = False           # also held-out distractors (value swaps,
+                                                # paraphrases, namesakes) beside the p*-style ones
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1                            # all devices not used by `model`
