@@ -115,3 +115,17 @@ def test_config_field_is_validated():
     cfg.data.synthetic.generate = True
     cfg.data.synthetic.hard_negatives = "nope"
     assert any("data.synthetic.hard_negatives" in p for p in problems(cfg, check_files=False))
+
+
+def test_config_field_reaches_the_generator(tmp_path, monkeypatch):
+    from dense_cf import experiment
+    from dense_cf.configs.base import base_config
+    seen = {}
+    monkeypatch.setattr(experiment.synthetic, "generate",
+                        lambda *a, **kw: seen.update(kw))
+    cfg = base_config()
+    cfg.data.data_dir = str(tmp_path)
+    cfg.data.synthetic.generate = True
+    cfg.data.synthetic.hard_negatives = "other_entity"
+    experiment.maybe_generate_synthetic(cfg)
+    assert seen["hard_negatives"] == "other_entity"
