@@ -53,7 +53,8 @@ def maybe_generate_synthetic(config: ml_collections.ConfigDict) -> None:
         synthetic.generate(config.data.data_dir, num_passages=syn.num_passages, seed=syn.seed,
                            test_questions=syn.test_questions or None,
                            questions_per_passage=int(syn.questions_per_passage),
-                           world=str(syn.get("world", "entity")))
+                           world=str(syn.get("world", "entity")),
+                           hard_negatives=str(syn.get("hard_negatives", "sibling")))
     # A barrier: the other hosts must not read half-written files (shared storage multi-host).
     host0_first(lambda: None, "synthetic-data")
 

@@ -229,3 +229,44 @@ def test_jax_index_gives_the_flat_ranks(robust, tmp_path):
         assert got["first_corpus_hit_rank"][K] == result["first_corpus_hit_rank"][K]
         assert got["table"][K]["corpus_size"] == result["table"][K]["corpus_size"]
     assert "exact jax index" in open(tmp_path / "robustness.md").read()
+
+
+def test_heldout_family_next_to_unchanged_pstar(robust, tmp_path):
+    """``heldout=True`` adds the held-out family (value swaps, paraphrases, namesakes) under
+    its own key and compare-row names; the p* numbers and names stay as they were."""
+    from dense_cf.eval.compare import compare_outcome_sets, load_outcomes
+    from dense_cf.eval.robustness import evaluate_robustness
+    from dense_cf.synthetic.distractors import HELDOUT_KINDS
+    workdir, run, result = robust
+    assert "heldout" not in result  # the default evaluation reports p* only
+    out = tmp_path / "eval" / f"step_{run.step}"  # a run layout: compare finds it
+    got = evaluate_robustness(workdir, counts=COUNTS, max_distractors=3, run=run, k=K_DEPTH,
+                              ks=KS, out_dir=str(out), heldout=True)
+    assert got["questions"] == result["questions"]
+    for K in COUNTS:
+        assert got["table"][K]["top_k"] == result["table"][K]["top_k"]
+        assert got["first_hit_rank"][K] == result["first_hit_rank"][K]
+    h = got["heldout"]
+    s = h["distractor_stats"]
+    assert h["kinds"] == list(HELDOUT_KINDS) and h["n_questions"] > 0
+    assert s["questions_evaluated"] + s["questions_without_distractors"] == s["triplets"]
+    for kind in HELDOUT_KINDS:  # every kind built; the ones that could not be are counted
+        assert s[f"built_{kind}"] > 0 and f"questions_without_{kind}" in s
+    for K in COUNTS:
+        e = h["table"][K]
+        assert e["retrieved_own_distractors_with_answer"] == 0
+        assert e["distractors_added"] <= K * h["n_questions"]
+    rows = [json.loads(line) for line in open(out / "robustness_heldout_distractors.jsonl")]
+    assert [r["question"] for r in rows] == h["questions"]
+    for r in rows:
+        assert set(r["kinds"]) <= set(HELDOUT_KINDS) and len(r["titles"]) == len(r["kinds"])
+        assert not any(has_answer(r["answers"], d) for d in r["distractors"])
+    md = open(out / "robustness.md").read()
+    assert "## Held-out distractors" in md and "held-out top-1" in md
+    saved = json.load(open(out / "robustness.json"))
+    assert saved["heldout"]["table"]["3"]["top_k"] == {str(k): v for k, v in
+                                                        h["table"][3]["top_k"].items()}
+    res = compare_outcome_sets(load_outcomes(str(tmp_path)), load_outcomes(str(tmp_path)),
+                               n_resamples=100)
+    metrics = [r["metric"] for r in res["rows"]]
+    assert "K=3 distractors: top-1" in metrics and "K=3 held-out distractors: top-1" in metrics

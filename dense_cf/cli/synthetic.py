@@ -1,7 +1,8 @@
 """Writes the synthetic answer-aware QA benchmark (docs/method.md §8; dense_cf.synthetic).
 
 ``python -m dense_cf.cli.synthetic --out DIR --num_passages N --seed S
-[--questions_per_passage K --world mixed --entity_types person,work --domains N]``
+[--questions_per_passage K --world mixed --hard_negatives other_entity
+--entity_types person,work --domains N]``
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from typing import Sequence
 from absl import app, flags
 
 from dense_cf import app as _app
-from dense_cf.synthetic.generate import TYPE_NAMES, WORLDS, generate, generate_domains
+from dense_cf.synthetic.generate import (
+    HARD_NEGATIVES,
+    TYPE_NAMES,
+    WORLDS,
+    generate,
+    generate_domains,
+)
 
 FLAGS = flags.FlagValues()
 
@@ -33,6 +40,9 @@ flags.DEFINE_integer("questions_per_passage", 1,
 flags.DEFINE_enum("world", "entity", list(WORLDS),
                   "entity: every sentence of a passage is about its title's entity; mixed: "
                   "SQuAD-like, each fact sentence about a different, named entity", flag_values=FLAGS)
+flags.DEFINE_enum("hard_negatives", "sibling", list(HARD_NEGATIVES),
+                  "sibling: top BM25 passages lacking the answer (the gold entity's siblings); "
+                  "other_entity: only other entities' passages (as NQ's)", flag_values=FLAGS)
 flags.DEFINE_string("entity_types", "",
                     f"comma-separated subset of {','.join(TYPE_NAMES)} (default: all)", flag_values=FLAGS)
 flags.DEFINE_integer("domains", 0, "N > 0: write N template-disjoint domains into OUT/<domain>/", flag_values=FLAGS)
@@ -48,7 +58,8 @@ def main(argv: Sequence[str]) -> dict:
     kw = dict(train_per_passage=f.train_per_passage, dev_frac=f.dev_frac,
               test_questions=f.test_questions, num_hard_negatives=f.num_hard_negatives,
               num_negatives=f.num_negatives, bm25_top_k=f.bm25_top_k, max_mined=f.max_mined,
-              workers=f.workers, questions_per_passage=f.questions_per_passage, world=f.world)
+              workers=f.workers, questions_per_passage=f.questions_per_passage, world=f.world,
+              hard_negatives=f.hard_negatives)
     if f.domains:
         if f.entity_types:
             raise app.UsageError("--domains and --entity_types are exclusive")

@@ -70,7 +70,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.synthetic = ml_collections.ConfigDict(
         {"generate": False, "num_passages": 2000, "seed": 0, "test_questions": 0,  # 0: default share
          "questions_per_passage": 1,  # k > 1: questions on k sentences of a positive (DCSR)
-         "world": "entity"})  # "mixed": every sentence of a passage about another entity (SQuAD-like)
+         "world": "entity",  # "mixed": every sentence of a passage about another entity (SQuAD-like)
+         # BM25 hard negatives: "sibling" (the gold entity's other passages, the former and
+         # default files) | "other_entity" (other entities' passages only, as on NQ)
+         "hard_negatives": "sibling"})
 
     # Loss weights (docs/method.md §3). None: the method's own (Method.loss_defaults: DPR 0, PiCL
     # 0.2/1/1, EADPR 1/1/1), filled in when training starts; weights that contradict the
@@ -179,6 +182,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.length_buckets = (32, 64, 96, 128, 160, 192, 224, 256)
     c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
     c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
+    c.eval.robustness_heldout = False           # also held-out distractors (value swaps,
+                                                # paraphrases, namesakes) beside the p*-style ones
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1                            # all devices not used by `model`

@@ -144,6 +144,11 @@ def load_outcomes(path: str, step: int | None = None) -> RunOutcomes:
         out.robustness = {"questions": rob["questions"], "ks": [int(k) for k in rob["ks"]],
                           "k": int(rob["k"]), "path": rob_path,
                           "first_hit_rank": {int(K): v for K, v in rob["first_hit_rank"].items()}}
+        if "heldout" in rob:  # the held-out distractor family (eval.robustness_heldout)
+            h = rob["heldout"]
+            out.robustness["heldout"] = {
+                "questions": h["questions"],
+                "first_hit_rank": {int(K): v for K, v in h["first_hit_rank"].items()}}
         out.method = out.method or rob.get("method")
     e2e_path = os.path.join(d, "e2e.json")
     if os.path.exists(e2e_path):
@@ -274,6 +279,24 @@ def compare_outcome_sets(a: RunOutcomes, b: RunOutcomes, *, seed: int = 0,
         else:
             why = "no common K" if not counts else "the runs have different questions"
             notes.append(f"robustness: not compared ({why})")
+        ha, hb = a.robustness.get("heldout"), b.robustness.get("heldout")
+        if ha and hb:
+            counts = sorted(set(ha["first_hit_rank"]) & set(hb["first_hit_rank"]))
+            if counts and ha["questions"] == hb["questions"]:
+                K = counts[-1]
+                depth = min(a.robustness["k"], b.robustness["k"])
+                ks = [k for k in sorted(set(a.robustness["ks"]) & set(b.robustness["ks"]))
+                      if k <= depth]
+                # Named apart from the p* rows, whose names the claims registry uses.
+                rows += _retrieval_rows(_ranks(ha["first_hit_rank"][K]),
+                                        _ranks(hb["first_hit_rank"][K]), ks, depth,
+                                        f"K={K} held-out distractors: ", **kw)
+                notes.append(f"robustness (held-out): {len(ha['questions'])} questions, K={K} "
+                             f"held-out distractors per question (value swap, paraphrase, "
+                             f"namesake)")
+            else:
+                why = "no common K" if not counts else "the runs have different questions"
+                notes.append(f"robustness (held-out): not compared ({why})")
     if a.e2e and b.e2e:
         ia, ib = pair_questions(a.e2e["questions"], b.e2e["questions"], a.e2e["path"],
                                 b.e2e["path"])

@@ -38,8 +38,20 @@ Set-up and decisions:
   ``mean_distractors_above_first_corpus_hit`` averages, over questions with a corpus hit in
   the top k, the distractors ranked above it (``own_``: the question's own distractors).
 
+* These "p*" distractors are the transformations PiCL/EADPR train on, so they measure
+  robustness in-distribution. ``--heldout`` (``eval.robustness_heldout``) adds a held-out
+  family on the same corpus and questions (:mod:`dense_cf.synthetic.distractors`): the answer
+  value swapped for another value of its type, the other sentences paraphrased with the
+  world's alternative templates and reordered (answer sentence dropped), and a namesake's
+  passage (same name, other disambiguator, own value). Kinds alternate in that order; a kind
+  that cannot be built for a question is counted (``questions_without_<kind>``), and every
+  held-out distractor is checked answer-free. Its results go under ``"heldout"`` in
+  robustness.json (the p* keys are unchanged) and compare rows are named "K=5 held-out
+  distractors: top-1" beside the p* family's "K=5 distractors: top-1".
+
 Writes ``robustness.json``, ``robustness.md``, ``robustness.png`` (and the distractor texts,
-``robustness_distractors.jsonl``) to ``DIR/eval/step_<N>/``.
+``robustness_distractors.jsonl``; with ``heldout`` also ``robustness_heldout_distractors.jsonl``)
+to ``DIR/eval/step_<N>/``.
 """
 
 from __future__ import annotations
@@ -67,14 +79,19 @@ from dense_cf.index.jax_search import exact_index
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.synthetic.distractors import HELDOUT_KINDS, heldout_variants, namesake_index
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.counterfactuals import distractor_variants
 from dense_cf.train.run import RunDir, load_run
 
-__all__ = ["DEFAULT_COUNTS", "ROBUSTNESS_FATES", "DistractorSet", "build_distractors",
+__all__ = ["DEFAULT_COUNTS", "FAMILIES", "ROBUSTNESS_FATES", "DistractorSet", "build_distractors",
            "evaluate_robustness", "plot_runs", "robustness_table"]
 
 DEFAULT_COUNTS: tuple[int, ...] = (0, 1, 2, 5, 10, 20)
+# Distractor families: "pstar" (p*-style: the training counterfactuals' transformations,
+# counterfactuals.distractor_variants) and "heldout" (value swaps, paraphrases, namesakes:
+# dense_cf.synthetic.distractors, unlike any training p*).
+FAMILIES: tuple[str, ...] = ("pstar", "heldout")
 # Fate of a gold record in the robustness evaluation; the counts sum to the gold records.
 ROBUSTNESS_FATES: tuple[str, ...] = ("evaluated", *aar_math.LOST_AT_JOIN, "answer_not_in_context",
                                      "no_distractor")
@@ -91,6 +108,10 @@ class DistractorSet:
     variants: list[list[str]]
     stats: dict[str, Any]
     fates: aar_math.ReasonCounts | None = None  # ROBUSTNESS_FATES over every gold record
+    # Held-out family only: each distractor's own title (a namesake's is not the gold title)
+    # and kind (synthetic.distractors.HELDOUT_KINDS); None: every title is the gold title.
+    variant_titles: list[list[str]] | None = None
+    kinds: list[list[str]] | None = None
 
     @property
     def offsets(self) -> np.ndarray:
@@ -99,6 +120,9 @@ class DistractorSet:
 
     def flat(self) -> tuple[list[str], list[str]]:
         """(titles, texts) of all distractors, question-major."""
+        if self.variant_titles is not None:
+            return ([t for ts in self.variant_titles for t in ts],
+                    [x for v in self.variants for x in v])
         titles = [t for t, v in zip(self.titles, self.variants) for _ in v]
         return titles, [x for v in self.variants for x in v]
 
@@ -109,10 +133,18 @@ def _question_seed(seed: int, question: str) -> int:
 
 
 def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: str = "string",
-                      window_words: int = 5) -> DistractorSet:
+                      window_words: int = 5, family: str = "pstar",
+                      namesakes: Mapping[str, Sequence[str]] | None = None) -> DistractorSet:
     """``distractor_variants`` of every triplet's gold context, without the answers of every
     question sharing that context; questions whose own answer does not match their gold
-    context, or that get no variant, are left out and counted (see the module docstring)."""
+    context, or that get no variant, are left out and counted (see the module docstring).
+
+    ``family="heldout"``: ``synthetic.distractors.heldout_variants`` instead (value swaps,
+    paraphrases, namesakes; ``namesakes`` = ``namesake_index`` of the corpus titles); the
+    stats then count, per kind, the questions that got none (``questions_without_<kind>``).
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     by_context: dict[tuple[str, str], list[str]] = {}
     for t, c, a in zip(triplets.titles, triplets.contexts, triplets.answers):
         group = by_context.setdefault((t, c), [])
@@ -120,6 +152,15 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
     gen: dict[str, int] = {}
     fates = triplets.fate_counts(ROBUSTNESS_FATES)
     out = DistractorSet([], [], [], [], [], {}, fates)
+    if family == "heldout":
+        out.variant_titles, out.kinds = [], []
+        # Per kind: built distractors, failed draws, questions that got none (the last only
+        # when max_distractors reaches every kind of the round robin).
+        for kind in HELDOUT_KINDS:
+            gen[f"built_{kind}"] = gen[f"failed_draws_{kind}"] = 0
+            if max_distractors >= len(HELDOUT_KINDS):
+                gen[f"questions_without_{kind}"] = 0
+        gen["namesake_world"] = gen["namesake_built"] = 0
     without, sizes = 0, []
     for i, (q, a, t, c) in enumerate(zip(triplets.questions, triplets.answers, triplets.titles,
                                          triplets.contexts)):
@@ -127,8 +168,18 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
             without += 1
             fates.add("answer_not_in_context", triplets.label(i))
             continue
-        v = distractor_variants(c, by_context[(t, c)], max_distractors, _question_seed(seed, q),
-                                mode=mode, window_words=window_words, stats=gen)
+        if family == "heldout":
+            hv = heldout_variants(t, c, by_context[(t, c)], max_distractors,
+                                  _question_seed(seed, q), namesakes=namesakes, mode=mode,
+                                  stats=gen)
+            v = [x[2] for x in hv]
+            for kind in HELDOUT_KINDS:
+                if max_distractors >= len(HELDOUT_KINDS) and not any(x[0] == kind for x in hv):
+                    gen[f"questions_without_{kind}"] = gen.get(f"questions_without_{kind}", 0) + 1
+        else:
+            v = distractor_variants(c, by_context[(t, c)], max_distractors,
+                                    _question_seed(seed, q), mode=mode,
+                                    window_words=window_words, stats=gen)
         if not v:
             without += 1
             fates.add("no_distractor", triplets.label(i))
@@ -139,6 +190,9 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
         out.answers.append(list(a))
         out.titles.append(t)
         out.variants.append(v)
+        if family == "heldout":
+            out.variant_titles.append([x[1] for x in hv])
+            out.kinds.append([x[0] for x in hv])
         sizes.append(len(v))
     uses = Counter(zip(triplets.titles, triplets.contexts))
     shared = sum(n for n in uses.values() if n > 1)
@@ -202,12 +256,84 @@ def _check_counts(counts: Sequence[int], max_distractors: int) -> list[int]:
     return counts
 
 
+def _encode(run, encoder, dset: DistractorSet, manifest: Mapping[str, Any]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(distractor vectors, question vectors) of ``dset``."""
+    d_titles, d_texts = dset.flat()
+    ids, mask = export.tokenize_passages(run.tokenizer, d_titles, d_texts, manifest["max_p_len"])
+    # Same precision as the stored corpus vectors, so neither side is favoured by rounding.
+    with Progress("robustness: encoding distractors", len(ids), unit="passages") as progress:
+        d_emb = export.encode_in_slices(encoder.passages, ids, mask, encoder=encoder,
+                                        progress=progress)
+    d_emb = d_emb.astype(manifest["dtype"]).astype(np.float32)
+    q_emb = export.encode_questions(run, dset.questions, encoder=encoder)
+    return d_emb, q_emb
+
+
+def _search_family(dset: DistractorSet, base: np.ndarray, d_emb: np.ndarray, q_emb: np.ndarray,
+                   corpus, counts: Sequence[int], k: int, ks: Sequence[int], mode: str,
+                   index_kind: str, label: str = ""
+                   ) -> tuple[dict[int, dict[str, Any]], dict[int, list[int | None]],
+                              dict[int, list[int | None]]]:
+    """(table, first_hit_rank, first_corpus_hit_rank) per K for one distractor family."""
+    d_titles, d_texts = dset.flat()
+    n_base = len(corpus)
+    offsets = dset.offsets
+    n_var = np.array([len(v) for v in dset.variants])
+    d_owner = np.repeat(np.arange(len(dset.questions)), n_var)
+    d_ids = [f"distractor:{dset.index[q]}:{j}" for q, v in enumerate(dset.variants)
+             for j in range(len(v))]
+    table: dict[int, dict[str, Any]] = {}
+    first_ranks: dict[int, list[int | None]] = {}
+    corpus_ranks: dict[int, list[int | None]] = {}
+    # One index build and search per K: each takes seconds to minutes on a real corpus.
+    progress = Progress(f"robustness: {label}index and search", len(counts), unit="K values")
+    for K in counts:
+        t0 = time.perf_counter()
+        sel = np.concatenate([offsets[q] + np.arange(min(K, n)) for q, n in enumerate(n_var)]
+                             ).astype(np.int64)
+        vectors = np.concatenate([base, d_emb[sel]]) if len(sel) else base
+        index = exact_index(vectors, index_kind)
+        scores, rows = index.search(q_emb, k)
+        all_ids = corpus.ids + [d_ids[j] for j in sel]
+        all_titles = corpus.titles + [d_titles[j] for j in sel]
+        all_texts = corpus.texts + [d_texts[j] for j in sel]
+        retrieved = _retrieved_lists(scores, rows, all_ids, all_titles, all_texts)
+        rep = metrics_lib.evaluate_retrieval(dset.questions, dset.answers, retrieved, mode=mode,
+                                             ks=ks)
+        entry = {"top_k": rep["top_k"], "mrr": rep["mrr"],
+                 "distractors_per_question_actual": float(len(sel) / len(dset.questions)),
+                 "distractors_added": int(len(sel)), "corpus_size": int(index.ntotal),
+                 "questions_short": int((n_var < K).sum()),
+                 **stats.rank_intervals(rep["first_hit_rank"], ks)}  # 95 %: Wilson, bootstrap
+        counted, corpus_first = _count_stats(rows, rep["hits"], d_owner[sel], n_base, ks)
+        entry.update(counted)
+        entry["search_s"] = time.perf_counter() - t0
+        if entry["retrieved_own_distractors_with_answer"]:
+            raise RuntimeError("a question retrieved its own distractor as answer-bearing: "
+                               "distractor_variants must never return one")
+        if entry["retrieved_distractors_with_answer"]:
+            logging.warning("robustness %sK=%d: %d retrieved distractors of OTHER questions "
+                            "contain the answer (counted as hits, as DPR's has_answer does)",
+                            label, K,
+                            entry["retrieved_distractors_with_answer"])
+        table[K] = entry
+        first_ranks[K] = rep["first_hit_rank"]
+        corpus_ranks[K] = corpus_first
+        logging.info("robustness %sK=%d: corpus %d, %s MRR=%.4f", label, K, entry["corpus_size"],
+                     {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
+        progress.update(1)
+    progress.done()
+    return table, first_ranks, corpus_ranks
+
+
 def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                         max_distractors: int = 20, run=None, gold_path: str | None = None,
                         qa_path: str | None = None, corpus_path: str | None = None,
                         out_dir: str | None = None, ks: Sequence[int] | None = None,
                         k: int | None = None, seed: int = 0,
-                        window_words: int = 5, index_kind: str | None = None) -> dict[str, Any]:
+                        window_words: int = 5, index_kind: str | None = None,
+                        heldout: bool | None = None) -> dict[str, Any]:
     """Top-k / MRR vs. K near-duplicate distractors per question (docs/method.md §5, EADPR Fig. 5).
 
     Returns (and writes as ``robustness.json``) ``{"table": {K: {"top_k", "mrr",
@@ -217,6 +343,9 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     per-question ranks in ``questions`` order). ``k`` = retrieval depth (default config).
     ``index_kind`` (default ``eval.index``): ``jax`` searches with an exact JaxIndex, any faiss
     kind with faiss Flat (exact, so a distractor's effect is not mixed with approximation error).
+    ``heldout`` (default ``eval.robustness_heldout``): also the held-out family (value swaps, paraphrases, namesakes;
+    :mod:`dense_cf.synthetic.distractors`) on the same corpus, under ``result["heldout"]``
+    (the same keys as the p* family's, plus ``kinds``); the p* numbers do not change.
     """
 
     counts = _check_counts(counts, max_distractors)
@@ -226,6 +355,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     k = max(int(k or cfg.eval.k), max(ks))
     mode = cfg.data.answer_mode
     index_kind = index_kind or cfg.eval.index
+    if heldout is None:
+        heldout = bool(cfg.eval.get("robustness_heldout", False))
     timing: dict[str, float] = {}
 
     triplets = aar.load_triplets(resolve_data_file(cfg.data, "gold_file", gold_path),
@@ -258,62 +389,28 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     timing["export_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    d_titles, d_texts = dset.flat()
-    ids, mask = export.tokenize_passages(run.tokenizer, d_titles, d_texts, manifest["max_p_len"])
-    # Same precision as the stored corpus vectors, so neither side is favoured by rounding.
-    with Progress("robustness: encoding distractors", len(ids), unit="passages") as progress:
-        d_emb = export.encode_in_slices(encoder.passages, ids, mask, encoder=encoder,
-                                        progress=progress)
-    d_emb = d_emb.astype(manifest["dtype"]).astype(np.float32)
-    q_emb = export.encode_questions(run, dset.questions, encoder=encoder)
+    d_emb, q_emb = _encode(run, encoder, dset, manifest)
     timing["encode_s"] = time.perf_counter() - t0
-
     n_base = len(corpus)
-    offsets = dset.offsets
-    n_var = np.array([len(v) for v in dset.variants])
-    d_owner = np.repeat(np.arange(len(dset.questions)), n_var)
-    d_ids = [f"distractor:{dset.index[q]}:{j}" for q, v in enumerate(dset.variants)
-             for j in range(len(v))]
-    table: dict[int, dict[str, Any]] = {}
-    first_ranks: dict[int, list[int | None]] = {}
-    corpus_ranks: dict[int, list[int | None]] = {}
-    # One index build and search per K: each takes seconds to minutes on a real corpus.
-    progress = Progress("robustness: index and search", len(counts), unit="K values")
-    for K in counts:
+    table, first_ranks, corpus_ranks = _search_family(dset, base, d_emb, q_emb, corpus, counts,
+                                                      k, ks, mode, index_kind)
+    held: dict[str, Any] | None = None
+    if heldout:
         t0 = time.perf_counter()
-        sel = np.concatenate([offsets[q] + np.arange(min(K, n)) for q, n in enumerate(n_var)]
-                             ).astype(np.int64)
-        vectors = np.concatenate([base, d_emb[sel]]) if len(sel) else base
-        index = exact_index(vectors, index_kind)
-        scores, rows = index.search(q_emb, k)
-        all_ids = corpus.ids + [d_ids[j] for j in sel]
-        all_titles = corpus.titles + [d_titles[j] for j in sel]
-        all_texts = corpus.texts + [d_texts[j] for j in sel]
-        retrieved = _retrieved_lists(scores, rows, all_ids, all_titles, all_texts)
-        rep = metrics_lib.evaluate_retrieval(dset.questions, dset.answers, retrieved, mode=mode,
-                                             ks=ks)
-        entry = {"top_k": rep["top_k"], "mrr": rep["mrr"],
-                 "distractors_per_question_actual": float(len(sel) / len(dset.questions)),
-                 "distractors_added": int(len(sel)), "corpus_size": int(index.ntotal),
-                 "questions_short": int((n_var < K).sum()),
-                 **stats.rank_intervals(rep["first_hit_rank"], ks)}  # 95 %: Wilson, bootstrap
-        counted, corpus_first = _count_stats(rows, rep["hits"], d_owner[sel], n_base, ks)
-        entry.update(counted)
-        entry["search_s"] = time.perf_counter() - t0
-        if entry["retrieved_own_distractors_with_answer"]:
-            raise RuntimeError("a question retrieved its own distractor as answer-bearing: "
-                               "distractor_variants must never return one")
-        if entry["retrieved_distractors_with_answer"]:
-            logging.warning("robustness K=%d: %d retrieved distractors of OTHER questions contain "
-                            "the answer (counted as hits, as DPR's has_answer does)", K,
-                            entry["retrieved_distractors_with_answer"])
-        table[K] = entry
-        first_ranks[K] = rep["first_hit_rank"]
-        corpus_ranks[K] = corpus_first
-        logging.info("robustness K=%d: corpus %d, %s MRR=%.4f", K, entry["corpus_size"],
-                     {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
-        progress.update(1)
-    progress.done()
+        hset = build_distractors(triplets, max_distractors, seed=seed, mode=mode,
+                                 family="heldout", namesakes=namesake_index(corpus.titles))
+        if not hset.questions:
+            raise ValueError(f"no question has a held-out distractor: {hset.stats} {hset.fates}")
+        logging.info("robustness (held-out): %d of %d gold records evaluated; %s",
+                     len(hset.questions), triplets.gold_records, hset.stats)
+        hd_emb, hq_emb = _encode(run, encoder, hset, manifest)
+        h_table, h_first, h_corpus = _search_family(hset, base, hd_emb, hq_emb, corpus, counts,
+                                                    k, ks, mode, index_kind, label="held-out ")
+        timing["heldout_s"] = time.perf_counter() - t0
+        held = {"family": "heldout", "kinds": list(HELDOUT_KINDS),
+                "n_questions": len(hset.questions), "triplet_fates": hset.fates.to_json(),
+                "distractor_stats": hset.stats, "table": h_table, "questions": hset.questions,
+                "first_hit_rank": h_first, "first_corpus_hit_rank": h_corpus}
 
     result = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
               "k": k, "ks": list(ks), "counts": counts, "max_distractors": max_distractors,
@@ -327,6 +424,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                   "dtype": manifest["dtype"]},
               "timing": timing, "table": table, "questions": dset.questions,
               "first_hit_rank": first_ranks, "first_corpus_hit_rank": corpus_ranks}
+    if held is not None:  # only then: a p*-only robustness.json keeps its former keys
+        result["heldout"] = held
     out_dir = out_dir or RunDir(workdir).eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
     result["out_dir"], result["units"] = os.path.abspath(out_dir), report_lib.JSON_UNITS
@@ -336,7 +435,19 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
             f.write(json.dumps({"question": q, "answers": a, "title": t, "distractors": v},
                                ensure_ascii=False) + "\n")
     name = f"{cfg.method} (step {run.step})"
-    plot_runs({name: result}, os.path.join(out_dir, "robustness.png"))
+    curves = {name: result} if held is None else {f"{name} p*": result,
+                                                   f"{name} held-out": held}
+    plot_runs(curves, os.path.join(out_dir, "robustness.png"))
+    extra: list[tuple[str, str]] = []
+    if held is not None:
+        with report_lib.atomic_open(os.path.join(out_dir,
+                                                 "robustness_heldout_distractors.jsonl")) as f:
+            for q, a, ts, ks_, v in zip(hset.questions, hset.answers, hset.variant_titles,
+                                        hset.kinds, hset.variants):
+                f.write(json.dumps({"question": q, "answers": a, "titles": ts, "kinds": ks_,
+                                    "distractors": v}, ensure_ascii=False) + "\n")
+        extra = [("Held-out distractors (value swap, paraphrase, namesake)", _heldout_text(
+            held, name, max_distractors))]
     s = dset.stats
     detail = [{"K": K, "corpus": e["corpus_size"], "distractors/q": e["distractors_per_question_actual"],
                "questions short": e["questions_short"],
@@ -362,11 +473,31 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                    f"seed={seed}."),
          ("Triplets (every gold record counted once)",
           aar_math.reason_table({"questions": dset.fates}, triplets.join)),
+         *extra,
          report_lib.columns_section(["K", "top-k", "MRR", "corpus", "distractors/q",
                                      "questions short", "retrieved distractors", "with answer",
                                      "corpus-only top-k", "distractors above 1st corpus hit",
                                      "own above 1st corpus hit"])])
     return result
+
+
+def _heldout_text(held: Mapping[str, Any], name: str, max_distractors: int) -> str:
+    """The robustness.md section of the held-out family."""
+    s = held["distractor_stats"]
+    kinds = ", ".join(f"{k}: {s.get('built_' + k, 0)} built, "
+                      f"{s.get('questions_without_' + k, 'n/a')} questions without one"
+                      for k in held["kinds"])
+    return (robustness_table({f"{name} held-out": held}) + "\n\n"
+            f"Distractors unlike the training p*: the answer value swapped for another of its "
+            f"type, the other sentences paraphrased with the world's alternative templates and "
+            f"reordered (answer sentence dropped), a same-named entity's passage "
+            f"(dense_cf.synthetic.distractors); kinds alternate in that order, up to "
+            f"{max_distractors} per question. {held['n_questions']} questions "
+            f"({s['questions_without_distractors']} left out). Per kind: {kinds}. Namesakes: "
+            f"{s.get('namesake_world', 0)} from the world's own namesakes, "
+            f"{s.get('namesake_built', 0)} built. Compare rows are labelled "
+            f"\"K=<K> held-out distractors: ...\"; the p* rows above keep \"K=<K> distractors: "
+            f"...\".")
 
 
 def _norm_table(result: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
@@ -417,7 +548,8 @@ def plot_runs(results_by_run: Mapping[str, Mapping[str, Any]], path: str,
 USAGE = """Robustness of a trained run to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
 
     python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \
-        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax]
+        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax] \
+        [--heldout]
 
 Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
 and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
@@ -444,6 +576,9 @@ _QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: co
 _CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).", flag_values=FLAGS)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.",
                              flag_values=FLAGS)
+_HELDOUT = flags.DEFINE_bool(
+    "heldout", None, "Also the held-out distractor family (value swaps, paraphrases, namesakes; "
+    "default: the config's eval.robustness_heldout).", flag_values=FLAGS)
 _INDEX = flags.DEFINE_string("index", None, "jax: exact JaxIndex search (no faiss needed); any "
                              "faiss kind: faiss Flat (default: the config's eval.index).",
                              flag_values=FLAGS)
@@ -458,7 +593,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],
                                   max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
                                   qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value,
-                                  index_kind=_INDEX.value)
+                                  index_kind=_INDEX.value, heldout=_HELDOUT.value)
         table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
                      "distractors_per_question_actual": e["distractors_per_question_actual"]}
                  for K, e in res["table"].items()}

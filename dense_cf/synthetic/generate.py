@@ -35,6 +35,9 @@ Settings (defaults reproduce the files above byte for byte):
   facts about OTHER, mutually different entities: the non-answer sentences of a positive are
   about other subjects (DCSR's in-passage negatives, docs/dcsr.md). Same validation, with
   every passage that mentions the question's entity as a "sibling".
+* ``hard_negatives="other_entity"`` (``--hard_negatives other_entity``): BM25 hard negatives
+  from OTHER entities only (as NQ's mostly are): the gold entity's siblings, which are
+  counterfactuals of the positive already, are skipped; see :func:`_mine_hard_negatives`.
 * ``entity_types=(...)`` (``--entity_types``) restricts the world to some entity types;
   :func:`generate_domains` (``--domains N``) writes N domains with disjoint entity types,
   fact sentences and question templates into ``OUT/<domain>/`` (encoder attribution, docs/method.md §7).
@@ -83,6 +86,7 @@ from dense_cf.progress import Progress, timed
 from dense_cf.synthetic.templates import FACTS_BY_TYPE
 from dense_cf.synthetic.vocab import NAME_SHARE, TYPE_NAMES, TYPE_PROBS
 from dense_cf.synthetic.world import (
+    HARD_NEGATIVES,
     WORLDS,
     _Candidate,
     _make_entity,
@@ -100,6 +104,9 @@ GENERATOR_VERSION = "synth-1.0"
 QTYPES = ("how", "what", "when", "where", "which", "who")
 SPLITS = ("train", "dev", "test")
 _BM25_BLOCK = 4096  # questions per bm25s retrieve call
+# other_entity ranks this many more passages: the gold entity's own 3-7 passages (and in the
+# mixed world the passages mentioning the question's entity) rank first and are skipped.
+_OTHER_ENTITY_EXTRA_K = 16
 CHUNK_ENTITIES = 1000  # fixed: part of the output's definition (per-chunk RNG streams)
 
 FILES = {
@@ -217,7 +224,8 @@ def _generate_chunk_impl(task: dict[str, Any]) -> dict[str, Any]:
     for s in ("test", "dev", "train"):
         labels.extend([s] * quota[s])
     labels = labels[:len(chosen)]
-    questions = [(lab, c.qtype, c.question, c.answer, c.passage) for lab, c in zip(labels, chosen)]
+    questions = [(lab, c.qtype, c.question, c.answer, c.passage, c.entity_passages)
+                 for lab, c in zip(labels, chosen)]
     return {"titles": titles, "texts": texts, "entities": ents, "questions": questions,
             "dropped": dict(dropped), "shortfall": need - len(chosen),
             "validated": sum(dropped.values()) + len(chosen), "unplaced_facts": unplaced}
@@ -328,9 +336,13 @@ def _ctx(title: str, text: str, pid: int, score: float, title_score: int) -> dic
 
 
 def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[_Question],
-                         k: int, num_hard: int, threads: int) -> list[list[tuple[int, float]]]:
+                         k: int, num_hard: int, threads: int, entity: np.ndarray | None = None
+                         ) -> list[list[tuple[int, float]]]:
     """Top BM25 passages (title + text) lacking the answer, excluding the positive.
 
+    ``entity`` given (``hard_negatives="other_entity"``): also excluding every passage of the
+    positive's title entity and every passage that mentions the question's entity
+    (``_Question.siblings``), so the negatives come from other entities, as NQ's do.
     bm25s' own parameters and tokenizer (not mining's Anserini ones): they define the
     benchmark's hard negatives, so changing them needs a new GENERATOR_VERSION.
     """
@@ -343,9 +355,12 @@ def _mine_hard_negatives(titles: list[str], texts: list[str], questions: list[_Q
         qs = questions[b:b + _BM25_BLOCK]
         for q, drow, srow in zip(qs, docs, scores):
             answer, pos = [q.answer], q.passage
+            skip = {pos} if entity is None else {pos, *q.siblings}
             hard: list[tuple[int, float]] = []
             for d, s in zip(drow.tolist(), srow.tolist()):
-                if d == pos or s <= 0.0:
+                if d in skip or s <= 0.0:
+                    continue
+                if entity is not None and entity[d] == entity[pos]:
                     continue
                 if answers_lib.has_answer(answer, texts[d]):
                     continue
@@ -378,9 +393,12 @@ def _question_tokens(q: str) -> str:
 
 
 def _check_args(seed: int, questions_per_passage: int, sizes: Sequence[float],
-                test_questions: int | None, world: str = "entity") -> None:
+                test_questions: int | None, world: str = "entity",
+                hard_negatives: str = "sibling") -> None:
     if world not in WORLDS:
         raise ValueError(f"world must be one of {WORLDS}, got {world!r}")
+    if hard_negatives not in HARD_NEGATIVES:
+        raise ValueError(f"hard_negatives must be one of {HARD_NEGATIVES}, got {hard_negatives!r}")
     if seed < 0:
         raise ValueError("seed must be non-negative")
     if questions_per_passage < 1:
@@ -436,13 +454,13 @@ class _Generated:
         self.texts.extend(res["texts"])
         ents = np.asarray(res["entities"], dtype=np.int32) + task["ent_offset"]
         self.entity[off:off + len(ents)] = ents
-        for lab, qtype, q, a, p in res["questions"]:
+        for lab, qtype, q, a, p, sib in res["questions"]:
             # Unique by construction (entity references are unique keys); enforced anyway.
             if q in seen:
                 self.dropped["duplicate_question"] += 1
                 continue
             seen.add(q)
-            self.qs[lab].append(_Question(qtype, q, a, p + off))
+            self.qs[lab].append(_Question(qtype, q, a, p + off, tuple(j + off for j in sib)))
         self.dropped.update(res["dropped"])
         self.shortfall += res["shortfall"]
         self.validated += res["validated"]
@@ -479,7 +497,8 @@ def _write_files(paths: dict[str, str], gen: _Generated, hard_by_split: dict[str
                              ((str(i + 1), texts[i], titles[i]) for i in range(len(texts))))
 
     def examples(split: str) -> Iterable[dict[str, Any]]:
-        for i, (_, q, a, p) in enumerate(qs[split]):
+        for i, question in enumerate(qs[split]):
+            q, a, p = question.question, question.answer, question.passage
             h = hard_by_split[split][i] if i < len(hard_by_split[split]) else []
             # rng draws in file order: part of the output's definition
             negs = _random_negatives(rng, num_negatives, texts, gen.entity, p, a)
@@ -496,7 +515,8 @@ def _write_files(paths: dict[str, str], gen: _Generated, hard_by_split: dict[str
     for s in SPLITS:
         formats.write_gold_info(paths[f"{s}_gold"], [
             {"question": q, "question_tokens": _question_tokens(q), "title": titles[p],
-             "context": texts[p], "example_id": i} for i, (_, q, _, p) in enumerate(qs[s])])
+             "context": texts[p], "example_id": i}
+            for i, (_, q, _, p, _) in enumerate(qs[s])])
 
 
 def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
@@ -528,7 +548,7 @@ def _counts(gen: _Generated, plan: dict[str, np.ndarray], num_negatives: int,
 def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0,
                  test_questions: int, questions_per_passage: int = 1,
                  world: str = "entity", entity_types: Sequence[str] | None = None,
-                 num_hard_negatives: int = 3) -> None:
+                 num_hard_negatives: int = 3, hard_negatives: str = "sibling") -> None:
     """Raises ValueError naming every differing key (found, wanted) when ``out_dir``'s
     meta.json records other generation settings than these (absent keys in meta.json are the
     generator's defaults)."""
@@ -539,12 +559,13 @@ def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0
             "questions_per_passage": params.get("questions_per_passage", 1),
             "world": params.get("world", "entity"),
             "entity_types": params.get("entity_types"),
-            "num_hard_negatives": params.get("num_hard_negatives", 3)}
+            "num_hard_negatives": params.get("num_hard_negatives", 3),
+            "hard_negatives": params.get("hard_negatives", "sibling")}
     want = {"num_passages": num_passages, "test_questions": test_questions, "seed": seed,
             "questions_per_passage": questions_per_passage, "world": world,
             "entity_types": (sorted(entity_types, key=TYPE_NAMES.index)
                              if entity_types is not None else None),
-            "num_hard_negatives": num_hard_negatives}
+            "num_hard_negatives": num_hard_negatives, "hard_negatives": hard_negatives}
     diff = {k: (have[k], v) for k, v in want.items() if have[k] != v}
     if diff:
         raise ValueError(f"{out_dir} was generated with other settings (key: (found, wanted)) "
@@ -554,12 +575,13 @@ def check_params(out_dir: str | os.PathLike, *, num_passages: int, seed: int = 0
 def generate_or_check(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
                       test_questions: int, questions_per_passage: int = 1,
                       world: str = "entity", entity_types: Sequence[str] | None = None,
-                      num_hard_negatives: int = 3) -> None:
+                      num_hard_negatives: int = 3, hard_negatives: str = "sibling") -> None:
     """Generates the benchmark into ``out_dir`` once: a directory with a meta.json (written
     last) is reused after :func:`check_params`, one without is (re)generated. For the
     benchmark commands, which share a data directory between runs."""
     kw = {"test_questions": test_questions, "questions_per_passage": questions_per_passage,
-          "world": world, "entity_types": entity_types, "num_hard_negatives": num_hard_negatives}
+          "world": world, "entity_types": entity_types, "num_hard_negatives": num_hard_negatives,
+          "hard_negatives": hard_negatives}
     if (Path(out_dir) / FILES["meta"]).exists():
         check_params(out_dir, num_passages=num_passages, seed=seed, **kw)
         return
@@ -572,7 +594,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
              num_hard_negatives: int = 3, num_negatives: int = 2, bm25_top_k: int = 20,
              max_mined: int | None = None, workers: int | None = None,
              entity_types: Sequence[str] | None = None,
-             questions_per_passage: int = 1, world: str = "entity") -> dict[str, Any]:
+             questions_per_passage: int = 1, world: str = "entity",
+             hard_negatives: str = "sibling") -> dict[str, Any]:
     """Write the benchmark into ``out_dir``; return {"paths", "counts", "timing"}.
 
     ``entity_types`` (subset of TYPE_NAMES; None = all) restricts the world to those entity
@@ -586,7 +609,12 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     fact sentence of a passage is about a different entity, named in the sentence, none the
     title's (:func:`dense_cf.synthetic.world._make_mixed_chunk`). Non-default values are
     recorded in meta.json params; default arguments give byte-identical files to earlier
-    versions.
+    versions. ``hard_negatives`` (:data:`HARD_NEGATIVES`): "sibling" (default) mines the top
+    BM25 passages lacking the answer, in practice the gold entity's siblings; "other_entity"
+    only passages of other entities (no passage of the positive's entity, none mentioning the
+    question's entity, none with the answer). Questions left with fewer than
+    ``num_hard_negatives`` are kept and counted (``mined_without_hard_negative``,
+    ``mined_short_of_hard_negatives``); corpus, questions and random negatives do not change.
 
     Sizes: train = round(train_per_passage * num_passages) questions, dev = round(dev_frac * train),
     test = ``test_questions`` (default round(0.1 * train)). ``max_mined`` caps the number of
@@ -595,7 +623,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     """
     _check_args(seed, questions_per_passage,
                 (train_per_passage, dev_frac, num_hard_negatives, num_negatives), test_questions,
-                world)
+                world, hard_negatives)
     t_start = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -618,9 +646,12 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     bm25_info = bm25.bm25s_info() if to_mine and num_hard_negatives > 0 else None
     hard: list[list[tuple[int, float]]] = []
     if to_mine and num_hard_negatives > 0:
+        other = hard_negatives == "other_entity"
         hard = _mine_hard_negatives(gen.titles, gen.texts, to_mine,
-                                    max(bm25_top_k, num_hard_negatives + 2),
-                                    num_hard_negatives, workers)
+                                    max(bm25_top_k, num_hard_negatives + 2)
+                                    + (_OTHER_ENTITY_EXTRA_K if other else 0),
+                                    num_hard_negatives, workers,
+                                    entity=gen.entity if other else None)
     t_bm25 = time.time()
 
     paths = {k: str(out / v) for k, v in FILES.items()}
@@ -629,6 +660,13 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
         _write_files(paths, gen, hard_by_split, rng, num_negatives)
     hard_stats = {"mined_questions": len(to_mine), "hard_negatives": sum(len(h) for h in hard),
                   "mined_without_hard_negative": sum(not h for h in hard)}
+    if hard_negatives != "sibling":  # only then: default meta.json stays byte-identical
+        hard_stats["mined_short_of_hard_negatives"] = sum(len(h) < num_hard_negatives
+                                                          for h in hard)
+    if hard_stats["mined_without_hard_negative"]:
+        log.warning("synthetic: %d of %d mined questions got no %s hard negative (kept, with "
+                    "hard_negative_ctxs: [])", hard_stats["mined_without_hard_negative"],
+                    len(hard), hard_negatives)
     counts = _counts(gen, plan, num_negatives, hard_stats, questions_per_passage, world)
     meta = {
         "generator": "dense_cf.synthetic.generate", "version": GENERATOR_VERSION, "seed": seed,
@@ -643,7 +681,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
                       if entity_types is not None else {}),
                    **({"questions_per_passage": questions_per_passage}
                       if questions_per_passage != 1 else {}),
-                   **({"world": world} if world != "entity" else {})},
+                   **({"world": world} if world != "entity" else {}),
+                   **({"hard_negatives": hard_negatives} if hard_negatives != "sibling" else {})},
         "bm25s": bm25_info,
         "counts": counts, "files": {k: v for k, v in FILES.items() if k != "meta"},
     }

@@ -336,6 +336,9 @@ class _Question(NamedTuple):
     question: str
     answer: str
     passage: int  # global passage index (id - 1)
+    # Global indices of every passage that mentions the question's entity (its "siblings",
+    # the positive included); read only by ``hard_negatives="other_entity"`` mining.
+    siblings: tuple[int, ...] = ()
 
 
 @dataclass
@@ -434,6 +437,11 @@ def _make_entity(rng: random.Random, etype: int, key: int, n_pass: int, base: in
 # entity and names it. Opt-in (``generate(world="mixed")``); the default world is unchanged.
 # ---------------------------------------------------------------------------------------------
 WORLDS = ("entity", "mixed")  # entity: every sentence about the title's entity (default)
+# Where the generator's BM25 hard negatives come from: "sibling" (default): the top passages
+# lacking the answer, which here are the gold entity's other passages (same title, no answer:
+# counterfactuals already, docs/replication.md); "other_entity": only passages of OTHER
+# entities, as NQ's BM25 negatives mostly are (other Wikipedia articles).
+HARD_NEGATIVES = ("sibling", "other_entity")
 
 # Lead-in for a fact sentence that does not name its entity once formatted ("The main prize
 # went to ...", "Critics praised its ..."), per entity type.

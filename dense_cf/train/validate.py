@@ -24,7 +24,7 @@ from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.source import PIPELINES
 from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
-from dense_cf.synthetic.world import WORLDS
+from dense_cf.synthetic.world import HARD_NEGATIVES, WORLDS
 from dense_cf.text.answers import MODES as ANSWER_MODES
 from dense_cf.text.counterfactuals import TEXT_STRATEGIES
 
@@ -131,6 +131,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
 
     if d.synthetic.generate:
         _enum(out, "data.synthetic.world", d.synthetic.get("world", "entity"), WORLDS)
+        _enum(out, "data.synthetic.hard_negatives", d.synthetic.get("hard_negatives", "sibling"),
+              HARD_NEGATIVES)
     if method is not None:  # its loss weights and its own config block (docs/method.md §3)
         out += method.config_problems(config)
     if check_files and not d.synthetic.generate:
