@@ -202,6 +202,10 @@ def test_infer_n_from_a_stored_rate_and_its_wilson_interval():
     assert claims.infer_n("98.11 [90.06, 99.67]") == 53       # 52/53 (AAR, "how")
     assert claims.infer_n("100.00 [93.24, 100.00]") == 53
     assert claims.infer_n("not a rate") is None
+    # 300/300 and 301/301 round alike: only the report's documented size decides.
+    assert claims.infer_n("100.00 [98.74, 100.00]") is None
+    assert claims.infer_n("100.00 [98.74, 100.00]", documented=300) == 300
+    assert claims.infer_n("100.00 [98.74, 100.00]", documented=200) is None
 
 
 def test_rejudge_stored_rows():

@@ -185,10 +185,12 @@ def _num(text: str) -> float:
     return float(text.replace("−", "-"))
 
 
-def infer_n(rate: str, max_n: int = 5000) -> int | None:
+def infer_n(rate: str, max_n: int = 5000, documented: int | None = None) -> int | None:
     """The number of items behind a stored rate cell ``"77.33 [72.27, 81.71]"`` (percent with
     its 95 % Wilson interval, 2 decimals): the unique n <= ``max_n`` with some k such that
-    100k/n and the Wilson interval of k/n round to the stored figures; None when not unique."""
+    100k/n and the Wilson interval of k/n round to the stored figures. Near 0 % or 100 %
+    neighbouring n round alike: then ``documented`` (the report's stated test-set size) is
+    taken if it is one of them; else None."""
     m = re.fullmatch(rf"\s*({_NUM})\s*\[({_NUM}),\s*({_NUM})\]\s*", rate)
     if not m:
         return None
@@ -201,9 +203,9 @@ def infer_n(rate: str, max_n: int = 5000) -> int | None:
         wl, wh = stats.wilson_interval(k, n)
         if abs(100 * wl - lo) <= 0.0051 and abs(100 * wh - hi) <= 0.0051:
             found.append(n)
-            if len(found) > 1:
-                return None
-    return found[0] if found else None
+    if len(found) == 1:
+        return found[0]
+    return documented if documented in found else None
 
 
 def parse_check_table(markdown: str) -> list[dict[str, str]]:
@@ -217,8 +219,8 @@ def parse_check_table(markdown: str) -> list[dict[str, str]]:
             for ln in lines[2:]]
 
 
-def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str
-                  ) -> dict[str, Any]:
+def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
+                  documented_n: int | None = None) -> dict[str, Any]:
     """One stored check row as an entry for :func:`judge` (McNemar rows: Tango interval from
     the discordant counts and n; bootstrap rows: the stored interval)."""
     e: dict[str, Any] = {"metric": check.metric, "expect": check.expect,
@@ -233,7 +235,7 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str
     if mc:
         b10, b01 = int(mc.group(1)), int(mc.group(2))
         n = int(row["n"]) if row.get("n", "").isdigit() else (
-            infer_n(e["A"]) or infer_n(e["B"]))
+            infer_n(e["A"], documented=documented_n) or infer_n(e["B"], documented=documented_n))
         if n is None:
             e["verdict"] = "pending: n not recoverable"
         else:
@@ -256,12 +258,15 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str
 
 
 def rejudge(rows: Sequence[Mapping[str, str]], checks: Sequence[Check],
-            a_col: str = "A", b_col: str = "B", alpha: float = ALPHA) -> list[dict[str, Any]]:
+            a_col: str = "A", b_col: str = "B", alpha: float = ALPHA,
+            documented_n: int | None = None) -> list[dict[str, Any]]:
     """Re-derives the verdicts of stored check rows (:func:`parse_check_table` of a results
     file) under the current rules and ``checks`` (the registry's, with margins): a check's row
-    is the stored row of the same metric; ``not measured`` when there is none."""
+    is the stored row of the same metric; ``not measured`` when there is none. n comes from
+    the row's ``n`` cell or :func:`infer_n` (``documented_n`` where the rounding is ambiguous)."""
     by_metric = {r["metric"]: r for r in rows}
-    entries = [(_stored_entry(by_metric[c.metric], c, a_col, b_col) if c.metric in by_metric
+    entries = [(_stored_entry(by_metric[c.metric], c, a_col, b_col, documented_n)
+                if c.metric in by_metric
                 else {"metric": c.metric, "expect": c.expect, "verdict": "not measured"})
                for c in checks]
     return judge(entries, checks, alpha)
