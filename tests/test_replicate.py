@@ -13,38 +13,9 @@ from dense_cf.eval import claims
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 
 
-@pytest.mark.parametrize("diff,p,expect,verdict", [
-    (0.05, 0.01, "up", "reproduced"), (0.05, 0.2, "up", "not significant"),
-    (-0.05, 0.01, "up", "reversed"), (-0.05, 0.2, "up", "not significant"),
-    (-0.05, 0.01, "down", "reproduced"), (0.05, 0.01, "down", "reversed"),
-    (-0.05, 0.2, "not_worse", "reproduced"), (0.0, 1.0, "not_worse", "reproduced"),
-    (-0.05, 0.01, "not_worse", "reversed"), (0.05, 0.049, "up", "reproduced"),
-    (0.05, 0.05, "up", "not significant"),
-])
-def test_check_verdict(diff, p, expect, verdict):
-    assert claims.check_verdict(diff, p, expect) == verdict
-
-
 def test_check_verdict_refuses_unknown_expectation():
     with pytest.raises(ValueError, match="expect"):
         claims.check_verdict(0.1, 0.01, "better")
-
-
-def test_claim_verdict():
-    assert claims.claim_verdict(["reproduced", "reproduced"]) == "reproduced"
-    assert claims.claim_verdict(["reproduced", "not significant"]) == "not significant"
-    assert claims.claim_verdict(["reproduced", "reversed", "not significant"]) == "reversed"
-    assert claims.claim_verdict([]) == "not run"
-
-
-def test_verdict_text_names_what_falls_short():
-    checks = [{"metric": "AAR", "verdict": "reproduced"},
-              {"metric": "top-5", "verdict": "reversed"},
-              {"metric": "top-1", "verdict": "not significant"}]
-    assert claims.verdict_text(checks) == ("reversed: 1 of 3 checks hold; top-5 reversed; "
-                                           "top-1 not significant")
-    assert claims.verdict_text(checks[:1]) == "reproduced"
-    assert claims.verdict_text(checks[1:2]) == "reversed"  # one check: the verdict alone
 
 
 def test_evaluate_checks_on_compare_rows():
@@ -54,7 +25,9 @@ def test_evaluate_checks_on_compare_rows():
     rows = [stats.compare_outcomes("AAR", a, b, names=("x", "y"))]
     got = claims.evaluate_checks(rows, [claims.Check("AAR"), claims.Check("AAR", "down"),
                                         claims.Check("AA score")], ("x", "y"))
+    # Holm over the two measured checks (p ~ 1e-7 each): both stay significant.
     assert [g["verdict"] for g in got] == ["reproduced", "reversed", "not measured"]
+    assert got[0]["p_holm"] == pytest.approx(2 * got[0]["p_value"])
     assert got[0]["diff"] == pytest.approx(0.3) and got[0]["p_value"] < 1e-6
     assert got[0]["A"].startswith("40.00 [") and got[0]["B"].startswith("70.00 [")
 
@@ -114,10 +87,11 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
     for c in res["claims"]:
         e = c["per_seed"][0]
         assert c["verdict"] == e["verdict"] == claims.claim_verdict(
-            [k["verdict"] for k in e["checks"] if k["verdict"] in claims.VERDICTS])
+            [k["verdict"] for k in e["checks"]])
         for k in e["checks"]:
             assert k["verdict"] in claims.VERDICTS
-            assert k["verdict"] == claims.check_verdict(k["diff"], k["p_value"], k["expect"])
+            assert k["verdict"] == claims.check_verdict(k["diff_shown"], k["p_holm"],
+                                                        k["expect"], margin=k["margin"] or 0)
             assert f"| {k['metric']} |" in md
     by_id = {c["id"]: c for c in res["claims"]}
     assert [k["metric"] for k in by_id["picl-aar"]["per_seed"][0]["checks"]] == ["AAR"]
@@ -170,7 +144,7 @@ def test_attribution_claim_is_tested_inside_the_marginalisation_study(tmp_path):
     assert [k["metric"] for k in e["checks"]] == [f"top-{k}: {d}" for k in (1, 5)
                                                   for d in domains]
     for k in e["checks"]:
-        assert k["verdict"] == claims.check_verdict(k["diff"], k["p_value"], "up")
+        assert k["verdict"] == claims.check_verdict(k["diff_shown"], k["p_holm"], "up")
         row = next(r for r in summary["contrast"] if r["metric"] == k["metric"])
         assert k["diff"] == pytest.approx(row["diff"])     # the study's own P − Q
     md = open(os.path.join(out, "replicate.md")).read()
@@ -209,11 +183,13 @@ def test_data_stats_claims_are_tested_inside_the_data_efficiency_study(tmp_path,
     rows = {r["metric"]: r for r in summary["contrast_rows"]}
     for e, expect in ((forty, "not_worse"), (trend, "up")):
         for k in e["checks"]:
-            assert k["verdict"] == claims.check_verdict(k["diff"], k["p_value"], expect)
+            assert k["expect"] == expect
+            assert k["verdict"] == claims.check_verdict(k["diff_shown"], k["p_holm"], expect,
+                                                        margin=k["margin"] or 0)
             saved_diff = rows[k["metric"]]["stats"]["diff"]
             if saved_diff is None or math.isnan(k["diff"]):  # ρ of a constant marginal: NaN
                 assert saved_diff is None or math.isnan(saved_diff)
-                assert math.isnan(k["diff"]) and k["verdict"] == "not significant"
+                assert math.isnan(k["diff"]) and k["verdict"] == "no difference detected"
             else:
                 assert k["diff"] == pytest.approx(saved_diff)
         assert e["verdict"] == claims.claim_verdict([k["verdict"] for k in e["checks"]])
@@ -237,7 +213,7 @@ def test_seed_summary_mean_spread_and_verdict_counts():
     claims_ = [
         {"id": "c1", "per_seed": {
             0: {"checks": [chk("AAR", 3.0, "reproduced"), chk("top-5", -1.0, "reproduced", "not_worse")]},
-            1: {"checks": [chk("AAR", 1.0, "not significant"), chk("top-5", 0.0, "reproduced", "not_worse")]},
+            1: {"checks": [chk("AAR", 1.0, "no difference detected"), chk("top-5", 0.0, "reproduced", "not_worse")]},
             2: {"checks": [chk("AAR", 5.0, "reproduced"), chk("top-5", -5.0, "reversed", "not_worse")]}}},
         {"id": "one-seed", "per_seed": {0: {"checks": [chk("AAR", 9.0, "reproduced")]}}},
     ]
@@ -246,7 +222,7 @@ def test_seed_summary_mean_spread_and_verdict_counts():
     aar, top5 = rows
     # AAR: mean 3, sample std 2 (ddof=1), range [1, 5]
     assert aar["B − A over seeds"] == "+3.00 ± 2.00 [+1.00, +5.00]" and aar["seeds"] == 3
-    assert aar["verdicts"] == "reproduced 2/3, not significant 1/3"
+    assert aar["verdicts"] == "reproduced 2/3, no difference detected 1/3"
     assert top5["spread"]["mean"] == pytest.approx(-2.0) and top5["expect"] == "not_worse"
     assert top5["verdicts"] == "reproduced 2/3, reversed 1/3"
     md = rep.markdown({"setup": {"steps": 2, "seeds": [0, 1, 2], "n_resamples": 10, "minutes": 0,

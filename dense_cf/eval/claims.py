@@ -1,59 +1,100 @@
-"""Verdicts of a paper's claims on a paired comparison (docs/replication.md).
+"""Verdicts of a paper's claims on a paired comparison (docs/replication.md, "Method").
 
 A claim is checked on :func:`dense_cf.eval.compare.compare` rows: each :class:`Check` names a
-row (``metric``) and what the claim expects of B − A. Pure functions; no I/O.
+row (``metric``) and what the claim expects of B − A. Pure functions; no I/O. The rules,
+fixed as data before a run (alpha, the correction, the margins in the registry):
+
+* Every check is a two-sided test of a point null B − A = δ0 with a claimed side: δ0 = 0 for
+  ``up`` / ``down``; δ0 = −margin for ``not_worse`` (the margin in the units of the row's
+  "B − A" column, declared with a one-line reason). The p-values: exact McNemar (binary) or
+  the row's own test (paired bootstrap, permutation) at δ0 = 0; Tango's score test at −margin
+  for a binary non-inferiority check (``stats.tango_test``), a normal approximation from the
+  paired-bootstrap interval for a mean.
+* Holm's correction over the measured checks of one claim, at ``ALPHA`` = 0.05.
+* Words per check: ``reproduced`` = Holm-adjusted p < 0.05 on the claimed side of δ0;
+  ``reversed`` = Holm-adjusted p < 0.05 on the other side (for ``not_worse``: B − A
+  significantly below −margin); otherwise ``no difference detected`` for ``up`` / ``down``
+  and ``not reproduced`` for ``not_worse`` (its interval reaches −margin, so a loss larger
+  than the margin is not excluded).
+* A claim takes its worst check's word, in the order reversed > not reproduced > no difference
+  detected > reproduced (``not run`` without a measured check).
+* Every binary row gets a paired 95 % interval of B − A: Tango's score interval
+  (``stats.tango_interval``); mean rows keep the paired-bootstrap interval.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Mapping, Sequence
 
 from dense_cf.eval import stats
 
-__all__ = ["EXPECTATIONS", "VERDICTS", "Check", "check_verdict", "claim_verdict",
-           "evaluate_checks", "verdict_text"]
+__all__ = ["ALPHA", "CORRECTION", "EXPECTATIONS", "STATUSES", "VERDICTS", "Check",
+           "check_verdict", "claim_verdict", "evaluate_checks", "infer_n", "judge",
+           "RATE_MARGIN", "not_worse", "parse_check_table", "pool_claim", "pool_seed_checks", "rejudge", "verdict_text"]
 
+ALPHA = stats.ALPHA
+CORRECTION = "Holm within a claim"
 EXPECTATIONS = ("up", "down", "not_worse")
-VERDICTS = ("reproduced", "not significant", "reversed")
+# In the order a claim takes its worst check's word (claim_verdict).
+VERDICTS = ("reversed", "not reproduced", "no difference detected", "reproduced")
+STATUSES = ("pre-registered", "exploratory")
 
 
 @dataclasses.dataclass(frozen=True)
 class Check:
     """A paired metric (a row label of ``dense_cf.eval.compare``) and what the claim expects
-    of B − A: ``up``, ``down`` or ``not_worse``."""
+    of B − A: ``up``, ``down`` or ``not_worse``. A ``not_worse`` check needs ``margin`` (> 0,
+    in the units of the row's "B − A" column: points for rates) and ``margin_reason``."""
 
     metric: str
     expect: str = "up"
+    margin: float | None = None
+    margin_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.expect not in EXPECTATIONS:
+            raise ValueError(f"expect must be one of {EXPECTATIONS}, got {self.expect!r}")
+        if self.expect == "not_worse" and not (self.margin and self.margin > 0
+                                               and self.margin_reason):
+            raise ValueError(f"{self.metric}: a not_worse check needs a margin > 0 and a reason")
+        if self.expect != "not_worse" and self.margin is not None:
+            raise ValueError(f"{self.metric}: only not_worse checks take a margin")
+
+    @property
+    def null(self) -> float:
+        """δ0, the point null of the check's test (display units)."""
+        return -float(self.margin) if self.expect == "not_worse" else 0.0
 
 
-def check_verdict(diff: float, p_value: float, expect: str, alpha: float = stats.ALPHA) -> str:
-    """``reproduced`` (the expected direction, significant at ``alpha``; for ``not_worse``: no
-    significant loss), ``not significant`` or ``reversed`` (significant the other way)."""
+def check_verdict(diff: float, p_value: float, expect: str, alpha: float = ALPHA,
+                  margin: float = 0.0) -> str:
+    """The word for one check from B − A (``diff``) and the (Holm-adjusted) two-sided p of its
+    test at δ0 (0, or −``margin`` for ``not_worse``; module docstring)."""
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, got {expect!r}")
-    significant = p_value < alpha
-    sign = -1.0 if expect == "down" else 1.0
-    if significant and sign * diff < 0:
-        return "reversed"
-    if expect == "not_worse":
+    delta0 = -float(margin) if expect == "not_worse" else 0.0
+    side = (-1.0 if expect == "down" else 1.0) * (diff - delta0)
+    if p_value < alpha and side > 0:
         return "reproduced"
-    return "reproduced" if significant and sign * diff > 0 else "not significant"
+    if p_value < alpha and side < 0:
+        return "reversed"
+    return "not reproduced" if expect == "not_worse" else "no difference detected"
 
 
 def claim_verdict(verdicts: Sequence[str]) -> str:
-    """``reproduced`` when every check is, ``reversed`` when any is, else ``not significant``;
-    ``not run`` without checks."""
-    if not verdicts:
+    """The worst check's word (reversed > not reproduced > no difference detected >
+    reproduced); ``not run`` without measured checks."""
+    measured = [v for v in verdicts if v in VERDICTS]
+    if not measured:
         return "not run"
-    if any(v == "reversed" for v in verdicts):
-        return "reversed"
-    return "reproduced" if all(v == "reproduced" for v in verdicts) else "not significant"
+    return min(measured, key=VERDICTS.index)
 
 
 def verdict_text(checks: Sequence[Mapping[str, Any]]) -> str:
     """The claim verdict in words, naming the checks that fall short."""
-    v = claim_verdict([c["verdict"] for c in checks if c["verdict"] in VERDICTS])
+    v = claim_verdict([c["verdict"] for c in checks])
     short = [f"{c['metric']} {c['verdict']}" for c in checks if c["verdict"] != "reproduced"]
     if v == "reproduced" or not short or len(checks) == 1:
         return v
@@ -61,22 +102,245 @@ def verdict_text(checks: Sequence[Mapping[str, Any]]) -> str:
     return f"{v}: {held} of {len(checks)} checks hold; " + "; ".join(short)
 
 
+def judge(entries: Sequence[dict[str, Any]], checks: Sequence[Check],
+          alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """Holm over the measured entries (each with ``diff_shown`` and ``p_null``: the two-sided p
+    at the check's δ0), then each check's word; entries without ``p_null`` keep their
+    ``verdict`` (``not measured``, ``pending``). Returns new dicts with ``p_holm``."""
+    idx = [i for i, e in enumerate(entries) if e.get("p_null") is not None]
+    adjusted = stats.holm([entries[i]["p_null"] for i in idx])
+    out = [dict(e) for e in entries]
+    for i, p in zip(idx, adjusted):
+        c = checks[i]
+        out[i]["p_holm"] = p
+        out[i]["p (Holm)"] = f"{p:.3g}"
+        out[i]["verdict"] = check_verdict(out[i]["diff_shown"], p, c.expect, alpha,
+                                          c.margin or 0.0)
+    return out
+
+
+def _binary_entry(check: Check, n: int, b01: int, b10: int, scale: float,
+                  p_zero: float) -> dict[str, Any]:
+    """Interval (Tango) and the p at δ0 of a binary check, in display units."""
+    lo, hi = stats.tango_interval(b01, b10, n)
+    p_null = (p_zero if check.expect != "not_worse"
+              else stats.tango_test(b01, b10, n, check.null / scale)["p_value"])
+    return {"interval": (scale * lo, scale * hi), "p_null": p_null,
+            "interval_method": "Tango score", "n": int(n), "b01": int(b01), "b10": int(b10)}
+
+
+def _mean_null_p(diff: float, lo: float, hi: float, delta0: float) -> float:
+    """Normal approximation of the two-sided p at ``delta0`` from a 95 % percentile interval
+    (the bootstrap draws are not kept with the rows)."""
+    se = (hi - lo) / (2 * stats._z(0.95))
+    if se <= 0:
+        return 1.0 if diff == delta0 else 0.0
+    return float(min(1.0, 2.0 * stats.sp_stats.norm.sf(abs(diff - delta0) / se)))
+
+
 def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
-                    names: tuple[str, str]) -> list[dict[str, Any]]:
-    """One entry per check: the row's two figures, B − A, p (``p`` for display, ``p_value``),
-    the test and the verdict (``not measured`` when no row has the check's metric)."""
+                    names: tuple[str, str], alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """One entry per check: the row's two figures, B − A with its paired 95 % interval, the
+    raw p at 0 (``p``, ``p_value``), the p at the check's null (``p_null``), the Holm-adjusted
+    p and the verdict (``not measured`` when no row has the check's metric)."""
     by_metric = {r["metric"]: r for r in rows}
-    out = []
+    entries = []
     for check in checks:
         r = by_metric.get(check.metric)
+        base = {"metric": check.metric, "expect": check.expect, "margin": check.margin,
+                "margin_reason": check.margin_reason}
         if r is None:
-            out.append({"metric": check.metric, "expect": check.expect,
-                        "verdict": "not measured"})
+            entries.append({**base, "verdict": "not measured"})
             continue
-        s = r["stats"]
-        out.append({"metric": r["metric"], "expect": check.expect, "A": r[names[0]],
-                    "B": r[names[1]], "B − A": r["B − A"], "diff": s["diff"],
-                    "diff_shown": s["diff"] * r.get("scale", 1.0),  # as "B − A" shows it
-                    "p": f"{s['p_value']:.3g}", "p_value": s["p_value"], "test": r["test"],
-                    "verdict": check_verdict(s["diff"], s["p_value"], check.expect)})
-    return out
+        s, scale = r["stats"], float(r.get("scale", 1.0))
+        e = {**base, "A": r[names[0]], "B": r[names[1]], "B − A": r["B − A"],
+             "diff": s["diff"], "diff_shown": s["diff"] * scale,
+             "p": f"{s['p_value']:.3g}", "p_value": s["p_value"], "test": r["test"]}
+        if s.get("kind") == "binary":
+            e.update(_binary_entry(check, s["n"], s["b01"], s["b10"], scale, s["p_value"]))
+        elif "lo" in s and "hi" in s:
+            lo, hi = scale * s["lo"], scale * s["hi"]
+            e.update(interval=(lo, hi), interval_method="paired bootstrap",
+                     p_null=s["p_value"] if check.expect != "not_worse"
+                     else _mean_null_p(e["diff_shown"], lo, hi, check.null))
+        elif check.expect != "not_worse":  # e.g. Spearman's ρ: its own test, no interval
+            e.update(p_null=s["p_value"])
+        else:
+            e.update(verdict="pending: no interval for a non-inferiority check")
+        e["95% CI"] = _fmt_interval(e.get("interval"))
+        entries.append(e)
+    return judge(entries, checks, alpha)
+
+
+def _fmt_interval(iv: tuple[float, float] | None) -> str:
+    return "—" if iv is None else f"[{iv[0]:+.2f}, {iv[1]:+.2f}]"
+
+
+# --- Re-judging stored results (docs/results/*.md) without retraining -----------------------
+
+_NUM = r"[-−+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+
+def _num(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def infer_n(rate: str, max_n: int = 5000, documented: int | None = None) -> int | None:
+    """The number of items behind a stored rate cell ``"77.33 [72.27, 81.71]"`` (percent with
+    its 95 % Wilson interval, 2 decimals): the unique n <= ``max_n`` with some k such that
+    100k/n and the Wilson interval of k/n round to the stored figures. Near 0 % or 100 %
+    neighbouring n round alike: then ``documented`` (the report's stated test-set size) is
+    taken if it is one of them; else None."""
+    m = re.fullmatch(rf"\s*({_NUM})\s*\[({_NUM}),\s*({_NUM})\]\s*", rate)
+    if not m:
+        return None
+    r, lo, hi = (_num(g) for g in m.groups())
+    found = []
+    for n in range(1, max_n + 1):
+        k = round(r * n / 100)
+        if not 0 <= k <= n or round(100 * k / n, 2) != round(r, 2):
+            continue
+        wl, wh = stats.wilson_interval(k, n)
+        if abs(100 * wl - lo) <= 0.0051 and abs(100 * wh - hi) <= 0.0051:
+            found.append(n)
+    if len(found) == 1:
+        return found[0]
+    return documented if documented in found else None
+
+
+def parse_check_table(markdown: str) -> list[dict[str, str]]:
+    """The rows of a stored markdown table (a claim's checks or a paired comparison) as
+    ``{column: cell}`` dicts; non-table lines are ignored."""
+    lines = [ln.strip() for ln in markdown.splitlines() if ln.strip().startswith("|")]
+    if len(lines) < 2:
+        return []
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|"))))
+            for ln in lines[2:]]
+
+
+def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
+                  documented_n: int | None = None) -> dict[str, Any]:
+    """One stored check row as an entry for :func:`judge` (McNemar rows: Tango interval from
+    the discordant counts and n; bootstrap rows: the stored interval)."""
+    e: dict[str, Any] = {"metric": check.metric, "expect": check.expect,
+                         "margin": check.margin, "margin_reason": check.margin_reason,
+                         "A": row.get(a_col, ""),
+                         "B": row.get(b_col, ""), "B − A": row["B − A"],
+                         "p": row["p"], "test": row["test"]}
+    diff = re.match(rf"\s*({_NUM})", row["B − A"])
+    e["diff_shown"] = _num(diff.group(1))
+    p0 = _num(row["p"])
+    mc = re.search(r"\((\d+) vs (\d+) discordant\)", row["test"])
+    if mc:
+        b10, b01 = int(mc.group(1)), int(mc.group(2))
+        n = int(row["n"]) if row.get("n", "").isdigit() else (
+            infer_n(e["A"], documented=documented_n) or infer_n(e["B"], documented=documented_n))
+        if n is None:
+            e["verdict"] = "pending: n not recoverable"
+        else:
+            e.update(_binary_entry(check, n, b01, b10, 100.0, p0), n=n)
+            # The stored B − A is rounded: recompute it from the counts.
+            e["diff_shown"] = 100.0 * (b01 - b10) / n
+    else:
+        iv = re.search(rf"\[({_NUM}),\s*({_NUM})\]", row["B − A"])
+        if iv:
+            lo, hi = _num(iv.group(1)), _num(iv.group(2))
+            e.update(interval=(lo, hi), interval_method="paired bootstrap",
+                     p_null=p0 if check.expect != "not_worse"
+                     else _mean_null_p(e["diff_shown"], lo, hi, check.null))
+        elif check.expect != "not_worse":
+            e["p_null"] = p0
+        else:
+            e["verdict"] = "pending: no interval stored"
+    e["95% CI"] = _fmt_interval(e.get("interval"))
+    return e
+
+
+def rejudge(rows: Sequence[Mapping[str, str]], checks: Sequence[Check],
+            a_col: str = "A", b_col: str = "B", alpha: float = ALPHA,
+            documented_n: int | None = None) -> list[dict[str, Any]]:
+    """Re-derives the verdicts of stored check rows (:func:`parse_check_table` of a results
+    file) under the current rules and ``checks`` (the registry's, with margins): a check's row
+    is the stored row of the same metric; ``not measured`` when there is none. n comes from
+    the row's ``n`` cell or :func:`infer_n` (``documented_n`` where the rounding is ambiguous)."""
+    by_metric = {r["metric"]: r for r in rows}
+    entries = [(_stored_entry(by_metric[c.metric], c, a_col, b_col, documented_n)
+                if c.metric in by_metric
+                else {"metric": c.metric, "expect": c.expect, "verdict": "not measured"})
+               for c in checks]
+    return judge(entries, checks, alpha)
+
+
+def pool_seed_checks(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Sequence[Check],
+                     alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """One claim over several training seeds, each check tested once on all seeds: binary
+    checks by the pooled McNemar / CMH test over seed strata (``stats.mcnemar_pooled``) with
+    Tango's interval on the pooled counts (this treats item × seed pairs as independent:
+    the test is exact under H0, the interval ignores the same item's correlation over seeds);
+    mean checks by inverse-variance pooling of the seeds' intervals. Then Holm and the words.
+    ``per_seed``: for each seed, its entries (:func:`rejudge` / :func:`evaluate_checks`),
+    which carry ``n``, ``b01``/``b10`` (or a ``test`` cell) and ``interval``."""
+    out = []
+    for j, check in enumerate(checks):
+        rows = [seed[j] for seed in per_seed]
+        e: dict[str, Any] = {"metric": check.metric, "expect": check.expect,
+                             "margin": check.margin, "margin_reason": check.margin_reason,
+                             "seeds": len(rows)}
+        counts = [_counts(r) for r in rows]
+        if all(c is not None for c in counts):
+            n = sum(c[0] for c in counts)
+            pooled = stats.mcnemar_pooled([c[1] for c in counts], [c[2] for c in counts])
+            e.update(_binary_entry(check, n, pooled["b01"], pooled["b10"], 100.0,
+                                   pooled["p_value"]), n=n,
+                     test=f"pooled McNemar / CMH over {len(rows)} seeds "
+                          f"({pooled['b10']} vs {pooled['b01']} discordant)")
+            e["diff_shown"] = 100.0 * (pooled["b01"] - pooled["b10"]) / n
+        elif all(r.get("interval") for r in rows):
+            pm = stats.pooled_mean_diff([r["diff_shown"] for r in rows],
+                                        [r["interval"][0] for r in rows],
+                                        [r["interval"][1] for r in rows])
+            e.update(diff_shown=pm["diff"], interval=(pm["lo"], pm["hi"]),
+                     interval_method="inverse-variance pooled", test="inverse-variance pooled",
+                     p_null=pm["p_value"] if check.expect != "not_worse"
+                     else _mean_null_p(pm["diff"], pm["lo"], pm["hi"], check.null))
+        else:
+            e["verdict"] = "pending: a seed lacks counts or an interval"
+        e["95% CI"] = _fmt_interval(e.get("interval"))
+        out.append(e)
+    return judge(out, checks, alpha)
+
+
+def _counts(entry: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(n, b01, b10) of a binary entry, from its fields or its McNemar ``test`` cell."""
+    if entry.get("n") is None:
+        return None
+    if "b01" in entry and "b10" in entry:
+        return int(entry["n"]), int(entry["b01"]), int(entry["b10"])
+    m = re.search(r"\((\d+) vs (\d+) discordant\)", str(entry.get("test", "")))
+    return (int(entry["n"]), int(m.group(2)), int(m.group(1))) if m else None
+
+
+def pool_claim(per_seed: Sequence[Sequence[Mapping[str, Any]]], alpha: float = ALPHA
+               ) -> dict[str, Any]:
+    """A claim's verdict over several seeds (:func:`pool_seed_checks`), its checks rebuilt
+    from the first seed's entries (metric, expect, margin, margin_reason):
+    ``{"checks", "verdict", "verdict_text"}``."""
+    checks = [Check(e["metric"], e["expect"], e.get("margin"), e.get("margin_reason", ""))
+              for e in per_seed[0]]
+    entries = pool_seed_checks(per_seed, checks, alpha)
+    return {"checks": entries, "verdict": claim_verdict([e["verdict"] for e in entries]),
+            "verdict_text": verdict_text(entries)}
+
+
+# --- Margins of the non-inferiority checks (fixed as data; docs/replication.md "Method") ---
+
+RATE_MARGIN = 2.0
+RATE_MARGIN_REASON = ("2 points: about the gains over DPR that PiCL and EADPR report (their "
+                      "Table 2: +0.2 to +3.6 points); a larger loss would cancel a typical gain")
+
+
+def not_worse(metric: str, margin: float = RATE_MARGIN,
+              reason: str = RATE_MARGIN_REASON) -> Check:
+    """A ``not_worse`` check with the registry's margin for rates (points) unless given."""
+    return Check(metric, "not_worse", margin, reason)

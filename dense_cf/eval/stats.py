@@ -22,6 +22,7 @@ import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy import optimize
 from scipy import stats as sp_stats
 
 __all__ = [
@@ -359,3 +360,118 @@ def compare_outcomes(metric: str, a: Any, b: Any, *, kind: str | None = None,
             "sentence": significance_sentence(metric, na, nb, scale * diff, p,
                                               test_cell.split(" (")[0], unit, alpha),
             "stats": raw, "scale": scale}
+
+
+# --- Verdict statistics (docs/replication.md "Method"; eval.claims) -------------------------
+
+def _tango_q(b01: int, b10: int, n: int, delta: float) -> float:
+    """Restricted MLE of P(only A right) under H0: P(only B right) − P(only A right) = delta
+    (the root of 2n·q² + W·q − b10·δ(1−δ) = 0, W = −(b01 + b10) + (2n − b01 + b10)·δ)."""
+    w = -(b01 + b10) + (2 * n - b01 + b10) * delta
+    return (math.sqrt(max(0.0, w * w + 8.0 * n * b10 * delta * (1.0 - delta))) - w) / (4.0 * n)
+
+
+def tango_score_z(b01: int, b10: int, n: int, delta: float) -> float:
+    """Tango's (1998) score statistic for H0: B − A = ``delta`` on paired binary outcomes.
+
+    ``b01``: items only B got right, ``b10``: only A, ``n``: paired items; B − A is the
+    difference of the two success rates as a fraction. ``z = (b01 − b10 − n·δ) /
+    sqrt(n·(2q̃ + δ(1 − δ)))``, q̃ the restricted MLE of P(only A right) (:func:`_tango_q`).
+    At δ = 0 it is McNemar's z, (b01 − b10)/sqrt(b01 + b10). ±inf where the null variance is 0.
+    """
+    b01, b10, n = int(b01), int(b10), int(n)
+    if n <= 0 or b01 < 0 or b10 < 0 or b01 + b10 > n:
+        raise ValueError(f"need 0 <= b01 + b10 <= n, n >= 1; got {b01}, {b10}, {n}")
+    if not -1.0 <= delta <= 1.0:
+        raise ValueError(f"delta must lie in [-1, 1], got {delta}")
+    num = b01 - b10 - n * delta
+    var = n * (2.0 * _tango_q(b01, b10, n, delta) + delta * (1.0 - delta))
+    if var <= 1e-300:
+        return 0.0 if abs(num) < 1e-12 else math.copysign(math.inf, num)
+    return num / math.sqrt(var)
+
+
+def tango_test(b01: int, b10: int, n: int, delta: float = 0.0) -> dict[str, float]:
+    """Two-sided score test of H0: B − A = ``delta`` (:func:`tango_score_z`):
+    ``{"z", "p_value"}``, ``p = 2·(1 − Φ(|z|))``. A non-inferiority check with margin m tests
+    δ = −m: p < α with z > 0 is exactly "the (1 − α) Tango interval's lower end is above −m"."""
+    z = tango_score_z(b01, b10, n, delta)
+    return {"z": z, "p_value": float(min(1.0, 2.0 * sp_stats.norm.sf(abs(z))))}
+
+
+def tango_interval(b01: int, b10: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Tango's score interval for B − A of paired proportions (fractions): every δ the score
+    test of :func:`tango_score_z` does not reject at 1 − ``conf``.
+
+    Chosen for the verdicts (docs/replication.md "Method") because it is the inversion of the
+    test the non-inferiority check uses, holds its level near nominal for small discordant
+    counts (Tango 1998; Newcombe 1998), and does not collapse to [0, 0] when no pair is
+    discordant (Wald and the paired bootstrap do): with b01 = b10 = 0 it is ±z²/(n + z²).
+    """
+    z = _z(conf)
+    d_hat = (int(b01) - int(b10)) / int(n)
+    f = lambda d: tango_score_z(b01, b10, n, d)  # noqa: E731 - decreasing in d
+    eps = 1e-12
+
+    def root(lo: float, hi: float, target: float) -> float:
+        if (f(lo) - target) * (f(hi) - target) > 0:
+            return lo if abs(f(lo) - target) < abs(f(hi) - target) else hi
+        return float(optimize.brentq(lambda d: f(d) - target, lo, hi, xtol=1e-12))
+
+    lower = -1.0 if f(-1.0 + eps) <= z else root(-1.0 + eps, d_hat, z)
+    upper = 1.0 if f(1.0 - eps) >= -z else root(d_hat, 1.0 - eps, -z)
+    return min(lower, d_hat), max(upper, d_hat)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error at α over the family): sort p
+    ascending, p̃_(j) = max_{i <= j} min(1, (m − i + 1)·p_(i)); reject H_j when p̃_j < α.
+    Returned in the input order."""
+    p = [float(x) for x in p_values]
+    if any(not 0.0 <= x <= 1.0 for x in p):
+        raise ValueError(f"p-values must lie in [0, 1], got {p}")
+    m, out, running = len(p), [0.0] * len(p), 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p[i])):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def mcnemar_pooled(b01: Sequence[int], b10: Sequence[int]) -> dict[str, Any]:
+    """Paired binary outcomes over several strata (training seeds): the Cochran–Mantel–Haenszel
+    test with one stratum per (item, seed) pair, which reduces to McNemar on the summed
+    discordant counts (docs/replication.md "Method").
+
+    Derivation: a stratum is the 2×2 table (run × right/wrong) of one item in one seed. A
+    concordant pair has zero variance under H0; a discordant one has E[B right] = 1/2 and
+    variance 1/4. So Σ(O − E) = (Σb01 − Σb10)/2, Σvar = (Σb01 + Σb10)/4, and
+    χ²_CMH = (Σb01 − Σb10)² / (Σb01 + Σb10) (1 df, no continuity correction). Its exact
+    conditional version: each discordant pair is B's with probability 1/2, independently
+    across strata (the seeds train independent models), so Σb01 ~ Bin(Σb01 + Σb10, 1/2).
+    Returns ``{"b01", "b10", "chi2", "p_chi2", "p_value"}`` (``p_value``: the exact one).
+    """
+    if len(b01) != len(b10) or not len(b01):
+        raise ValueError(f"need one (b01, b10) per stratum, got {len(b01)} and {len(b10)}")
+    s01, s10 = int(sum(b01)), int(sum(b10))
+    m = s01 + s10
+    chi2 = 0.0 if m == 0 else (s01 - s10) ** 2 / m
+    p_exact = 1.0 if m == 0 else min(1.0, 2.0 * float(sp_stats.binom.cdf(min(s01, s10), m, 0.5)))
+    return {"b01": s01, "b10": s10, "chi2": chi2, "p_chi2": float(sp_stats.chi2.sf(chi2, 1)),
+            "p_value": p_exact}
+
+
+def pooled_mean_diff(diffs: Sequence[float], los: Sequence[float], his: Sequence[float],
+                     conf: float = 0.95) -> dict[str, float]:
+    """Fixed-effect (inverse-variance) pooling of per-seed paired mean differences, each given
+    with its ``conf`` interval (a paired bootstrap's): se_s = (hi − lo)/(2z), weights 1/se²,
+    ``{"diff", "lo", "hi", "p_value"}`` (normal; for stored results where only the intervals
+    are kept). Every se must be > 0."""
+    z = _z(conf)
+    d = np.asarray(diffs, float)
+    se = (np.asarray(his, float) - np.asarray(los, float)) / (2 * z)
+    if d.shape != se.shape or d.size == 0 or (se <= 0).any():
+        raise ValueError("need equal-length diffs and intervals of positive width")
+    w = 1.0 / se ** 2
+    est, s = float((w * d).sum() / w.sum()), float(1.0 / math.sqrt(w.sum()))
+    return {"diff": est, "lo": est - z * s, "hi": est + z * s,
+            "p_value": float(min(1.0, 2.0 * sp_stats.norm.sf(abs(est / s))))}
