@@ -36,7 +36,9 @@ def _write(self, step, metrics, **kw):
     out = _real(self, step, metrics, **kw)
     with open(os.environ["STEP_MARKER"], "a") as f:
         f.write(f"STEP {int(step)}\\n")
-    time.sleep(0.3)
+    # The full-disk test gives a background save time to fail before the next step from step 6
+    # on (STEP_SLEEP_LATE): 0.3 s was not always enough on a loaded 2-core machine.
+    time.sleep(float(os.environ.get("STEP_SLEEP_LATE", "0.3")) if int(step) >= 6 else 0.3)
     return out
 metric_writer.MetricWriter.write = _write
 from dense_cf.main import run
@@ -240,7 +242,8 @@ def test_full_disk_stops_training_with_one_line_then_resumes(tmp_path):
              f"mkdir {mnt}/w && mount -t tmpfs -o size=1m tmpfs {mnt}/w && "
              f"{sys.executable} {script} {mnt}/w")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
-               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, STEP_MARKER=str(tmp_path / "marker"))
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, STEP_MARKER=str(tmp_path / "marker"),
+               STEP_SLEEP_LATE="1.0")
     env.pop("DENSE_CF_TRACEBACK", None)
     r = subprocess.run(["unshare", "-rm", "sh", "-c", shell], cwd=ROOT, capture_output=True,
                        text=True, timeout=600, env=env)

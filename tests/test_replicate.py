@@ -97,7 +97,7 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
     assert [k["metric"] for k in by_id["picl-aar"]["per_seed"][0]["checks"]] == ["AAR"]
     assert all(k["metric"].startswith("AAR (") for k in by_id["picl-type"]["per_seed"][0]["checks"])
     assert set(saved["setup"]["runs"]) == {"dpr", "picl", "dcsr_dpr", "dcsr_dcsr"}
-    assert "| claim | paper | what the paper says |" in md and "## Runs" in md
+    assert "| claim | status | paper | what the paper says |" in md and "## Runs" in md
     assert all(isinstance(m, float) for m in saved["setup"]["minutes_per_run"].values())
     # Re-running reuses every finished run.
     caplog.set_level("INFO")
