@@ -9,7 +9,7 @@ import os
 import pytest
 
 from configs import picl_ablation
-from dense_cf.bench import ablation as bench
+from dense_cf.studies import ablation as bench
 from dense_cf.configs.ablation import ROWS
 from dense_cf.configs.presets import demo_config
 from dense_cf.methods.contrastive import PICL_LOSS

@@ -4,7 +4,7 @@ statistics and marginalisation ranks (the study end to end is in tests/test_repl
 import numpy as np
 import pytest
 
-from dense_cf.bench import data_stats
+from dense_cf.studies import data_stats
 from dense_cf.eval import marginalize as mg
 
 

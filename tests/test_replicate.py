@@ -8,7 +8,7 @@ import os
 import pytest
 
 from dense_cf import methods
-from dense_cf.bench import replicate as rep
+from dense_cf.studies import replicate as rep
 from dense_cf.eval import claims
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 

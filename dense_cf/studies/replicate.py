@@ -36,10 +36,10 @@ import ml_collections
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.bench import ablation as ablation_lib
-from dense_cf.bench import data_stats as data_stats_lib
-from dense_cf.bench import dcsr as dcsr_lib
-from dense_cf.bench import marginalize as marginalize_lib
+from dense_cf.studies import ablation as ablation_lib
+from dense_cf.studies import data_stats as data_stats_lib
+from dense_cf.studies import dcsr as dcsr_lib
+from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.configs.presets import with_method
 from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib

@@ -45,7 +45,7 @@ import numpy as np
 from absl import flags
 
 from dense_cf import app as _app
-from dense_cf.bench import marginalize as marginalize_lib
+from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.eval import marginalize as mg
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
