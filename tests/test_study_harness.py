@@ -4,6 +4,7 @@ summary over seeds."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -192,3 +193,15 @@ def test_finished_eval_dir_ignores_added_token_init_for_methods_without_added_to
     write_json(os.path.join(tmp_path, "config.json"), saved)
     with pytest.raises(ValueError, match="dcsr.sent_init"):
         harness.finished_eval_dir(str(tmp_path), c)
+
+
+@pytest.mark.parametrize("name", ["replicate", "ablation", "multihop", "marginalize",
+                                  "data_stats", "dcsr"])
+def test_former_bench_commands_import_the_studys_main(name):
+    # python -m dense_cf.bench.<name> runs bench/<name>/__main__.py: the study's main and
+    # FLAGS, imported (no runpy, no second copy of the binary).
+    alias = importlib.import_module(f"dense_cf.bench.{name}.__main__")
+    study = importlib.import_module(f"dense_cf.studies.{name}")
+    assert alias.study is study and callable(study.main)
+    assert isinstance(study.FLAGS, flags.FlagValues) and "seeds" in study.FLAGS
+    assert not (ROOT / "bench" / f"{name}.py").exists()   # git follows the rename
