@@ -51,6 +51,7 @@ _METHODS = flags.DEFINE_list(
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
 _SEEDS = harness.define_seeds(flags.FLAGS, "Training seeds (config.seed): each method is trained "
                               "once per seed; with several, the mean and spread over seeds too.")
+flags.declare_key_flag("seeds")  # defined in the harness, listed in this binary's --help
 _READER = flags.DEFINE_bool("reader", True, "Also train the small extractive reader on the first "
                             "method's results and report end-to-end EM per retriever.")
 
