@@ -15,7 +15,7 @@ benchmark with MiniLM, ``configs/demo.py``). ``tau=0.2`` sets every non-zero τ 
 paper's limited-compute setting, probably Table 4's).
 
 Example: ``python -m dense_cf.main --config=configs/picl_ablation.py:dpr_chn,demo
---workdir=runs/abl_dpr_chn``. All rows with statistics: ``python -m dense_cf.bench.ablation``.
+--workdir=runs/abl_dpr_chn``. All rows with statistics: ``python -m dense_cf.studies.ablation``.
 """
 
 from dense_cf.configs.ablation import ablation_config, parse_arg

@@ -40,6 +40,7 @@ from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import UserError
 from dense_cf.mining.reader_data import split_files
+from dense_cf.studies import harness
 from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
@@ -48,8 +49,9 @@ _METHODS = flags.DEFINE_list(
     "i.e. dense_cf.configs.presets.demo_config): dpr, picl, eadpr, dcsr; the first is the "
     "baseline every other one is compared with.")
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): each method is trained "
-                           "once per seed; with several, the mean and spread over seeds too.")
+_SEEDS = harness.define_seeds(flags.FLAGS, "Training seeds (config.seed): each method is trained "
+                              "once per seed; with several, the mean and spread over seeds too.")
+flags.declare_key_flag("seeds")  # defined in the harness, listed in this binary's --help
 _READER = flags.DEFINE_bool("reader", True, "Also train the small extractive reader on the first "
                             "method's results and report end-to-end EM per retriever.")
 
@@ -141,10 +143,9 @@ def paired_results(run_dirs: dict[str, str], results: dict[str, dict],
     out: list[tuple[str, str, dict[str, Any] | Exception]] = []
     for base, other in (pairs if pairs is not None else [(names[0], n) for n in names[1:]]):
         try:
-            res = compare_lib.compare(run_dirs[base], run_dirs[other],
-                                      step_a=results[base].get("step"),
-                                      step_b=results[other].get("step"), seed=seed,
-                                      names=(base, other), verbose=False)
+            res = harness.compare_runs((run_dirs[base], results[base].get("step")),
+                                       (run_dirs[other], results[other].get("step")),
+                                       (base, other), seed=seed)
         except (ValueError, FileNotFoundError) as e:
             res = e
         out.append((base, other, res))
@@ -272,7 +273,7 @@ def run_demo(workdir: str) -> None:
     tensorflow_for_host()
     t_start = time.perf_counter()
 
-    seeds = [int(x) for x in _SEEDS.value]
+    seeds = harness.parse_seeds(_SEEDS.value)
     results, run_dirs, method_seed, runs = {}, {}, {}, {}
     for seed in seeds:
         for method in _METHODS.value:
@@ -283,7 +284,7 @@ def run_demo(workdir: str) -> None:
                 cfg.train.num_steps = _STEPS.value
             # One seed: the run is named by its method; seed N > 0 trains in <method>_seedN.
             name = method if len(seeds) == 1 else f"{method} (seed {seed})"
-            run_dirs[name] = os.path.join(workdir, method + (f"_seed{seed}" if seed else ""))
+            run_dirs[name] = harness.run_dir(workdir, method, seed)
             method_seed[name] = (method, seed)
             logging.info("=== demo: training %s ===", name)
             summary = train(cfg, run_dirs[name])
@@ -297,8 +298,7 @@ def run_demo(workdir: str) -> None:
         spread = stats.seed_table(numeric, ("method",),
                                   [c for c in dict.fromkeys(k for r in numeric for k in r)
                                    if c not in ("method", "seed")])
-        table += (f"\n\n## Mean ± std [min, max] over seeds {seeds}\n\n"
-                  + report_lib.markdown_table(spread, list(spread[0])))
+        table += "\n\n" + harness.spread_section(seeds, spread)
     diffs = {}
     for name in results:
         path = os.path.join(run_dirs[name], "eval", f"step_{results[name]['step']}",

@@ -1,5 +1,5 @@
 """PiCL's ablation (issue 19): the rows of ``configs/picl_ablation.py`` and
-``dense_cf.bench.ablation`` on a tiny random BERT (3 steps), including a resumed re-run."""
+``dense_cf.studies.ablation`` on a tiny random BERT (3 steps), including a resumed re-run."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import os
 import pytest
 
 from configs import picl_ablation
-from dense_cf.bench import ablation as bench
 from dense_cf.configs.ablation import ROWS
 from dense_cf.configs.presets import demo_config
 from dense_cf.methods.contrastive import PICL_LOSS
+from dense_cf.studies import ablation as bench
 
 # row -> (method, use_dpr, lam, tau1, tau2, counterfactual)
 EXPECTED = {
@@ -107,65 +107,3 @@ def test_bench_tiny_and_rerun(tmp_path, caplog):
     assert [r["top-1"] for r in again["runs"]] == [r["top-1"] for r in res["runs"][:3]]
     with pytest.raises(ValueError, match="another config"):
         bench.run_ablation(out, ["dpr_chn"], **dict(kw, steps=4))
-
-
-def test_finished_eval_dir_takes_relative_paths(tmp_path, monkeypatch):
-    # A run saves its config with absolute paths; a relative --out must still match it.
-    from dense_cf.configs.base import base_config, resolve_paths
-    from dense_cf.files import write_json
-    monkeypatch.chdir(tmp_path)
-    c = base_config()
-    c.data.data_dir = "out/data"
-    os.makedirs("out/run")
-    write_json("out/run/config.json", json.loads(resolve_paths(c).to_json_best_effort()))
-    assert bench.finished_eval_dir("out/run", c) is None  # same config, not trained yet
-    c.data.data_dir = "out/other"
-    with pytest.raises(ValueError, match="data.data_dir"):
-        bench.finished_eval_dir("out/run", c)
-
-
-def test_finished_eval_dir_reads_fields_added_since_at_their_defaults(tmp_path):
-    # A run saved before a config field existed was trained as if it had the default.
-    from dense_cf.configs.base import base_config, resolve_paths
-    from dense_cf.files import write_json
-    c = resolve_paths(base_config())
-    saved = json.loads(c.to_json_best_effort())
-    del saved["data"]["synthetic"]["world"], saved["reader"]
-    write_json(os.path.join(tmp_path, "config.json"), saved)
-    assert bench.finished_eval_dir(str(tmp_path), c) is None   # reusable, not trained yet
-    c.data.synthetic.world = "mixed"                             # not the default: refused
-    with pytest.raises(ValueError, match="data.synthetic.world"):
-        bench.finished_eval_dir(str(tmp_path), c)
-
-
-def test_finished_eval_dir_reuses_a_run_that_differs_only_in_implementation(tmp_path):
-    # The attention kernel is an implementation choice (same math): a finished run is reused.
-    from dense_cf.configs.base import base_config, resolve_paths
-    from dense_cf.files import write_json
-    c = resolve_paths(base_config())
-    saved = json.loads(c.to_json_best_effort())
-    saved["model"]["attention_impl"] = "einsum"
-    write_json(os.path.join(tmp_path, "config.json"), saved)
-    assert c.model.attention_impl != "einsum"
-    assert bench.finished_eval_dir(str(tmp_path), c) is None   # reusable, not trained yet
-    c.model.dropout = 0.0                                        # a real difference: refused
-    with pytest.raises(ValueError, match="model.dropout"):
-        bench.finished_eval_dir(str(tmp_path), c)
-
-
-def test_finished_eval_dir_ignores_added_token_init_for_methods_without_added_tokens(tmp_path):
-    # dcsr.sent_init initialises DCSR's <sent> row only: a DPR run saved under another value is
-    # reused; a DCSR run is refused, since for it the field changes the model.
-    from dense_cf.configs.base import base_config, resolve_paths
-    from dense_cf.files import write_json
-    c = resolve_paths(base_config())
-    saved = json.loads(c.to_json_best_effort())
-    saved["dcsr"]["sent_init"] = "cls"
-    write_json(os.path.join(tmp_path, "config.json"), saved)
-    assert c.method == "dpr" and c.dcsr.sent_init != "cls"
-    assert bench.finished_eval_dir(str(tmp_path), c) is None
-    c.method = "dcsr"
-    saved["method"] = "dcsr"
-    write_json(os.path.join(tmp_path, "config.json"), saved)
-    with pytest.raises(ValueError, match="dcsr.sent_init"):
-        bench.finished_eval_dir(str(tmp_path), c)

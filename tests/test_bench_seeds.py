@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from dense_cf.bench import data_stats as data_stats_bench
-from dense_cf.bench import marginalize as marginalize_bench
-from dense_cf.bench import multihop as multihop_bench
 from dense_cf.eval import stats
+from dense_cf.studies import data_stats as data_stats_bench
+from dense_cf.studies import marginalize as marginalize_bench
+from dense_cf.studies import multihop as multihop_bench
 
 
 def _cell(values, signed=False):

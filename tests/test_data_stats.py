@@ -4,8 +4,8 @@ statistics and marginalisation ranks (the study end to end is in tests/test_repl
 import numpy as np
 import pytest
 
-from dense_cf.bench import data_stats
 from dense_cf.eval import marginalize as mg
+from dense_cf.studies import data_stats
 
 
 def test_fraction_steps_keep_epochs_equal():

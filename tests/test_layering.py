@@ -16,8 +16,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
 
 # Bottom to top. A module may import only packages at or below its own rank.
 LAYERS = ("console", "progress", "files", "app", "text", "configs", "losses", "datasets", "models", "parallel",
-          "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "mining")
-TOP = ("experiment", "main", "demo", "cli", "bench", "export_hf")
+          "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "mining",
+          "experiment", "studies")
+TOP = ("main", "demo", "cli", "bench", "export_hf")
 
 # Third-party modules that may be imported inside a function: optional or heavy, and only
 # some code paths need them (the TF-free core must not pull TensorFlow in at import time).

@@ -54,7 +54,7 @@ def test_mdr_trains_and_evaluates(tmp_path):
     labels = [r["metric"] for r in result["rows"]]
     assert "top-2" in labels and "AAR (hop1)" in labels and "AAR (hop2)" in labels
     # The benchmark's paired rows read the same per-question outcomes.
-    from dense_cf.bench import multihop as bench
+    from dense_cf.studies import multihop as bench
     rows = bench.paired_rows(rep, rep, bench._aar(d), bench._aar(d), ("A", "B"))
     assert {"chain R@2", "MDR R@10", "hop-1 R@2", "answer R@10", "AAR hop2"} <= {
         r["metric"] for r in rows}

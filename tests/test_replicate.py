@@ -8,9 +8,9 @@ import os
 import pytest
 
 from dense_cf import methods
-from dense_cf.bench import replicate as rep
 from dense_cf.eval import claims
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
+from dense_cf.studies import replicate as rep
 
 
 def test_check_verdict_refuses_unknown_expectation():

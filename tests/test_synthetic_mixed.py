@@ -217,7 +217,7 @@ def test_benchmarks_refuse_data_of_other_settings(tmp_path):
 
 
 def test_bench_marginalize_domain_settings():
-    from dense_cf.bench import marginalize as bench_mg
+    from dense_cf.studies import marginalize as bench_mg
 
     assert bench_mg.per_domain([], 3, "entity", "--worlds") == ["entity"] * 3
     assert bench_mg.per_domain(["entity", "mixed"], 2, "entity", "--worlds") == ["entity", "mixed"]

@@ -1,5 +1,5 @@
 """PiCL's ablation rows (PiCL Table 4; docs/ablation.md), written once for the config file
-``configs/picl_ablation.py`` and the benchmark ``dense_cf.bench.ablation``.
+``configs/picl_ablation.py`` and the benchmark ``dense_cf.studies.ablation``.
 
 Loss terms (docs/method.md §3: L = use_dpr·L_dpr + τ1·L_chn + τ2·L_cpp):
 

@@ -207,7 +207,7 @@ def mdr_reader_config() -> ml_collections.ConfigDict:
     (MiniLM's first 3 layers, 4 passages, 300 steps of 4 questions) over MDR's top chains, each
     chain one passage of two synthetic paragraphs (about 170 word pieces, 212 at the 90th
     percentile), hence 256 word pieces; ``reader.train_file`` / ``dev_file`` are set by
-    ``dense_cf.bench.multihop``."""
+    ``dense_cf.studies.multihop``."""
     c = reader_demo_config()
     c.reader.train_file = c.reader.dev_file = ""
     c.reader.max_len = 256
@@ -215,7 +215,7 @@ def mdr_reader_config() -> ml_collections.ConfigDict:
     return c
 
 
-# What the multi-hop benchmark's reader reads (dense_cf.bench.multihop; docs/multihop.md).
+# What the multi-hop benchmark's reader reads (dense_cf.studies.multihop; docs/multihop.md).
 MDR_READER = {"train_questions": 400, "dev_questions": 64, "k": 20, "eval_ks": (1, 5, 10)}
 
 # What the demo's reader stage reads and writes (dense_cf.demo; docs/readers.md, "Demo").

@@ -1,6 +1,6 @@
 """Data-efficiency study of encoder attribution: data statistics vs each encoder's marginal.
 
-``python -m dense_cf.bench.data_stats [--fractions 0.1,0.25,0.4,0.7,1.0] [--steps 100]
+``python -m dense_cf.studies.data_stats [--fractions 0.1,0.25,0.4,0.7,1.0] [--steps 100]
 [--passages 2000] [--test_questions 300] [--world mixed] [--qpp 3] [--model minilm]
 [--seeds 0] [--out runs/bench_data_stats]``
 
@@ -10,7 +10,7 @@ The attribution paper's §10 (Fig. 3/4, Tables 3/4) on one synthetic world:
    paragraphs; ``--qpp 3``: up to three questions per positive passage, as SQuAD asks per
    paragraph);
 2. trains DPR on nested random fractions of its training set (``config.data.train_fraction``,
-   the study's seed; ``bench.marginalize.domain_config``'s lengths and optimiser). Epochs as in
+   the study's seed; ``configs.studies.domain_config``'s lengths and optimiser). Epochs as in
    the paper: fraction f trains ``round(f × --steps)`` steps, so every run sees the same number
    of epochs of its own subset;
 3. computes the training-data statistics of every fraction (``mining.stats.file_stats`` on the
@@ -29,8 +29,8 @@ Resumable: the world, finished runs (checkpoints), exports and indexes are reuse
 command is run again with the same ``--out``. Writes ``summary.json`` and ``report.md``.
 
 ``--seeds`` runs the study once per seed (the world's, the subsets' and the training seed):
-seed 0 in ``--out``, seed N > 0 in ``<out>_seedN`` beside it (``bench.replicate``'s layout of a
-study over seeds). With several seeds it then prints, and writes to
+seed 0 in ``--out``, seed N > 0 in ``<out>_seedN`` beside it (``studies.harness.seed_out``, the
+layout of a study over seeds). With several seeds it then prints, and writes to
 ``<out>/over_seeds.{json,md}``, the per-fraction table and the claim rows' B − A (40 % vs 100 %
 in points, ρ) as mean ± std [min, max] over the seeds.
 """
@@ -45,7 +45,7 @@ import numpy as np
 from absl import flags
 
 from dense_cf import app as _app
-from dense_cf.bench import marginalize as marginalize_lib
+from dense_cf.configs.studies import domain_config
 from dense_cf.eval import marginalize as mg
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -53,6 +53,7 @@ from dense_cf.eval.stats import ALPHA
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import atomic_open, write_json
 from dense_cf.mining import stats as data_stats
+from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
 DEFAULT_FRACTIONS = (0.1, 0.25, 0.4, 0.7, 1.0)
@@ -60,28 +61,25 @@ FULL, REDUCED = 1.0, 0.4  # Table 4: the passage encoder of 40 % against that of
 SWAP_NAMES = ("P 100 %", "P 40 %")
 TREND_NAMES = ("data statistic", "encoder marginal")
 
-FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+FLAGS = flags.FlagValues()  # its own: tests import several studies in one process
+_F = harness.define_study_flags(
+    FLAGS, out="runs/bench_data_stats", steps=100,
+    help={"steps": "Training steps of the 100 % run; fraction f trains round(f * steps).",
+          "batch": "Global training batch.",
+          "model": "minilm, a local HF dir, or 'tiny' (random).",
+          "seeds": "Data, subset and training seeds: the study once per seed (seed N > 0 in "
+                   "<out>_seedN); with several, the mean and spread over seeds too."})
 _FRACTIONS = flags.DEFINE_list("fractions", [str(f) for f in DEFAULT_FRACTIONS],
                                "Training-set fractions (nested subsets).", flag_values=FLAGS)
-_STEPS = flags.DEFINE_integer("steps", 100, "Training steps of the 100 % run; fraction f trains "
-                              "round(f * steps).", flag_values=FLAGS)
 _PASSAGES = flags.DEFINE_integer("passages", 2000, "Passages in the world.", flag_values=FLAGS)
 _TEST = flags.DEFINE_integer("test_questions", 300, "Test questions.", flag_values=FLAGS)
 _WORLD = flags.DEFINE_string("world", "mixed", "Synthetic world (entity | mixed).",
                              flag_values=FLAGS)
 _QPP = flags.DEFINE_integer("qpp", 3, "Questions per positive passage.", flag_values=FLAGS)
-_MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tiny' (random).",
-                             flag_values=FLAGS)
-_BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
-_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
 _KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Data, subset and training seeds: the study once per "
-                           "seed (seed N > 0 in <out>_seedN); with several, the mean and spread "
-                           "over seeds too.", flag_values=FLAGS)
 _THRESHOLD = flags.DEFINE_integer("threshold", 2, "Overlap: positives of >= this many questions.",
                                   flag_values=FLAGS)
 _ALPHA = flags.DEFINE_float("alpha", 1.3, "Unique coverage exponent.", flag_values=FLAGS)
-_OUT = flags.DEFINE_string("out", "runs/bench_data_stats", "Output directory.", flag_values=FLAGS)
 
 
 def fraction_steps(steps: int, fraction: float) -> int:
@@ -189,9 +187,8 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
     for n, f in enumerate(fractions, 1):
         name = fraction_label(f)
         wd = os.path.join(out, "runs", name)
-        cfg = marginalize_lib.domain_config(data_dir, model=model,
-                                            steps=fraction_steps(steps, f), batch=batch, lr=lr,
-                                            seed=seed)
+        cfg = domain_config(data_dir, model=model,
+                            steps=fraction_steps(steps, f), batch=batch, lr=lr, seed=seed)
         cfg.data.train_fraction, cfg.data.train_fraction_seed = f, seed
         t1 = time.perf_counter()
         summary = train(cfg, wd)
@@ -256,19 +253,19 @@ def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
     """:func:`run_study` once per seed, summarised by :func:`over_seeds`
-    (``bench.marginalize.study_over_seeds``: seed N > 0 in ``<out>_seedN``)."""
-    return marginalize_lib.study_over_seeds(run_study, over_seeds, out, seeds, **kw)
+    (``harness.study_over_seeds``: seed N > 0 in ``<out>_seedN``)."""
+    return harness.study_over_seeds(run_study, over_seeds, out, seeds, **kw)
 
 
 def main(argv) -> None:
     del argv
-    seeds = [int(s) for s in _SEEDS.value]
-    res = run_seeds(_OUT.value, seeds, fractions=[float(f) for f in _FRACTIONS.value],
-                    steps=_STEPS.value, passages=_PASSAGES.value, test_questions=_TEST.value,
-                    world=_WORLD.value, qpp=_QPP.value, model=_MODEL.value, batch=_BATCH.value,
-                    lr=_LR.value, ks=[int(k) for k in _KS.value], threshold=_THRESHOLD.value,
-                    alpha=_ALPHA.value)
-    marginalize_lib.print_over_seeds(_OUT.value, seeds, res)
+    seeds = _F.seed_list()
+    res = run_seeds(_F.out.value, seeds, fractions=[float(f) for f in _FRACTIONS.value],
+                    steps=_F.steps.value, passages=_PASSAGES.value, test_questions=_TEST.value,
+                    world=_WORLD.value, qpp=_QPP.value, model=_F.model.value,
+                    batch=_F.batch.value, lr=_F.lr.value, ks=[int(k) for k in _KS.value],
+                    threshold=_THRESHOLD.value, alpha=_ALPHA.value)
+    harness.print_over_seeds(_F.out.value, seeds, res)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Encoder-marginalisation benchmark on the multi-domain synthetic world (docs/method.md §7).
 
-``python -m dense_cf.bench.marginalize [--domains 3] [--steps 100] [--passages 1000]
+``python -m dense_cf.studies.marginalize [--domains 3] [--steps 100] [--passages 1000]
 [--worlds entity,mixed,entity] [--qpp 1,3,1] [--model minilm] [--seeds 0]
 [--out runs/bench_marginalize]``
 
@@ -22,47 +22,45 @@ Everything is resumable: existing data, finished runs (checkpoints), exports and
 reused when the command is run again with the same ``--out``.
 
 ``--seeds`` runs the study once per seed (the domains' data, the training and the bootstrap
-seed): seed 0 in ``--out``, seed N > 0 in ``<out>_seedN`` beside it (``bench.replicate``'s
-layout of a study over seeds). With several seeds it then prints, and writes to
+seed): seed 0 in ``--out``, seed N > 0 in ``<out>_seedN`` beside it (``studies.harness.seed_out``,
+the layout of a study over seeds). With several seeds it then prints, and writes to
 ``<out>/over_seeds.{json,md}``, the summary figures and the in-domain P − Q as mean ± std
 [min, max] over the seeds.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from absl import flags
 
 from dense_cf import app as _app
-from dense_cf.configs.base import base_config
+from dense_cf.configs.studies import domain_config
 from dense_cf.eval import marginalize as mg
 from dense_cf.eval import stats
-from dense_cf.eval.report import atomic_open, markdown_table, write_json
+from dense_cf.eval.report import markdown_table, write_json
 from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
-FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
+FLAGS = flags.FlagValues()  # its own: tests import several studies in one process
+_F = harness.define_study_flags(
+    FLAGS, out="runs/bench_marginalize", steps=100,
+    help={"steps": "Training steps per domain model.", "batch": "Global training batch.",
+          "model": "minilm, a local HF dir, or 'tiny' (random).",
+          "seeds": "Data and training seeds: the study once per seed (seed N > 0 in "
+                   "<out>_seedN); with several, the mean and spread over seeds too."})
 _DOMAINS = flags.DEFINE_integer("domains", 3, "Number of synthetic domains (1-3).", flag_values=FLAGS)
-_STEPS = flags.DEFINE_integer("steps", 100, "Training steps per domain model.", flag_values=FLAGS)
 _PASSAGES = flags.DEFINE_integer("passages", 1000, "Passages per domain.", flag_values=FLAGS)
 _TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per domain.", flag_values=FLAGS)
 _WORLDS = flags.DEFINE_list("worlds", [], "Per-domain synthetic world (entity | mixed); empty: "
                             "entity for all.", flag_values=FLAGS)
 _QPP = flags.DEFINE_list("qpp", [], "Per-domain questions per positive passage; empty: 1 for all.",
                          flag_values=FLAGS)
-_MODEL = flags.DEFINE_string("model", "minilm", "minilm, a local HF dir, or 'tiny' (random).", flag_values=FLAGS)
-_BATCH = flags.DEFINE_integer("batch", 16, "Global training batch.", flag_values=FLAGS)
-_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
 _KS = flags.DEFINE_list("k", ["1", "5", "20"], "Top-k cut-offs.", flag_values=FLAGS)
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Data and training seeds: the study once per seed "
-                           "(seed N > 0 in <out>_seedN); with several, the mean and spread over "
-                           "seeds too.", flag_values=FLAGS)
-_OUT = flags.DEFINE_string("out", "runs/bench_marginalize", "Output directory.", flag_values=FLAGS)
 
 
 def per_domain(values: list[str], n: int, default: str, flag: str) -> list[str]:
@@ -79,29 +77,6 @@ def domain_label(types, world: str, qpp: int) -> str:
     passage when they are not the defaults."""
     return (synthetic.domain_name(types) + ("" if world == "entity" else f"_{world}")
             + ("" if qpp == 1 else f"_q{qpp}"))
-
-
-def domain_config(data_dir: str, *, model: str, steps: int, batch: int, lr: float, seed: int):
-    """DPR on one synthetic domain, with configs/demo.py's lengths and optimiser settings."""
-    c = base_config()
-    c.method = "dpr"
-    c.seed = seed
-    c.model.name_or_path = model
-    c.data.data_dir = data_dir
-    c.data.train_file, c.data.dev_file = "biencoder-synth-train.json", "biencoder-synth-dev.json"
-    c.data.corpus_file, c.data.test_file = "psgs_synth.tsv", "synth-test.qa.csv"
-    c.data.gold_file = "synth-test_gold_info.json"
-    c.data.max_q_len, c.data.max_p_len = 32, 96
-    c.train.global_batch = batch
-    c.train.num_steps = steps
-    c.train.log_every = max(1, steps // 5)
-    c.train.checkpoint_every = steps
-    c.train.eval_every = 0
-    c.optim.learning_rate = lr
-    c.optim.warmup_steps = max(1, steps // 10)
-    c.eval.embedding_dtype = "float32"
-    c.eval.batch_size = 64
-    return c
 
 
 def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1000,
@@ -192,11 +167,6 @@ def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1
 SUMMARY_METRICS = ("tandem", "Q_in_domain_%", "P_in_domain_%", "mean_off_diagonal")
 
 
-def seed_out(out: str, seed: int) -> str:
-    """Seed ``seed``'s study directory: ``out`` for seed 0, ``<out>_seedN`` beside it for N > 0."""
-    return os.path.normpath(out) + (f"_seed{seed}" if seed else "")
-
-
 def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean ± std [min, max] over the seeds' :func:`run_study` results: the summary figures per
     test domain and k (``seed_spread``) and the in-domain P − Q in points (``seed_diff``);
@@ -218,52 +188,20 @@ def over_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"seeds": seeds, "seed_spread": spread, "seed_diff": diff, "markdown": md}
 
 
-def study_over_seeds(study: Callable[..., dict[str, Any]],
-                     summarise: Callable[[Sequence[dict[str, Any]]], dict[str, Any]], out: str,
-                     seeds: Sequence[int], **kw: Any) -> dict[str, Any]:
-    """``study`` (a ``run_study``; ``kw``: its keyword arguments but ``seed``) once per seed into
-    :func:`seed_out`; with one seed its result, with several ``summarise`` of them, also written
-    to ``out/over_seeds.{json,md}``, with each seed's ``summary.json`` under ``summaries`` and
-    the seeds' results under ``per_seed``."""
-    results = [study(seed_out(out, int(s)), seed=int(s), **kw) for s in seeds]
-    if len(results) == 1:
-        return results[0]
-    res = summarise(results)
-    res["summaries"] = {s: os.path.join(os.path.abspath(seed_out(out, s)), "summary.json")
-                        for s in res["seeds"]}
-    write_json(os.path.join(out, "over_seeds.json"),
-               {k: v for k, v in res.items() if k != "markdown"})
-    with atomic_open(os.path.join(out, "over_seeds.md")) as f:
-        f.write(res["markdown"])
-    return {**res, "per_seed": results}
-
-
-def print_over_seeds(out: str, seeds: Sequence[int], res: dict[str, Any]) -> None:
-    """A study command's output: its ``summary.json`` path as JSON; with several seeds first
-    the over-seeds tables, and the JSON adds the seeds' summaries and ``over_seeds.json``."""
-    summary = os.path.join(os.path.abspath(out), "summary.json")
-    if len(seeds) == 1:
-        print(json.dumps({"summary": summary}))
-        return
-    print("\n" + res["markdown"])
-    print(json.dumps({"summary": summary, "summaries": res["summaries"],
-                      "over_seeds": os.path.join(os.path.abspath(out), "over_seeds.json")}))
-
-
 def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any]:
     """:func:`run_study` once per seed, summarised by :func:`over_seeds`
-    (:func:`study_over_seeds`)."""
-    return study_over_seeds(run_study, over_seeds, out, seeds, **kw)
+    (``harness.study_over_seeds``: seed N > 0 in ``<out>_seedN``)."""
+    return harness.study_over_seeds(run_study, over_seeds, out, seeds, **kw)
 
 
 def main(argv) -> None:
     del argv
-    seeds = [int(s) for s in _SEEDS.value]
-    res = run_seeds(_OUT.value, seeds, domains=_DOMAINS.value, steps=_STEPS.value,
+    seeds = _F.seed_list()
+    res = run_seeds(_F.out.value, seeds, domains=_DOMAINS.value, steps=_F.steps.value,
                     passages=_PASSAGES.value, test_questions=_TEST.value, worlds=_WORLDS.value,
-                    qpp=[int(q) for q in _QPP.value], model=_MODEL.value, batch=_BATCH.value,
-                    lr=_LR.value, ks=[int(k) for k in _KS.value])
-    print_over_seeds(_OUT.value, seeds, res)
+                    qpp=[int(q) for q in _QPP.value], model=_F.model.value, batch=_F.batch.value,
+                    lr=_F.lr.value, ks=[int(k) for k in _KS.value])
+    harness.print_over_seeds(_F.out.value, seeds, res)
 
 
 if __name__ == "__main__":

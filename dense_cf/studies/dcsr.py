@@ -1,6 +1,6 @@
 """DPR vs DCSR on the synthetic benchmark, one question per passage vs many (docs/method.md §4).
 
-``python -m dense_cf.bench.dcsr [--steps 40] [--num_passages 800] [--qpp 3] [--out DIR]
+``python -m dense_cf.studies.dcsr [--steps 40] [--num_passages 800] [--qpp 3] [--out DIR]
 [--seeds 0,1,2] [--world mixed]``
 
 Trains DPR (in-batch + 1 BM25 passage) and DCSR (answer sentence, 1 in-passage + 1 BM25
@@ -36,66 +36,42 @@ import time
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.configs.base import base_config
+from dense_cf.configs.studies import dcsr_config
 from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
-from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import make_dir
+from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
-FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
-_STEPS = flags.DEFINE_integer("steps", 40, "Training steps per run (same for DPR and DCSR).", flag_values=FLAGS)
-_BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions).", flag_values=FLAGS)
+FLAGS = flags.FlagValues()  # its own: tests import several studies in one process
+_F = harness.define_study_flags(
+    FLAGS, out=None, steps=40,
+    help={"steps": "Training steps per run (same for DPR and DCSR).",
+          "model": "model.name_or_path.", "lr": "Learning rate (both methods)."})
 _PASSAGES = flags.DEFINE_integer("num_passages", 800, "Synthetic corpus size.", flag_values=FLAGS)
 _QPP = flags.DEFINE_integer("qpp", 3, "questions_per_passage of the many-questions setting.", flag_values=FLAGS)
 _TEST = flags.DEFINE_integer("test_questions", 200, "Test questions per setting.", flag_values=FLAGS)
-_MODEL = flags.DEFINE_string("model", "minilm", "model.name_or_path.", flag_values=FLAGS)
-_OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).", flag_values=FLAGS)
-_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both methods).", flag_values=FLAGS)
 _WORLD = flags.DEFINE_enum("world", "entity", list(synthetic.WORLDS),
                            "Synthetic world: entity (every sentence of a passage about its title's "
                            "entity) or mixed (SQuAD-like: each sentence about a different entity).",
                            flag_values=FLAGS)
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): every run is trained "
-                           "once per seed; with several, the mean and spread over seeds too.", flag_values=FLAGS)
 
-
-def bench_config(method: str, data_dir: str, *, steps: int, batch: int, model: str, lr: float):
-    c = base_config()
-    c.method = method
-    c.model.name_or_path = model
-    c.data.data_dir = data_dir
-    c.data.train_file, c.data.dev_file = "biencoder-synth-train.json", ""
-    c.data.corpus_file, c.data.test_file = "psgs_synth.tsv", "synth-test.qa.csv"
-    c.data.gold_file = ""                      # AAR is not part of this comparison
-    c.data.max_q_len, c.data.max_p_len = 32, 96
-    c.data.num_hard = 1
-    c.loss.lam = c.loss.tau1 = c.loss.tau2 = 0.0
-    c.train.global_batch = batch
-    c.train.num_steps = steps
-    c.train.log_every = max(steps // 4, 1)
-    c.train.checkpoint_every = steps
-    c.train.eval_every = 0
-    c.optim.learning_rate = lr
-    c.optim.warmup_steps = max(steps // 10, 1)
-    c.eval.after_training = True
-    c.eval.embedding_dtype = "float32"
-    c.eval.k = 100
-    c.eval.ks = (1, 5, 20, 100)
-    return c
+# The study as data: the two methods trained on every setting, compared as (A, B).
+METHODS = ("dpr", "dcsr")
 
 
 def main(argv) -> None:
     del argv
     tensorflow_for_host()
-    out = _OUT.value or make_dir("dcsr_bench_")
+    out = _F.out.value or make_dir("dcsr_bench_")
+    steps, batch, model, lr = _F.steps.value, _F.batch.value, _F.model.value, _F.lr.value
     has_qpp = "questions_per_passage" in inspect.signature(synthetic.generate).parameters
     settings = [("default", 1)] + ([("many_q", _QPP.value)] if has_qpp else [])
     if not has_qpp:
         print("synthetic.generate has no questions_per_passage: only the default setting runs")
-    seeds = [int(x) for x in _SEEDS.value]
+    seeds = _F.seed_list()
     rows, runs = [], {}
     world = _WORLD.value
     tag = "" if world == "entity" else f"_{world}"
@@ -108,13 +84,12 @@ def main(argv) -> None:
         positives = [(ex["positive_ctxs"][0]["title"], ex["positive_ctxs"][0]["text"])
                      for ex in train_set]
         q_per_p = len(positives) / max(len(set(positives)), 1)
-        for seed, method in [(s, m) for s in seeds for m in ("dpr", "dcsr")]:
-            cfg = bench_config(method, data_dir, steps=_STEPS.value, batch=_BATCH.value,
-                               model=_MODEL.value, lr=_LR.value)
+        for seed, method in [(s, m) for s in seeds for m in METHODS]:
+            cfg = dcsr_config(method, data_dir, steps=steps, batch=batch, model=model, lr=lr)
             cfg.seed = seed
             t0 = time.perf_counter()
-            workdir = os.path.join(out, ("" if world == "entity" else f"{world}_")
-                                   + f"{name}_{method}" + (f"_seed{seed}" if seed else ""))
+            workdir = harness.run_dir(out, ("" if world == "entity" else f"{world}_")
+                                      + f"{name}_{method}", seed)
             summary = train(cfg, workdir)
             ret = summary["eval"]["retrieval"]
             runs[name, method, seed] = (workdir, summary["step"])
@@ -126,7 +101,7 @@ def main(argv) -> None:
                          "minutes": round((time.perf_counter() - t0) / 60, 1)})
             logging.info("%s", rows[-1])
     cols = list(rows[0])
-    print(f"\nDPR vs DCSR, {_MODEL.value}, {_STEPS.value} steps x {_BATCH.value} questions, "
+    print(f"\nDPR vs DCSR, {model}, {steps} steps x {batch} questions, "
           f"{_PASSAGES.value} passages, {_TEST.value} test questions, world {world}; runs in {out}")
     print(" | ".join(cols))
     for r in rows:
@@ -134,13 +109,11 @@ def main(argv) -> None:
     if len(seeds) > 1:
         spread = stats.seed_table(rows, ("setting", "method"),
                                   [c for c in cols if c.startswith("top-") or c == "MRR"])
-        print(f"\n## Mean ± std [min, max] over seeds {seeds}\n\n"
-              + report_lib.markdown_table(spread, list(spread[0])))
+        print("\n" + harness.spread_section(seeds, spread))
     for name, seed in [(n, s) for n, _ in settings for s in seeds]:
         # Paired on the same test questions (McNemar, paired bootstrap), one seed at a time.
-        (a, step_a), (b, step_b) = runs[name, "dpr", seed], runs[name, "dcsr", seed]
-        res = compare_lib.compare(a, b, step_a=step_a, step_b=step_b, names=("dpr", "dcsr"),
-                                  verbose=False)
+        res = harness.compare_runs(runs[name, METHODS[0], seed], runs[name, METHODS[1], seed],
+                                   METHODS)
         print(f"\n## {name}, seed {seed}: DPR (A) vs DCSR (B) on the same test questions\n\n"
               + compare_lib.markdown(res, title=False))
     print(json.dumps(rows))

@@ -1,6 +1,6 @@
 """The papers' claims, each checked on the synthetic benchmark with paired statistics.
 
-``python -m dense_cf.bench.replicate --out runs/replicate [--claims ID,...] [--steps 100]
+``python -m dense_cf.studies.replicate --out runs/replicate [--claims ID,...] [--steps 100]
 [--seeds 0] [--list]``
 
 Every claim of docs/replication.md is a :class:`Claim` in :data:`CLAIMS` (data, not code): the
@@ -9,10 +9,10 @@ method) and the checks (a paired metric and the expected direction). Runs are
 :class:`RunSpec` entries of :data:`RUNS`, each trained once under ``--out`` and shared by the
 claims that use it:
 
-* ``synthetic`` runs: the ablation benchmark (``bench.ablation.row_config``: MiniLM, 2,000
+* ``synthetic`` runs: the ablation benchmark (``configs.studies.ablation_row_config``: MiniLM, 2,000
   passages, 300 test questions, batch 16, lr 5e-5) with robustness at K = 0, 1, 2, 5
   near-duplicate distractors, plus the spec's overrides;
-* ``dcsr`` runs: ``bench.dcsr.bench_config`` on a synthetic world (one question per passage,
+* ``dcsr`` runs: ``configs.studies.dcsr_config`` on a synthetic world (one question per passage,
   or ``questions_per_passage`` = 3 for DCSR's "many questions" setting).
 
 For each check the paired comparison (:func:`dense_cf.eval.compare.compare`: exact McNemar on
@@ -36,21 +36,20 @@ import ml_collections
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.bench import ablation as ablation_lib
-from dense_cf.bench import data_stats as data_stats_lib
-from dense_cf.bench import dcsr as dcsr_lib
-from dense_cf.bench import marginalize as marginalize_lib
 from dense_cf.configs.presets import with_method
+from dense_cf.configs.studies import ablation_row_config, dcsr_config
 from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.eval.claims import VERDICTS, Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text
-from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import atomic_open, write_json
 from dense_cf.mining.evidence import annotate as evidence_lib
 from dense_cf.mining.evidence.scorer import make_scorer
 from dense_cf.progress import format_duration
+from dense_cf.studies import data_stats as data_stats_lib
+from dense_cf.studies import harness
+from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.synthetic import generate as synthetic
 
 __all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "Study", "plan", "plan_studies",
@@ -98,8 +97,8 @@ class Claim:
 @dataclasses.dataclass(frozen=True)
 class Study:
     """A study whose claims are tested inside one report rather than between two runs:
-    ``runner`` (a :data:`STUDY_RUNNERS` key: ``marginalize`` = ``bench.marginalize.run_study``,
-    ``data_stats`` = ``bench.data_stats.run_study``) with ``params`` as keyword arguments,
+    ``runner`` (a :data:`STUDY_RUNNERS` key: ``marginalize`` = ``studies.marginalize.run_study``,
+    ``data_stats`` = ``studies.data_stats.run_study``) with ``params`` as keyword arguments,
     trained at the report's steps, model, batch, lr and seed."""
 
     params: tuple[tuple[str, Any], ...]
@@ -405,7 +404,7 @@ def run_study(name: str, out: str, seed: int, *, steps: int, model: str = "minil
     summary and the minutes spent here. ``params`` override the study's own (tests)."""
     t0 = time.perf_counter()
     study = STUDIES[name]
-    res = STUDY_RUNNERS[study.runner](marginalize_lib.seed_out(os.path.join(out, name), seed),
+    res = STUDY_RUNNERS[study.runner](harness.seed_out(os.path.join(out, name), seed),
                                       steps=steps, model=model, batch=batch, lr=lr, seed=seed,
                                       verbose=False, **{**dict(study.params), **(params or {})})
     return res, (time.perf_counter() - t0) / 60
@@ -436,7 +435,7 @@ def evaluate_study_claim(claim: Claim, rows: Sequence[dict[str, Any]]) -> dict[s
 
 
 def _world_dir(out: str, spec: RunSpec) -> str:
-    """``out/data`` for the ablation's world (bench.ablation's layout), else one per world."""
+    """``out/data`` for the ablation's world (studies.ablation's layout), else one per world."""
     if spec.study == "synthetic" and not spec.world:
         return os.path.join(out, "data")
     name = "_".join(f"{k}{v}" for k, v in spec.world) or "default"
@@ -450,13 +449,12 @@ def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "mini
     spec = RUNS[name]
     data_dir = _world_dir(out, spec)
     if spec.study == "synthetic":
-        c = ablation_lib.row_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
-                                    lr=lr, seed=seed, num_passages=num_passages,
-                                    test_questions=test_questions)
+        c = ablation_row_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
+                                lr=lr, seed=seed, num_passages=num_passages,
+                                test_questions=test_questions)
         c.eval.robustness_counts = (0, 1, 2, 5)
     elif spec.study == "dcsr":
-        c = dcsr_lib.bench_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
-                                  lr=lr)
+        c = dcsr_config(spec.row, data_dir, steps=steps, batch=batch, model=model, lr=lr)
         c.seed = seed
         c.data.synthetic.num_passages = num_passages
         c.data.synthetic.test_questions = test_questions
@@ -510,14 +508,10 @@ def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, 
     spec = RUNS[name]
     _prepare_world(spec, cfg)
     _prepare_evidence(spec, cfg)
-    workdir = os.path.join(out, name + (f"_seed{seed}" if seed else ""))
+    workdir = harness.run_dir(out, name, seed)
     t0 = time.perf_counter()
-    if ablation_lib.finished_eval_dir(workdir, cfg, _required(cfg)) is None:
-        summary = train_and_evaluate(cfg, workdir)
-        summary.pop("run", None)
-        if ablation_lib.finished_eval_dir(workdir, cfg, _required(cfg)) is None:
-            raise RuntimeError(f"{workdir}: no evaluation after training")
-    else:
+    _, trained = harness.train_or_reuse(workdir, cfg, required=_required(cfg))
+    if not trained:
         logging.info("replicate: %s finished, reusing %s", name, workdir)
     return workdir, int(cfg.train.num_steps), (time.perf_counter() - t0) / 60
 
@@ -737,7 +731,7 @@ def main(argv: Sequence[str]) -> None:
     tensorflow_for_host()
     f = FLAGS
     ids = list(f.claims or CLAIM_IDS)
-    seeds = [int(s) for s in f.seeds]
+    seeds = harness.parse_seeds(f.seeds)
     if f.list:
         print(list_text(ids, f.steps, seeds))
         return
@@ -748,24 +742,16 @@ def main(argv: Sequence[str]) -> None:
     print(f"written: {os.path.join(f.out, 'replicate.md')}, {os.path.join(f.out, 'replicate.json')}")
 
 
-FLAGS = flags.FlagValues()  # its own: tests import several benchmarks in one process
-
-
-def define_flags() -> None:
-    """The command's flags (defined only when run as a program: the module is also a library)."""
-    flags.DEFINE_string("out", "runs/replicate", "Directory for data, runs and the report.", flag_values=FLAGS)
-    flags.DEFINE_list("claims", None, f"Claims to check (default all): {', '.join(CLAIM_IDS)}.", flag_values=FLAGS)
-    flags.DEFINE_bool("list", False, "Print the claims, runs and budget; train nothing.", flag_values=FLAGS)
-    flags.DEFINE_integer("steps", 100, "Training steps per run.", flag_values=FLAGS)
-    flags.DEFINE_list("seeds", ["0"], "Training seeds; verdicts per seed.", flag_values=FLAGS)
-    flags.DEFINE_string("model", "minilm", "model.name_or_path (minilm, tiny, a HF dir).", flag_values=FLAGS)
-    flags.DEFINE_integer("num_passages", 2000, "Synthetic corpus size.", flag_values=FLAGS)
-    flags.DEFINE_integer("test_questions", 300, "Synthetic test questions.", flag_values=FLAGS)
-    flags.DEFINE_integer("batch", 16, "Global batch (questions).", flag_values=FLAGS)
-    flags.DEFINE_float("lr", 5e-5, "Learning rate.", flag_values=FLAGS)
-    flags.DEFINE_integer("n_resamples", stats.DEFAULT_RESAMPLES, "Bootstrap resamples.", flag_values=FLAGS)
+FLAGS = flags.FlagValues()  # its own: tests import several studies in one process
+harness.define_study_flags(FLAGS, out="runs/replicate", steps=100,
+                           help={"out": "Directory for data, runs and the report.",
+                                 "seeds": "Training seeds; verdicts per seed."})
+flags.DEFINE_list("claims", None, f"Claims to check (default all): {', '.join(CLAIM_IDS)}.", flag_values=FLAGS)
+flags.DEFINE_bool("list", False, "Print the claims, runs and budget; train nothing.", flag_values=FLAGS)
+flags.DEFINE_integer("num_passages", 2000, "Synthetic corpus size.", flag_values=FLAGS)
+flags.DEFINE_integer("test_questions", 300, "Synthetic test questions.", flag_values=FLAGS)
+flags.DEFINE_integer("n_resamples", stats.DEFAULT_RESAMPLES, "Bootstrap resamples.", flag_values=FLAGS)
 
 
 if __name__ == "__main__":
-    define_flags()
     _app.run(main, FLAGS, __doc__)

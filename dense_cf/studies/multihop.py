@@ -1,13 +1,14 @@
 """MDR + DPR vs MDR + EADPR on the synthetic two-hop world (EADPR §4.3 Table 4; docs/multihop.md).
 
-``python -m dense_cf.bench.multihop [--steps 60] [--batch 16] [--num_questions 1500]
+``python -m dense_cf.studies.multihop [--steps 60] [--batch 16] [--num_questions 1500]
 [--test_frac 0.2] [--num_hard 0] [--beam_size 10] [--hop2_k 10] [--seeds 0] [--out DIR]
 [--zero_shot] [--model minilm] [--noreader] [--reader_steps 300] [--reader_questions 400]``
 
 Generates the two-hop world once (``dense_cf.synthetic.multihop``, reused when its meta.json
 records the same settings, refused otherwise), trains MDR with the DPR loss and with EADPR's
 loss on each hop from all-MiniLM-L6-v2 with the same budget (steps, batch, lengths, learning
-rate, seed: ``presets.mdr_demo_config`` with the flags' changes), evaluates both with
+rate, seed: ``configs.studies.mdr_config``, ``presets.mdr_demo_config`` with the flags'
+changes), evaluates both with
 ``dense_cf.eval.multihop`` and prints one table: chain R@2/10/20 (EADPR Table 4 layout), MDR's
 recall, per-hop recall, answer recall and AAR per hop, each with its 95 % Wilson interval; then
 the paired comparison on the same test questions (exact McNemar per metric, significance at
@@ -38,7 +39,8 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.configs.presets import MDR_READER, mdr_demo_config, mdr_reader_config
+from dense_cf.configs.presets import MDR_READER, mdr_reader_config
+from dense_cf.configs.studies import mdr_config
 from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
@@ -48,14 +50,16 @@ from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import make_dir
 from dense_cf.mining.reader_data import split_files
 from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.studies import harness
 from dense_cf.synthetic import multihop as synthetic_multihop
 from dense_cf.train.run import model_workdir, pretrained_run
 
-FLAGS = flags.FlagValues()
-_STEPS = flags.DEFINE_integer("steps", 60, "Training steps per run (same for both losses).",
-                              flag_values=FLAGS)
-_BATCH = flags.DEFINE_integer("batch", 16, "Global batch (questions; 2x queries).",
-                              flag_values=FLAGS)
+FLAGS = flags.FlagValues()  # its own: tests import several studies in one process
+_F = harness.define_study_flags(
+    FLAGS, out=None, steps=60,
+    help={"steps": "Training steps per run (same for both losses).",
+          "batch": "Global batch (questions; 2x queries).", "lr": "Learning rate (both runs).",
+          "model": "The retrievers' model.name_or_path (minilm, tiny, a HF dir)."})
 _NUM_Q = flags.DEFINE_integer("num_questions", 1500, "Questions in the world (all splits); "
                               "the corpus has twice as many passages.", flag_values=FLAGS)
 _TEST_FRAC = flags.DEFINE_float("test_frac", 0.2, "Test share of the questions.",
@@ -64,14 +68,6 @@ _NUM_HARD = flags.DEFINE_integer("num_hard", 0, "Distractor paragraphs per quest
                                  "negatives (0: in-batch negatives only).", flag_values=FLAGS)
 _BEAM = flags.DEFINE_integer("beam_size", 10, "Hop-1 passages expanded.", flag_values=FLAGS)
 _HOP2_K = flags.DEFINE_integer("hop2_k", 10, "Hop-2 passages per beam.", flag_values=FLAGS)
-_LR = flags.DEFINE_float("lr", 5e-5, "Learning rate (both runs).", flag_values=FLAGS)
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Training seeds (config.seed): every run is trained "
-                           "once per seed; with several, the mean and spread over seeds too.",
-                           flag_values=FLAGS)
-_MODEL = flags.DEFINE_string("model", "minilm", "The retrievers' model.name_or_path (minilm, "
-                             "tiny, a HF dir).", flag_values=FLAGS)
-_OUT = flags.DEFINE_string("out", None, "Directory for data and runs (default: a temp dir).",
-                           flag_values=FLAGS)
 _ZERO = flags.DEFINE_bool("zero_shot", False, "Also evaluate the untrained MiniLM.",
                           flag_values=FLAGS)
 _READER = flags.DEFINE_bool("reader", True, "Train one reader on MDR+DPR's train chains and read "
@@ -86,28 +82,6 @@ NAMES = {"mdr": "MDR+DPR", "mdr-eadpr": "MDR+EADPR",
          "zero-shot": "MiniLM untrained (its mean pooling)"}
 MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2"}  # the setup line's name of --model
 DEV_FRAC = 0.1
-
-
-def bench_config(method: str, data_dir: str, *, steps: int, batch: int, num_hard: int,
-                 beam_size: int, hop2_k: int, lr: float, seed: int, model: str = "minilm"):
-    """``presets.mdr_demo_config(method)`` over ``data_dir`` with the benchmark's budget."""
-    c = mdr_demo_config(method)
-    c.seed = seed
-    c.model.name_or_path = model
-    c.data.data_dir = data_dir
-    c.data.synthetic.generate = False          # generated (and checked) by the benchmark
-    c.multihop.synthetic_questions = 0
-    c.data.num_hard = num_hard
-    c.multihop.beam_size, c.multihop.hop2_k, c.multihop.top_chains = beam_size, hop2_k, 20
-    c.train.global_batch = batch
-    c.train.num_steps = steps
-    c.train.log_every = max(steps // 8, 1)
-    c.train.checkpoint_every = steps
-    c.train.eval_every = steps
-    c.train.eval_max_batches = 4
-    c.optim.learning_rate = lr
-    c.optim.warmup_steps = max(steps // 10, 1)
-    return c
 
 
 def _outcomes(report: dict[str, Any]) -> dict[str, Any]:
@@ -176,10 +150,6 @@ def paired_rows(a: dict[str, Any], b: dict[str, Any], aar_a: dict, aar_b: dict,
     return rows
 
 
-def _seed_name(name: str, seed: int) -> str:
-    return name + (f"_seed{seed}" if seed else "")
-
-
 def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, Any]],
                  corpus_path: str, *, steps: int, questions: int, seed: int) -> dict[str, Any]:
     """Trains the reader on ``mdr_dir``'s train chains (reused when there) and reads every
@@ -194,7 +164,7 @@ def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, A
     cfg.seed = seed
     cfg.train.num_steps = steps
     cfg.train.checkpoint_every = cfg.train.eval_every = steps
-    reader_dir = os.path.join(out, _seed_name("reader", seed))
+    reader_dir = harness.run_dir(out, "reader", seed)
     summary = train_and_evaluate(cfg, reader_dir)
     run = summary.pop("run")
     corpus = load_corpus(corpus_path)
@@ -246,8 +216,8 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
     reports, minutes, summaries, workdirs = {}, {}, {}, {}
     t_all = time.perf_counter()
     for method in ("mdr", "mdr-eadpr"):
-        cfg = bench_config(method, data_dir, **kw)
-        workdir = os.path.join(out, _seed_name(method, seed))
+        cfg = mdr_config(method, data_dir, **kw)
+        workdir = harness.run_dir(out, method, seed)
         workdirs[method] = workdir
         t0 = time.perf_counter()
         summaries[method] = train_and_evaluate(cfg, workdir)
@@ -257,11 +227,11 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
             reports[method] = json.load(f)
         logging.info("%s: chain R@k %s in %.1f min", method, ev["top_k"], minutes[method])
     if zero_shot:  # MiniLM as published: its own (mean, normalised) pooling
-        cfg = bench_config("mdr", data_dir, **kw)
+        cfg = mdr_config("mdr", data_dir, **kw)
         cfg.model.pooling = "auto"
         t0 = time.perf_counter()
         # Per seed although untrained: each seed's reader writes its answers beside the report.
-        workdir = model_workdir(cfg, os.path.join(out, _seed_name("zero-shot", seed)))
+        workdir = model_workdir(cfg, harness.run_dir(out, "zero-shot", seed))
         ev = evaluate_multihop(workdir, run=pretrained_run(cfg))
         minutes["zero-shot"] = round((time.perf_counter() - t0) / 60, 1)
         with open(os.path.join(ev["out_dir"], "report.json")) as f:
@@ -313,7 +283,7 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
                       if k.split("/", 1)[1] in ("loss", "hop1_rank_acc", "hop2_rank_acc",
                                                 "l_chn", "l_cpp", "step_time_s")}
                   for m, s in summaries.items()}
-    base = bench_config("mdr", data_dir, **kw)
+    base = mdr_config("mdr", data_dir, **kw)
     setup = (f"{MODEL_NAMES.get(model, model)}, shared encoder, {steps} steps x {batch} "
              f"questions (lr {lr}, seed {seed}, {num_hard} hard negatives), lengths "
              f"q {base.data.max_q_len} / p {base.data.max_p_len} / hop-2 "
@@ -333,8 +303,9 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
               "reader": {k: v for k, v in reader_res.items() if k != "e2e"},
               "seed": seed, "figures": {NAMES[m]: figures(r, reader_res.get("figures", {}).get(m))
                           for m, r in reports.items()}}
-    report_lib.write_json(os.path.join(out, _seed_name("bench_multihop", seed) + ".json"), result)
-    with report_lib.atomic_open(os.path.join(out, _seed_name("bench_multihop", seed) + ".md")) as f:
+    report = harness.run_dir(out, "bench_multihop", seed)
+    report_lib.write_json(report + ".json", result)
+    with report_lib.atomic_open(report + ".md") as f:
         f.write(md)
     print(md)
     return {**result, "markdown": md}
@@ -368,29 +339,24 @@ def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any
     ``out/bench_multihop_over_seeds.{json,md}``, printed, and the seeds' results under
     ``per_seed``."""
     results = [run_seed(out, int(seed), **kw) for seed in seeds]
-    if len(results) == 1:
-        return results[0]
-    res = over_seeds(results)
-    res["reports"] = {s: os.path.join(out, _seed_name("bench_multihop", s) + ".json")
-                      for s in res["seeds"]}
-    report_lib.write_json(os.path.join(out, "bench_multihop_over_seeds.json"),
-                          {k: v for k, v in res.items() if k != "markdown"})
-    with report_lib.atomic_open(os.path.join(out, "bench_multihop_over_seeds.md")) as f:
-        f.write(res["markdown"])
-    print(res["markdown"])
-    return {**res, "per_seed": results}
+    res = harness.summarise_seeds(
+        results, over_seeds, out, stem="bench_multihop_over_seeds", files_key="reports",
+        files={r["seed"]: harness.run_dir(out, "bench_multihop", r["seed"]) + ".json"
+               for r in results})
+    if len(results) > 1:
+        print(res["markdown"])
+    return res
 
 
 def main(argv) -> dict[str, Any]:
     _app.no_positional(argv)
     tensorflow_for_host()
-    return run_seeds(_OUT.value or make_dir("mdr_bench_"),
-                     [int(x) for x in _SEEDS.value], steps=_STEPS.value, batch=_BATCH.value,
-                     num_questions=_NUM_Q.value, test_frac=_TEST_FRAC.value,
-                     num_hard=_NUM_HARD.value, beam_size=_BEAM.value, hop2_k=_HOP2_K.value,
-                     lr=_LR.value, zero_shot=_ZERO.value, reader=_READER.value,
-                     reader_steps=_READER_STEPS.value, reader_questions=_READER_Q.value,
-                     model=_MODEL.value)
+    return run_seeds(_F.out.value or make_dir("mdr_bench_"), _F.seed_list(),
+                     steps=_F.steps.value, batch=_F.batch.value, num_questions=_NUM_Q.value,
+                     test_frac=_TEST_FRAC.value, num_hard=_NUM_HARD.value, beam_size=_BEAM.value,
+                     hop2_k=_HOP2_K.value, lr=_F.lr.value, zero_shot=_ZERO.value,
+                     reader=_READER.value, reader_steps=_READER_STEPS.value,
+                     reader_questions=_READER_Q.value, model=_F.model.value)
 
 
 if __name__ == "__main__":

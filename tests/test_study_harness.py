@@ -1,0 +1,207 @@
+"""The study harness (``dense_cf.studies.harness``): run naming per seed owned by it alone, the
+common flags, reuse of finished runs (a fake trainer, no training), paired comparison and the
+summary over seeds."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pathlib
+import re
+
+import pytest
+from absl import flags
+
+from dense_cf.configs.base import base_config, resolve_paths
+from dense_cf.eval import stats
+from dense_cf.files import write_json
+from dense_cf.studies import harness
+from dense_cf.train.run import RunDir
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
+HARNESS = ROOT / "studies" / "harness.py"
+# A run or study directory name built from a seed: f"_seed{seed}", "_seed" + str(seed),
+# "_seed%d" % seed, "_seed{}".format(seed), "seed" + str(seed).
+SEED_NAMING = re.compile(r"""_seed\{|['"]_seed|_seed%|['"]seed['"]\s*\+\s*str\(""")
+
+
+def test_only_the_harness_names_runs_by_seed():
+    offenders = sorted(f"{p.relative_to(ROOT.parent)}:{i}: {line.strip()}"
+                       for p in ROOT.rglob("*.py") if p != HARNESS
+                       for i, line in enumerate(p.read_text().splitlines(), 1)
+                       if SEED_NAMING.search(line))
+    assert not offenders, ("seed-suffixed run names are built only by dense_cf.studies.harness "
+                           "(seed_name / run_dir / seed_out):\n" + "\n".join(offenders))
+    assert SEED_NAMING.search(HARNESS.read_text())  # the pattern still finds the one copy
+
+
+def test_run_naming():
+    assert harness.seed_name("dpr", 0) == "dpr" and harness.seed_name("dpr", 2) == "dpr_seed2"
+    assert harness.run_dir("out", "picl", 0) == os.path.join("out", "picl")
+    assert harness.run_dir("out", "picl", 3) == os.path.join("out", "picl_seed3")
+    assert harness.seed_out("runs/study/", 0) == os.path.normpath("runs/study")
+    assert harness.seed_out("runs/study/", 1) == os.path.normpath("runs/study") + "_seed1"
+
+
+def test_parse_seeds():
+    assert harness.parse_seeds(["0", "2", "1"]) == [0, 2, 1]
+    with pytest.raises(ValueError, match="at least one"):
+        harness.parse_seeds([])
+    with pytest.raises(ValueError, match="repeats"):
+        harness.parse_seeds(["1", "1"])
+
+
+def test_study_flags_are_defined_once_with_the_studys_defaults():
+    fv = flags.FlagValues()
+    f = harness.define_study_flags(fv, out=None, steps=40, help={"lr": "Learning rate (both)."})
+    fv(["prog", "--seeds=0,3", "--model=tiny"])
+    assert (f.out.value, f.steps.value, f.lr.value, f.model.value, f.batch.value) == (
+        None, 40, 5e-5, "tiny", 16)
+    assert f.seed_list() == [0, 3] and fv["lr"].help == "Learning rate (both)."
+
+
+def _fake_trainer(calls: list, *, evaluate: bool = True):
+    """Writes what a finished, evaluated run leaves behind (config, summary, reports)."""
+    def train(config, workdir):
+        calls.append(workdir)
+        rd = RunDir(workdir)
+        os.makedirs(workdir, exist_ok=True)
+        write_json(rd.config, json.loads(resolve_paths(config).to_json_best_effort()))
+        step = int(config.train.num_steps)
+        write_json(rd.summary, {"step": step, **({"eval": {}} if evaluate else {})})
+        if evaluate:
+            os.makedirs(rd.eval(step), exist_ok=True)
+            for name in ("report.json", "aar.json"):
+                write_json(os.path.join(rd.eval(step), name), {})
+        return {"step": step, "run": object()}
+    return train
+
+
+def test_train_or_reuse_trains_once_then_reuses(tmp_path):
+    c = base_config()
+    c.train.num_steps = 3
+    wd = harness.run_dir(str(tmp_path), "dpr", 1)
+    calls: list = []
+    eval_dir, trained = harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
+    assert trained and calls == [wd] and eval_dir == RunDir(wd).eval(3)
+    again, trained = harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
+    assert not trained and again == eval_dir and calls == [wd]   # not retrained
+    c.train.num_steps = 4                                        # another run: refused
+    with pytest.raises(ValueError, match="train.num_steps"):
+        harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
+
+
+def test_train_or_reuse_says_when_training_left_no_evaluation(tmp_path):
+    with pytest.raises(RuntimeError, match="no evaluation after training"):
+        harness.train_or_reuse(str(tmp_path / "r"), base_config(),
+                               train=_fake_trainer([], evaluate=False))
+
+
+def test_compare_runs_pairs_through_eval_compare(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(harness.compare_lib, "compare",
+                        lambda a, b, **kw: seen.update(a=a, b=b, **kw) or {"rows": []})
+    harness.compare_runs(("A", 5), ("B", None), ("dpr", "picl"), n_resamples=10, seed=2)
+    assert seen == {"a": "A", "b": "B", "step_a": 5, "step_b": None, "seed": 2,
+                    "names": ("dpr", "picl"), "n_resamples": 10, "verbose": False}
+
+
+def _fake_study(out, *, seed, scale):
+    """A study that writes its summary.json: one figure per seed."""
+    res = {"seed": seed, "rows": [{"run": "a", "seed": seed, "x": scale * (seed + 1)}]}
+    write_json(os.path.join(out, "summary.json"), res)
+    return res
+
+
+def _summarise(results):
+    spread = stats.seed_table([r for res in results for r in res["rows"]], ("run",), ("x",))
+    seeds = [r["seed"] for r in results]
+    return {"seeds": seeds, "seed_spread": spread,
+            "markdown": harness.spread_section(seeds, spread, ["run", "seeds", "x"]) + "\n"}
+
+
+def test_over_seeds_summary_files_and_math(tmp_path):
+    out = str(tmp_path / "study")
+    res = harness.study_over_seeds(_fake_study, _summarise, out, [0, 1], scale=2.0)
+    # x = 2, 4: mean 3, sample std sqrt(2) = 1.41.
+    assert res["seed_spread"] == [{"run": "a", "seeds": 2, "x": "3.00 ± 1.41 [2.00, 4.00]"}]
+    assert res["summaries"] == {0: os.path.join(os.path.abspath(out), "summary.json"),
+                                1: os.path.abspath(out) + "_seed1/summary.json"}
+    assert [r["seed"] for r in res["per_seed"]] == [0, 1]
+    saved = json.load(open(os.path.join(out, "over_seeds.json")))
+    assert "markdown" not in saved and saved["seeds"] == [0, 1]
+    md = open(os.path.join(out, "over_seeds.md")).read()
+    assert md == res["markdown"] and md.startswith("## Mean ± std [min, max] over seeds [0, 1]")
+    assert "| a | 2 | 3.00 ± 1.41 [2.00, 4.00] |" in md
+    # One seed: that seed's result as it is, nothing written over seeds.
+    os.remove(os.path.join(out, "over_seeds.json"))
+    one = harness.study_over_seeds(_fake_study, _summarise, out, [0], scale=2.0)
+    assert one == {"seed": 0, "rows": [{"run": "a", "seed": 0, "x": 2.0}]}
+    assert not os.path.exists(os.path.join(out, "over_seeds.json"))
+
+
+def test_finished_eval_dir_takes_relative_paths(tmp_path, monkeypatch):
+    # A run saves its config with absolute paths; a relative --out must still match it.
+    monkeypatch.chdir(tmp_path)
+    c = base_config()
+    c.data.data_dir = "out/data"
+    os.makedirs("out/run")
+    write_json("out/run/config.json", json.loads(resolve_paths(c).to_json_best_effort()))
+    assert harness.finished_eval_dir("out/run", c) is None  # same config, not trained yet
+    c.data.data_dir = "out/other"
+    with pytest.raises(ValueError, match="data.data_dir"):
+        harness.finished_eval_dir("out/run", c)
+
+
+def test_finished_eval_dir_reads_fields_added_since_at_their_defaults(tmp_path):
+    # A run saved before a config field existed was trained as if it had the default.
+    c = resolve_paths(base_config())
+    saved = json.loads(c.to_json_best_effort())
+    del saved["data"]["synthetic"]["world"], saved["reader"]
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    assert harness.finished_eval_dir(str(tmp_path), c) is None   # reusable, not trained yet
+    c.data.synthetic.world = "mixed"                             # not the default: refused
+    with pytest.raises(ValueError, match="data.synthetic.world"):
+        harness.finished_eval_dir(str(tmp_path), c)
+
+
+def test_finished_eval_dir_reuses_a_run_that_differs_only_in_implementation(tmp_path):
+    # The attention kernel is an implementation choice (same math): a finished run is reused.
+    c = resolve_paths(base_config())
+    saved = json.loads(c.to_json_best_effort())
+    saved["model"]["attention_impl"] = "einsum"
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    assert c.model.attention_impl != "einsum"
+    assert harness.finished_eval_dir(str(tmp_path), c) is None   # reusable, not trained yet
+    c.model.dropout = 0.0                                        # a real difference: refused
+    with pytest.raises(ValueError, match="model.dropout"):
+        harness.finished_eval_dir(str(tmp_path), c)
+
+
+def test_finished_eval_dir_ignores_added_token_init_for_methods_without_added_tokens(tmp_path):
+    # dcsr.sent_init initialises DCSR's <sent> row only: a DPR run saved under another value is
+    # reused; a DCSR run is refused, since for it the field changes the model.
+    c = resolve_paths(base_config())
+    saved = json.loads(c.to_json_best_effort())
+    saved["dcsr"]["sent_init"] = "cls"
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    assert c.method == "dpr" and c.dcsr.sent_init != "cls"
+    assert harness.finished_eval_dir(str(tmp_path), c) is None
+    c.method = "dcsr"
+    saved["method"] = "dcsr"
+    write_json(os.path.join(tmp_path, "config.json"), saved)
+    with pytest.raises(ValueError, match="dcsr.sent_init"):
+        harness.finished_eval_dir(str(tmp_path), c)
+
+
+@pytest.mark.parametrize("name", ["replicate", "ablation", "multihop", "marginalize",
+                                  "data_stats", "dcsr"])
+def test_former_bench_commands_import_the_studys_main(name):
+    # python -m dense_cf.bench.<name> runs bench/<name>/__main__.py: the study's main and
+    # FLAGS, imported (no runpy, no second copy of the binary).
+    alias = importlib.import_module(f"dense_cf.bench.{name}.__main__")
+    study = importlib.import_module(f"dense_cf.studies.{name}")
+    assert alias.study is study and callable(study.main)
+    assert isinstance(study.FLAGS, flags.FlagValues) and "seeds" in study.FLAGS
+    assert not (ROOT / "bench" / f"{name}.py").exists()   # git follows the rename
