@@ -11,8 +11,8 @@ import pytest
 from scipy import optimize
 from scipy import stats as sp_stats
 
-from dense_cf.bench import replicate as rep
 from dense_cf.eval import claims, stats
+from dense_cf.studies import replicate as rep
 
 PAPERS = os.environ.get("DENSE_CF_PAPERS", "/work/shared/papers")
 Z = 1.959963984540054

@@ -1,4 +1,4 @@
-"""``dense_cf.bench.replicate``: the claims registry, verdicts, run configs, and an end-to-end
+"""``dense_cf.studies.replicate``: the claims registry, verdicts, run configs, and an end-to-end
 report on tiny random-BERT runs (2 steps)."""
 
 import json

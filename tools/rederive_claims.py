@@ -3,7 +3,7 @@
 
 ``python tools/rederive_claims.py [--results docs/results]`` prints one markdown row per claim
 (seed 0, and the pooled test where several seeds are stored). Each claim's checks come from
-the registry (``bench.replicate.CLAIMS``, with its margins); the stored rows from the per-claim
+the registry (``studies.replicate.CLAIMS``, with its margins); the stored rows from the per-claim
 tables of ``replicate_*.md`` and the paired tables of the data-stats and multihop reports.
 """
 
@@ -13,16 +13,12 @@ import argparse
 import os
 import re
 
-try:  # the runners move to dense_cf.studies (issue 32, another branch)
-    from dense_cf.studies.replicate import CLAIMS  # type: ignore[import-not-found]
-except ImportError:
-    from dense_cf.bench.replicate import CLAIMS
-
 from dense_cf.eval import claims as C
+from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
            "replicate_attribution_seed0.md")
-# Claims measured outside bench.replicate: (id, report, table after this line, A, B, checks,
+# Claims measured outside studies.replicate: (id, report, table after this line, A, B, checks,
 # the paper's words, where).
 OTHER = (
     ("hotpotqa-mdr", "multihop_60steps_seed0.md", "## Paired on the same test questions",
