@@ -60,7 +60,15 @@ def test_run_configs(tmp_path):
         spec = rep.RUNS[name]
         if spec.study == "synthetic":
             assert tuple(c.eval.robustness_counts) == (0, 1, 2, 5)
-            assert c.data.data_dir == os.path.join(str(tmp_path), "data")
+            world = "data" if not spec.world else "data_synthetic_" + "_".join(
+                f"{k}{v}" for k, v in spec.world)
+            assert c.data.data_dir == os.path.join(str(tmp_path), world), name
+    # The pre-registered setting (issue 32): other-entity negatives, mean pooling, held-out.
+    oe = cfgs["picl_oe"]
+    assert (oe.data.synthetic.hard_negatives, oe.model.pooling, oe.eval.robustness_heldout) == (
+        "other_entity", "mean", True)
+    assert cfgs["dpr_oe_2neg"].data.num_hard == 2 and cfgs["dpr"].model.pooling == "cls"
+    assert loss(cfgs["picl_h0_tau02"]) == {**PICL_LOSS, "tau1": 0.2, "tau2": 0.2}
     # Worlds: DCSR's default and many-questions worlds live apart.
     assert cfgs["dcsr_dpr"].data.data_dir == cfgs["dcsr_dcsr"].data.data_dir
     assert cfgs["dcsr_manyq_dpr"].data.data_dir != cfgs["dcsr_dpr"].data.data_dir
@@ -241,3 +249,22 @@ def test_seed_summary_uses_the_units_of_the_b_minus_a_column():
                                                         1: {"checks": [chk(0.3)]}}}])
     assert row["spread"]["mean"] == pytest.approx(40.0)
     assert row["B − A over seeds"].startswith("+40.00 ± 14.14 [+30.00, +50.00]")
+
+
+def test_untrained_baseline_scores_the_checkpoint_once_per_world_and_pooling(tmp_path):
+    """MiniLM at step 0 on a small world: one row per (world, pooling) naming every run that
+    shares it; the scores are the AAR report's own."""
+    out = str(tmp_path / "rep")
+    budget = {"steps": 2, "num_passages": 150, "test_questions": 40}
+    rows = rep.untrained_baselines(["dpr", "picl", "dpr_oe", "picl_oe", "dcsr_dpr"], out,
+                                   model="minilm", **budget)
+    assert [(r["world"], r["pooling"], r["runs"]) for r in rows] == [
+        ("data", "cls", "dpr, picl"),
+        ("data_synthetic_hard_negativesother_entity", "mean", "dpr_oe, picl_oe")]
+    for r in rows:
+        assert 0 <= r["AAR (%)"] <= 100 and 0 <= r["AA score (%)"] <= 100, r
+        report = json.load(open(os.path.join(out, "untrained", r["world"], os.listdir(
+            os.path.join(out, "untrained", r["world"]))[0], "eval", "step_0", "aar.json")))
+        assert round(100 * report["strategies"]["sentence"]["aar"], 2) == r["AAR (%)"]
+    tiny = rep.untrained_baselines(["dpr"], str(tmp_path / "t"), model="tiny", **budget)
+    assert tiny[0]["AAR (%)"] is None and "random model" in tiny[0]["note"]

@@ -78,7 +78,7 @@ from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.retrieval.export import Encoder
 from dense_cf.train.state import TrainState, make_optimizer
-from dense_cf.train.step import make_train_step
+from dense_cf.train.step import jit_train_step
 
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072, max_position_embeddings=512)
@@ -320,12 +320,9 @@ class _Setup:
     def train_step(self, state, chunks: int, dropout: bool = True):
 
 
-        state_sh = jax.tree.map(lambda x: x.sharding, state)
-        fn = make_train_step(PICL, self.model, self.tx, loss_hparams=PICL.loss_hparams(PICL_LOSS),
-                             mesh=self.mesh,
-                             schedule=self.schedule, dropout=dropout, grad_cache_chunks=chunks)
-        return jax.jit(fn, in_shardings=(state_sh, mesh_lib.batch_sharding(self.mesh), None),
-                       out_shardings=(state_sh, None), donate_argnums=(0,))
+        return jit_train_step(PICL, self.model, self.tx, state, self.mesh,
+                              loss_hparams=PICL.loss_hparams(PICL_LOSS), schedule=self.schedule,
+                              dropout=dropout, grad_cache_chunks=chunks)
 
     def global_batch(self):
 

@@ -16,7 +16,7 @@ from dense_cf.models.bert import axis_rules_for
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as run_lib
 from dense_cf.train.state import make_optimizer
-from dense_cf.train.step import make_train_step
+from dense_cf.train.step import jit_train_step
 
 
 def batch_shapes(b: int, h: int, lq: int, lp: int, cf: bool) -> dict[str, jax.ShapeDtypeStruct]:
@@ -71,10 +71,7 @@ def time_method_train_step(config, method: Any, model: Any, params: Any, batch: 
     tx, sched = make_optimizer(config.optim, total_steps=1000)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = run_lib.init_state(config, model, params, tx, mesh, rules, jax.random.key(0))
-        state_sh = jax.tree.map(lambda x: x.sharding, state)
-        step = jax.jit(make_train_step(method, model, tx, loss_hparams={}, mesh=mesh, schedule=sched),
-                       in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
-                       out_shardings=(state_sh, None), donate_argnums=(0,))
+        step = jit_train_step(method, model, tx, state, mesh, loss_hparams={}, schedule=sched)
         return time_train_step(step, state, mesh_lib.global_batch(batch, mesh), jax.random.key(1), steps)
 
 
@@ -88,10 +85,7 @@ def jitted_train_step(cfg, model, hf_params, mesh, *, dropout: bool = True, tota
     method = methods.get(cfg.method)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = run_lib.init_state(cfg, model, hf_params, tx, mesh, rules, jax.random.key(0))
-    state_sh = jax.tree.map(lambda x: x.sharding, state)
-    step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss),
-                                   mesh=mesh, schedule=sched, dropout=dropout,
-                                   grad_cache_chunks=cfg.train.grad_cache_chunks),
-                   in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), None),
-                   out_shardings=(state_sh, None), donate_argnums=(0,))
+    step = jit_train_step(method, model, tx, state, mesh,
+                          loss_hparams=method.loss_hparams(cfg.loss), schedule=sched,
+                          dropout=dropout, grad_cache_chunks=cfg.train.grad_cache_chunks)
     return step, state, rules

@@ -41,7 +41,7 @@ from dense_cf.models.dual_encoder import DualEncoder
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as loop
 from dense_cf.train.state import TrainState, make_optimizer
-from dense_cf.train.step import make_train_step
+from dense_cf.train.step import jit_train_step
 
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072)
@@ -82,8 +82,8 @@ def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
     out["params_m"] = round(n_params / 1e6, 2)
     method = methods.get(cfg.method)
-    step = jax.jit(make_train_step(method, model, tx, loss_hparams=method.loss_hparams(cfg.loss), mesh=None,
-                                   grad_cache_chunks=chunks), donate_argnums=(0,))
+    step = jit_train_step(method, model, tx, state, None,
+                          loss_hparams=method.loss_hparams(cfg.loss), grad_cache_chunks=chunks)
     rng = jax.random.key(1)
     out["rss_before_compile_mb"] = round(rss_bytes() / 2**20, 1)
     t0 = time.perf_counter()

@@ -42,6 +42,7 @@ from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
+from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.claims import VERDICTS, Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text
 from dense_cf.files import atomic_open, write_json
 from dense_cf.mining.evidence import annotate as evidence_lib
@@ -51,6 +52,7 @@ from dense_cf.studies import data_stats as data_stats_lib
 from dense_cf.studies import harness
 from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.synthetic import generate as synthetic
+from dense_cf.train.run import model_workdir, pretrained_run
 
 __all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "Study", "plan", "plan_studies",
            "run_replication"]
@@ -579,6 +581,44 @@ def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, 
     return workdir, int(cfg.train.num_steps), (time.perf_counter() - t0) / 60
 
 
+def _baseline_key(cfg: ml_collections.ConfigDict) -> tuple[str, str, bool]:
+    return (os.path.basename(cfg.data.data_dir), str(cfg.model.pooling),
+            bool(cfg.model.get("normalize", False)))
+
+
+def untrained_baselines(runs: Sequence[str], out: str, **budget: Any) -> list[dict[str, Any]]:
+    """AAR and AA score of the untrained checkpoint, once per (world, pooling) of the
+    ``synthetic`` runs that measure AAR, on their test triplets (issue 32: a trained row below
+    the untrained model's own score shows that training degraded it). A random ``tiny`` model
+    has no untrained checkpoint: its rows say so."""
+    seen: dict[tuple[str, str, bool], dict[str, Any]] = {}
+    for name in runs:
+        if RUNS[name].study != "synthetic":
+            continue
+        cfg = run_config(name, out, seed=0, **budget)
+        key = _baseline_key(cfg)
+        if not cfg.data.gold_file:
+            continue
+        if key in seen:
+            seen[key]["runs"] += f", {name}"
+            continue
+        row = {"world": key[0], "pooling": key[1] + (" + normalize" if key[2] else ""),
+               "runs": name, "AAR (%)": None, "AA score (%)": None}
+        if cfg.model.name_or_path == "tiny":
+            row["note"] = "random model: no untrained checkpoint"
+        else:
+            _prepare_world(RUNS[name], cfg)
+            run = pretrained_run(cfg)
+            workdir = model_workdir(cfg, os.path.join(out, "untrained", key[0]))
+            rep = evaluate_aar(workdir, run=run, strategies=("sentence", "answer"))
+            for strategy, label in (("sentence", "AAR (%)"), ("answer", "AA score (%)")):
+                aar = rep["strategies"].get(strategy, {}).get("aar")
+                row[label] = None if aar is None else round(100 * aar, 2)
+            row["note"] = f"{cfg.model.name_or_path}, step 0"
+        seen[key] = row
+    return list(seen.values())
+
+
 def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
                    n_resamples: int = stats.DEFAULT_RESAMPLES) -> dict[str, Any]:
     """The paired rows of ``claim``'s checks between runs ``a`` and ``b`` ((workdir, step)) and
@@ -654,6 +694,7 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
         pooled = pool_claim([v["checks"] for v in per_seed.values()]) if len(seeds) > 1 else None
         claims.append({**dataclasses.asdict(claim), "per_seed": per_seed, "pooled": pooled,
                        "verdict": (pooled or per_seed[seeds[0]])["verdict"]})
+    baselines = untrained_baselines(runs, out, steps=steps, **budget)
     setup = {"steps": steps, "seeds": list(seeds), "n_resamples": n_resamples, **budget,
              "runs": {r: dataclasses.asdict(RUNS[r]) for r in runs},
              "studies": {n: dataclasses.asdict(STUDIES[n]) for n in plan_studies(claim_ids)},
@@ -664,7 +705,7 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
     tables = {f"{name} (seed {seed})": res["table_markdown"]
               for (name, seed), res in studies.items() if res.get("table_markdown")}
     result = {"setup": setup, "claims": claims, "study_tables": tables,
-              "over_seeds": seed_summary(claims)}
+              "over_seeds": seed_summary(claims), "untrained": baselines}
     result["markdown"] = markdown(result)
     with atomic_open(os.path.join(out, "replicate.md")) as f:
         f.write(result["markdown"])
@@ -748,6 +789,12 @@ def markdown(result: dict[str, Any]) -> str:
               "note": v["note"]} for r, v in s["runs"].items()],
             ["run", "study", "row", "method preset", "overrides", "world", "minutes", "note"]),
     ]
+    if result.get("untrained"):
+        parts.append("## The untrained checkpoint\n\nAAR and AA score of the checkpoint the runs "
+                     "start from, before any training, with the same pooling on the same test "
+                     "triplets: a trained run below it was degraded by training.\n\n"
+                     + report_lib.markdown_table(result["untrained"], [
+                         "world", "pooling", "runs", "AAR (%)", "AA score (%)", "note"]))
     if result.get("over_seeds"):
         parts.append("## Over seeds\n\nB − A per check over the training seeds: mean ± sample "
                      "std [min, max] (points for rates, raw for score gaps), and the verdicts "

@@ -36,7 +36,7 @@ from dense_cf.train.metric_writer import MetricWriter
 from dense_cf.train.preemption import Preempted, StopSignals
 from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
-from dense_cf.train.step import make_eval_step, make_train_step
+from dense_cf.train.step import jit_train_step, make_eval_step
 from dense_cf.train.validate import validate
 
 # Shown when a method's loss reports them (retrievers: l_dpr...; the reader: l_select, l_span).
@@ -186,12 +186,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
             it.set_state(data_state)
         state_sh = jax.tree.map(lambda x: x.sharding, state)
         repl = mesh_lib.replicated(mesh)
-        step_fn = jax.jit(
-            make_train_step(method, model, tx, loss_hparams=loss_hparams, mesh=mesh,
-                            schedule=schedule, dropout=config.train.dropout,
-                            grad_cache_chunks=chunks),
-            in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), repl),
-            out_shardings=(state_sh, repl), donate_argnums=(0,))
+        step_fn = jit_train_step(method, model, tx, state, mesh, loss_hparams=loss_hparams,
+                                 schedule=schedule, dropout=config.train.dropout,
+                                 grad_cache_chunks=chunks)
         eval_fn = jax.jit(make_eval_step(method, model, loss_hparams=loss_hparams, mesh=mesh,
                                          grad_cache_chunks=chunks),
                           in_shardings=(state_sh.params, mesh_lib.batch_sharding(mesh)),
