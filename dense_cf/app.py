@@ -24,15 +24,23 @@ from absl import app, flags
 from dense_cf.console import quiet_library_logs
 from dense_cf.files import UserError
 
-__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "TRACEBACK_ENV", "USER_ERRORS", "flags_help", "usage", "parse", "run",
-           "call", "no_positional", "report_user_error", "user_message", "resolve_config_arg", "say_written",
-           "REPO_ROOT"]
+__all__ = ["HELP_ARGS", "HELPFULL_ARGS", "TRACEBACK_ENV", "USER_ERRORS", "Stopped", "flags_help", "usage",
+           "parse", "run", "call", "no_positional", "report_user_error", "user_message",
+           "resolve_config_arg", "say_written", "REPO_ROOT"]
 
 # Errors that describe the user's situation, not a bug: one line, no traceback (unless
 # DENSE_CF_TRACEBACK=1), exit status 1. Everything else keeps its traceback.
 # UserError covers our own (DataFormatError: a malformed record; CheckpointError, ModelLayoutError:
 # a checkpoint that does not fit). A missing path, a directory where a file belongs and an
 # unreadable file are the user's situation too.
+class Stopped(Exception):
+    """A binary stopped on request after saving what it needs to resume (a SIGTERM to training,
+    ``train.preemption.Preempted``): one ``preempted:`` line and ``exit_status`` (75,
+    EX_TEMPFAIL), which tells a scheduler to run the same command again."""
+
+    exit_status = 75
+
+
 USER_ERRORS: tuple[type[BaseException], ...] = (UserError, FileNotFoundError, IsADirectoryError,
                                                 NotADirectoryError, PermissionError)
 TRACEBACK_ENV = "DENSE_CF_TRACEBACK"
@@ -151,6 +159,9 @@ def _guarded(main: Callable[[list[str]], Any], argv: list[str]) -> int | None:
     except app.UsageError as e:
         sys.stderr.write(f"error: {e}\nPass --help to see the flags of this binary.\n")
         return e.exitcode
+    except Stopped as e:  # the state is saved: rerun to resume (studies, the demo, evaluations)
+        sys.stderr.write(f"preempted: {e}\n")
+        return e.exit_status
     except USER_ERRORS as e:
         return report_user_error(e)
     except OSError as e:  # a read-only file system: the user's situation, one line too

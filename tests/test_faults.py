@@ -331,6 +331,23 @@ def test_read_only_file_system_elsewhere_is_one_line(capsys, monkeypatch):
         "error: /runs/x/eval/step-6: cannot write: read-only file system\n")
 
 
+def test_a_preempted_study_or_demo_is_one_line_and_status_75(capsys, monkeypatch):
+    """A binary other than dense_cf.main (a study, the demo) whose training is stopped by
+    SIGTERM: ``Preempted`` reaches ``dense_cf.app``, which prints one ``preempted:`` line and
+    gives 75 (EX_TEMPFAIL), so a scheduler reruns it; before, a traceback and status 1."""
+    from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
+    monkeypatch.delenv(_app.TRACEBACK_ENV, raising=False)
+
+    def main(argv):
+        raise Preempted(51, "runs/rep/dpr_seed1/checkpoints", "SIGTERM")
+
+    assert _app.call(main, eval_aar.FLAGS, []) == PREEMPTED_EXIT == 75
+    err = capsys.readouterr().err
+    assert err == ("preempted: stopped by SIGTERM after saving step 51 in "
+                   "runs/rep/dpr_seed1/checkpoints; run the same command again to resume "
+                   "(exit status 75)\n"), err
+
+
 # ------------------------------------------------------------------ a damaged checkpoint, quietly
 _DAMAGE_SCRIPT = r'''
 import os, shutil, sys

@@ -24,6 +24,8 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from dense_cf.app import Stopped
+
 __all__ = ["PREEMPTED_EXIT", "Preempted", "StopSignals"]
 
 # EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry". The launch
@@ -32,8 +34,11 @@ PREEMPTED_EXIT = 75
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Preempted(Exception):
-    """Training stopped on a signal after saving ``step`` in ``directory``."""
+class Preempted(Stopped):
+    """Training stopped on a signal after saving ``step`` in ``directory``. Every binary built
+    on ``dense_cf.app`` (a study, the demo) reports it in one line and exits 75."""
+
+    exit_status = PREEMPTED_EXIT
 
     def __init__(self, step: int, directory: str, signame: str):
         self.step, self.directory, self.signame = step, directory, signame
