@@ -5,6 +5,7 @@ unbucketed vectors within float tolerance, in the original order, and resume acr
 export; a bucketed training run is deterministic and resumes exactly.
 """
 
+import dataclasses
 import json
 import os
 
@@ -144,6 +145,19 @@ def test_bucketed_question_encoding_equals_unbucketed(run):
     # Each row alone (batch of one, full padding) gives the same vector: order is kept.
     one = export.encode_questions(run, qs[5:6], encoder=export.Encoder(run, 2, length_buckets=()))
     np.testing.assert_allclose(got[5:6], one, rtol=1e-4, atol=1e-5)
+
+
+def test_encoders_of_one_run_share_their_compiled_functions(run):
+    """The evaluation stages each make an Encoder over the same run: one jit (one trace and
+    compile per shape) for all of them; a copy of the run with other params gets its own."""
+    a, b = export.Encoder(run, 4), export.Encoder(run, 8, length_buckets=())
+    assert (a._q, a._p, a._s) == (b._q, b._p, b._s)
+    other = dataclasses.replace(run, params=jax.tree.map(lambda x: x + 1.0, run.params))
+    c = export.Encoder(other, 4)
+    assert c._q is not a._q and c._p is not a._p
+    qs = ["who built tower 3?", "where is the bridge?"]
+    assert not np.allclose(export.encode_questions(run, qs, encoder=a),
+                           export.encode_questions(other, qs, encoder=c))
 
 
 def test_bucketed_sentence_export_equals_unbucketed(tmp_path):

@@ -101,19 +101,24 @@ class Encoder:
         out = mesh_lib.replicated(run.mesh)
         bsh = mesh_lib.batch_sharding(run.mesh)
         psh = jax.tree.map(lambda x: x.sharding, run.params)
+        # Every Encoder of this run shares the jitted functions (one trace per shape), as long
+        # as the params keep their shardings.
+        key = ("encoder", jax.tree.structure(psh), tuple(jax.tree.leaves(psh)), bsh, out)
 
-        def enc(method):
-            def f(params, ids, mask):
-                return model.apply({"params": params}, ids, mask, method=method)
-            return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
+        def build():
+            def enc(method):
+                def f(params, ids, mask):
+                    return model.apply({"params": params}, ids, mask, method=method)
+                return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
 
-        self._q, self._p = enc(model.encode_question), enc(model.encode_passage)
+            def sent(params, ids, mask, positions):
+                return model.apply({"params": params}, ids, mask, positions,
+                                   method=model.encode_passage_at)
 
-        def sent(params, ids, mask, positions):
-            return model.apply({"params": params}, ids, mask, positions,
-                               method=model.encode_passage_at)
+            return (enc(model.encode_question), enc(model.encode_passage),
+                    jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out))
 
-        self._s = jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out)
+        self._q, self._p, self._s = run.jitted(key, build)
 
     def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray,
                 progress: Progress | None = None) -> np.ndarray:
