@@ -118,3 +118,23 @@ def pytest_collection_modifyitems(config, items):
         key = f"{item.path.name}::{item.originalname or item.name}"
         kind = OVERRIDES.get(key) or (_kind(item) if isinstance(item, pytest.Function) else "unit")
         item.add_marker(getattr(pytest.mark, kind))
+
+
+
+@pytest.fixture
+def one_device(monkeypatch):
+    """A config's ``mesh.data = -1`` ("every device") takes one device: for the study tests,
+    whose subject is a study's runs and reports, not sharding. Eight simulated devices on two
+    cores cost them ~30 % (marginalisation over two seeds: 75 s -> 54 s); a sharded run's
+    equality to a one-device run has its own tests (test_sharding, test_multihost, ...)."""
+    from dense_cf.index import jax_search
+    from dense_cf.parallel import mesh as mesh_lib
+    make_mesh = mesh_lib.make_mesh
+
+    def one(data=-1, model=1, devices=None):
+        if data == -1 and devices is None:
+            devices = jax.devices()[:model]
+        return make_mesh(data, model, devices)
+
+    monkeypatch.setattr(mesh_lib, "make_mesh", one)
+    monkeypatch.setattr(jax_search, "make_mesh", one)

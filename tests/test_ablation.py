@@ -14,6 +14,9 @@ from dense_cf.configs.presets import demo_config
 from dense_cf.methods.contrastive import PICL_LOSS
 from dense_cf.studies import ablation as bench
 
+# Studies, not sharding, are the subject here: one device (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_device")
+
 # row -> (method, use_dpr, lam, tau1, tau2, counterfactual)
 EXPECTED = {
     "dpr": ("dpr", True, 0.0, 0.0, 0.0, "sentence"),

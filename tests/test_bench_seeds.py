@@ -13,6 +13,9 @@ from dense_cf.studies import data_stats as data_stats_bench
 from dense_cf.studies import marginalize as marginalize_bench
 from dense_cf.studies import multihop as multihop_bench
 
+# Studies, not sharding, are the subject here: one device (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_device")
+
 
 def _cell(values, signed=False):
     """``stats.seed_table`` / ``seed_diff_table``'s cell, computed here with numpy."""

@@ -12,6 +12,9 @@ from dense_cf.eval import claims
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 from dense_cf.studies import replicate as rep
 
+# Studies, not sharding, are the subject here: one device (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_device")
+
 
 def test_check_verdict_refuses_unknown_expectation():
     with pytest.raises(ValueError, match="expect"):
