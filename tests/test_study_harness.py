@@ -92,6 +92,18 @@ def test_train_or_reuse_trains_once_then_reuses(tmp_path):
         harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
 
 
+def test_train_or_read_gives_the_saved_summary_trained_or_reused(tmp_path):
+    """studies.dcsr's rows come from the run's summary.json whether it trained now or not."""
+    c = base_config()
+    c.train.num_steps = 2
+    wd = harness.run_dir(str(tmp_path), "dcsr", 0)
+    calls: list = []
+    first, trained = harness.train_or_read(wd, c, train=_fake_trainer(calls))
+    assert trained and first == {"step": 2, "eval": {}} and "run" not in first
+    again, trained = harness.train_or_read(wd, c, train=_fake_trainer(calls))
+    assert not trained and again == first and calls == [wd]
+
+
 def test_train_or_reuse_says_when_training_left_no_evaluation(tmp_path):
     with pytest.raises(RuntimeError, match="no evaluation after training"):
         harness.train_or_reuse(str(tmp_path / "r"), base_config(),

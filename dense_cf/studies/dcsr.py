@@ -40,7 +40,6 @@ from dense_cf.configs.studies import dcsr_config
 from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import stats
-from dense_cf.experiment import train_and_evaluate as train
 from dense_cf.files import make_dir
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
@@ -90,12 +89,12 @@ def main(argv) -> None:
             t0 = time.perf_counter()
             workdir = harness.run_dir(out, ("" if world == "entity" else f"{world}_")
                                       + f"{name}_{method}", seed)
-            summary = train(cfg, workdir)
+            summary, _ = harness.train_or_read(workdir, cfg)  # a finished run is read back
             ret = summary["eval"]["retrieval"]
             runs[name, method, seed] = (workdir, summary["step"])
             rows.append({"setting": name + tag, "q/passage": round(q_per_p, 2), "method": method,
                          "seed": seed,
-                         **{f"top-{k}": round(ret["top_k"][k], 2) for k in (1, 5, 20, 100)},
+                         **{f"top-{k}": round(ret["top_k"][str(k)], 2) for k in (1, 5, 20, 100)},
                          "MRR": round(100 * ret["mrr"], 2),
                          "loss": round(summary["train"].get("train/loss", float("nan")), 3),
                          "minutes": round((time.perf_counter() - t0) / 60, 1)})

@@ -29,8 +29,8 @@ from dense_cf.train.run import RunDir
 
 __all__ = ["StudyFlags", "compare_runs", "define_seeds", "define_study_flags",
            "finished_eval_dir", "parse_seeds", "print_over_seeds", "run_dir", "seed_name",
-           "seed_out", "spread_section", "study_over_seeds", "summarise_seeds", "train_or_reuse",
-           "with_new_defaults"]
+           "seed_out", "spread_section", "study_over_seeds", "summarise_seeds", "train_or_read",
+           "train_or_reuse", "with_new_defaults"]
 
 
 # ------------------------------------------------------------------ naming
@@ -203,6 +203,17 @@ def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
     if done is None:
         raise RuntimeError(f"{workdir}: no evaluation after training")
     return done, True
+
+
+def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
+                  train: Trainer = train_and_evaluate) -> tuple[dict[str, Any], bool]:
+    """``(summary, trained here?)``: the run's saved ``summary.json`` (step, training figures
+    and its ``eval``), after training and evaluating it unless it had finished
+    (:func:`train_or_reuse`). Read back from the file either way, so a study's tables are the
+    same whether its runs were trained now or reused (JSON keys: ``top_k["5"]``)."""
+    _, trained = train_or_reuse(workdir, config, required=(), train=train)
+    with open(RunDir(workdir).summary) as f:
+        return json.load(f), trained
 
 
 # ------------------------------------------------------------------ paired comparison
