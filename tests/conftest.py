@@ -69,23 +69,30 @@ OVERRIDES: dict[str, str] = {
 
 
 def _module_functions(module) -> dict[str, str]:
-    out = {}
+    """{top-level function name: its source} of a test module, parsed once per module (this
+    ran per test and cost ~40 s of every worker's collection)."""
+    if module.__name__ in _SOURCES:
+        return _SOURCES[module.__name__]
+    out = _SOURCES[module.__name__] = {}
     try:
-        tree = ast.parse(inspect.getsource(module))
+        source = inspect.getsource(module)
+        tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return out
+    lines = source.splitlines(keepends=True)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[node.name] = ast.get_source_segment(inspect.getsource(module), node) or ""
+            out[node.name] = "".join(lines[node.lineno - 1:node.end_lineno])
     return out
 
 
 _SOURCES: dict[str, dict[str, str]] = {}
 
 
-def _kind(item) -> str:
+def _source(item) -> str:
+    """The test's source, its fixtures' and the module functions they reach."""
     module = item.module
-    funcs = _SOURCES.setdefault(module.__name__, _module_functions(module))
+    funcs = _module_functions(module)
     name = item.originalname or item.name
     seen, todo, text = set(), [name, *item.fixturenames], []
     while todo:  # the test, its fixtures and the module's functions they reach
@@ -103,7 +110,10 @@ def _kind(item) -> str:
                     text.append(inspect.getsource(d.func))
                 except (OSError, TypeError):
                     pass
-    src = "\n".join(text)
+    return "\n".join(text)
+
+
+def _kind(src: str) -> str:
     if _E2E.search(src):
         return "e2e"
     if _INTEGRATION.search(src):
@@ -111,13 +121,36 @@ def _kind(item) -> str:
     return "unit"
 
 
+# Tests that run real MiniLM weights or train for hundreds of steps are compute-bound: they are
+# marked ``optimized`` and compile with XLA's optimisations, as users do. At level 0 the FiD
+# learning test ran 37 -> 86 s and the MiniLM evidence kill -9 test 18 -> 57 s, and the FiD
+# tests fell short of their learning thresholds.
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(k) for k in KINDS):
             continue
         key = f"{item.path.name}::{item.originalname or item.name}"
-        kind = OVERRIDES.get(key) or (_kind(item) if isinstance(item, pytest.Function) else "unit")
+        kind = OVERRIDES.get(key) or (_kind(_source(item)) if isinstance(item, pytest.Function)
+                                      else "unit")
         item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(autouse=True)
+def _optimized_compile(request, monkeypatch):
+    """``@pytest.mark.optimized``: this test and its child processes compile with XLA's
+    optimisations (the suite's default is level 0, above)."""
+    if request.node.get_closest_marker("optimized") is None:
+        yield
+        return
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
+    before = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", before)
 
 
 

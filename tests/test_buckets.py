@@ -147,17 +147,21 @@ def test_bucketed_question_encoding_equals_unbucketed(run):
     np.testing.assert_allclose(got[5:6], one, rtol=1e-4, atol=1e-5)
 
 
-def test_encoders_of_one_run_share_their_compiled_functions(run):
-    """The evaluation stages each make an Encoder over the same run: one jit (one trace and
-    compile per shape) for all of them; a copy of the run with other params gets its own."""
+def test_encoders_of_one_architecture_share_their_compiled_functions(run):
+    """The evaluation stages each make an Encoder: one jit (one trace and compile per shape)
+    for every Encoder of the same model and param shardings, whatever the params' values; a
+    model with other fields gets its own."""
     a, b = export.Encoder(run, 4), export.Encoder(run, 8, length_buckets=())
     assert (a._q, a._p, a._s) == (b._q, b._p, b._s)
     other = dataclasses.replace(run, params=jax.tree.map(lambda x: x + 1.0, run.params))
     c = export.Encoder(other, 4)
-    assert c._q is not a._q and c._p is not a._p
+    assert (c._q, c._p) == (a._q, a._p)
     qs = ["who built tower 3?", "where is the bridge?"]
     assert not np.allclose(export.encode_questions(run, qs, encoder=a),
                            export.encode_questions(other, qs, encoder=c))
+    mean = dataclasses.replace(run, model=run.model.clone(pooling="mean"))
+    d = export.Encoder(mean, 4)
+    assert d._q is not a._q and d._p is not a._p
 
 
 def test_bucketed_sentence_export_equals_unbucketed(tmp_path):

@@ -178,6 +178,7 @@ def _copy_task(rng, b):
             "labels": np.stack([ans, np.ones_like(ans)], axis=1)}
 
 
+@pytest.mark.optimized  # learns over hundreds of steps: compute-bound
 def test_tiny_fid_learns_to_copy_the_answer_from_one_of_its_passages():
     cfg = t5.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
                       relative_attention_num_buckets=8, relative_attention_max_distance=16)

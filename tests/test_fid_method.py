@@ -140,6 +140,7 @@ def test_killed_then_resumed_fid_equals_an_uninterrupted_one(tmp_path, tok_dir):
     assert {"train/loss", "train/token_accuracy", "train/sequence_accuracy", "dev/loss"} <= logged
 
 
+@pytest.mark.optimized  # learns over hundreds of steps: compute-bound
 def test_tiny_fid_learns_the_toy_task_and_eval_e2e_reads_it(tmp_path, tok_dir):
     write_toy_fid_results(tmp_path / "train.json", 256, seed=0)
     test = write_toy_fid_results(tmp_path / "test.json", 32, seed=1)

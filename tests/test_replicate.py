@@ -254,6 +254,7 @@ def test_seed_summary_uses_the_units_of_the_b_minus_a_column():
     assert row["B − A over seeds"].startswith("+40.00 ± 14.14 [+30.00, +50.00]")
 
 
+@pytest.mark.optimized  # MiniLM forward passes: 63 -> 38 s with XLA's optimisations
 def test_untrained_baseline_scores_the_checkpoint_once_per_world_and_pooling(tmp_path):
     """MiniLM at step 0 on a small world: one row per (world, pooling) naming every run that
     shares it; the scores are the AAR report's own."""

@@ -47,6 +47,7 @@ The model is identified by the checkpoint step only: an export directory belongs
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -69,6 +70,30 @@ from dense_cf.progress import Progress
 # Recorded in export settings: 2 = title-less passages as "[CLS] text [SEP]" (docs/method.md
 # §8). An export made with another format is re-encoded (with a warning), never reused.
 INPUT_FORMAT = 2
+
+
+@functools.lru_cache(maxsize=16)
+def _encoder_fns(model, params_tree, params_shardings: tuple, mesh) -> tuple:
+    """Jitted question, passage and sentence encoders of ``model`` with these param shardings.
+
+    Cached by value (a flax module hashes by its fields): the Encoders of an evaluation's stages
+    and of runs of one architecture share one trace and compile per shape, where a new
+    ``jax.jit`` per Encoder would trace and compile each time.
+    """
+    psh = jax.tree.unflatten(params_tree, params_shardings)
+    out, bsh = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
+
+    def enc(method):
+        def f(params, ids, mask):
+            return model.apply({"params": params}, ids, mask, method=method)
+        return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
+
+    def sent(params, ids, mask, positions):
+        return model.apply({"params": params}, ids, mask, positions,
+                           method=model.encode_passage_at)
+
+    return (enc(model.encode_question), enc(model.encode_passage),
+            jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out))
 
 
 class Encoder:
@@ -97,28 +122,9 @@ class Encoder:
             length_buckets = run.config.eval.get("length_buckets", ())
         self.length_buckets = tuple(int(b) for b in length_buckets)
         self.tokens = self.tokens_at_max = 0
-        model = run.model
-        out = mesh_lib.replicated(run.mesh)
-        bsh = mesh_lib.batch_sharding(run.mesh)
         psh = jax.tree.map(lambda x: x.sharding, run.params)
-        # Every Encoder of this run shares the jitted functions (one trace per shape), as long
-        # as the params keep their shardings.
-        key = ("encoder", jax.tree.structure(psh), tuple(jax.tree.leaves(psh)), bsh, out)
-
-        def build():
-            def enc(method):
-                def f(params, ids, mask):
-                    return model.apply({"params": params}, ids, mask, method=method)
-                return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
-
-            def sent(params, ids, mask, positions):
-                return model.apply({"params": params}, ids, mask, positions,
-                                   method=model.encode_passage_at)
-
-            return (enc(model.encode_question), enc(model.encode_passage),
-                    jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out))
-
-        self._q, self._p, self._s = run.jitted(key, build)
+        self._q, self._p, self._s = _encoder_fns(run.model, jax.tree.structure(psh),
+                                                 tuple(jax.tree.leaves(psh)), run.mesh)
 
     def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray,
                 progress: Progress | None = None) -> np.ndarray:

@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -164,20 +164,10 @@ class Run:
     mesh: Any
     rules: Any
     tok_dir: str | None = None   # the base tokenizer's files (the run's adds its method's tokens)
-    # Jitted functions built for this run (:meth:`jitted`), kept so that every encoder made
-    # over it reuses one trace and compile per shape.
-    _jitted: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def method(self) -> methods.Method:
         return methods.get(self.config.method)
-
-    def jitted(self, key: Any, build: Callable[[], Any]) -> Any:
-        """``build()`` once per ``key`` for this run, then the same function. Evaluations make
-        an encoder per stage; a new ``jax.jit`` each time would trace and compile again."""
-        if key not in self._jitted:
-            self._jitted[key] = build()
-        return self._jitted[key]
 
 
 def abstract_params(config, model, mesh, rules) -> Any:
