@@ -121,12 +121,6 @@ def _kind(src: str) -> str:
     return "unit"
 
 
-# Tests that run real MiniLM weights or train for hundreds of steps are compute-bound: they are
-# marked ``optimized`` and compile with XLA's optimisations, as users do. At level 0 the FiD
-# learning test ran 37 -> 86 s and the MiniLM evidence kill -9 test 18 -> 57 s, and the FiD
-# tests fell short of their learning thresholds.
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(k) for k in KINDS):
@@ -137,6 +131,10 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(getattr(pytest.mark, kind))
 
 
+# Tests that run real MiniLM weights or train for hundreds of steps are compute-bound: they are
+# marked ``optimized`` and compile with XLA's optimisations, as users do. At level 0 the FiD
+# learning test ran 37 -> 86 s and the MiniLM evidence kill -9 test 18 -> 57 s, and the FiD
+# tests fell short of their learning thresholds.
 @pytest.fixture(autouse=True)
 def _optimized_compile(request, monkeypatch):
     """``@pytest.mark.optimized``: this test and its child processes compile with XLA's
@@ -153,14 +151,12 @@ def _optimized_compile(request, monkeypatch):
         jax.config.update("jax_disable_most_optimizations", before)
 
 
-
 @pytest.fixture
 def one_device(monkeypatch):
     """A config's ``mesh.data = -1`` ("every device") takes one device: for the study tests,
     whose subject is a study's runs and reports, not sharding. Eight simulated devices on two
     cores cost them ~30 % (marginalisation over two seeds: 75 s -> 54 s); a sharded run's
     equality to a one-device run has its own tests (test_sharding, test_multihost, ...)."""
-    from dense_cf.index import jax_search
     from dense_cf.parallel import mesh as mesh_lib
     make_mesh = mesh_lib.make_mesh
 
@@ -169,5 +165,4 @@ def one_device(monkeypatch):
             devices = jax.devices()[:model]
         return make_mesh(data, model, devices)
 
-    monkeypatch.setattr(mesh_lib, "make_mesh", one)
-    monkeypatch.setattr(jax_search, "make_mesh", one)
+    monkeypatch.setattr(mesh_lib, "make_mesh", one)  # every caller reads it from mesh_lib

@@ -72,7 +72,7 @@ from dense_cf import files
 from dense_cf.index import faiss_index
 from dense_cf.index.faiss_index import MANIFEST_NAME, DenseIndex, merge_topk
 from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
-from dense_cf.parallel.mesh import make_mesh
+from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.progress import Progress
 
 __all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
@@ -590,7 +590,7 @@ class JaxIndex:
 
 def _build(rows: Any, ids: np.ndarray, spec: JaxSearchSpec, mesh: Mesh | None, progress: bool,
            source: dict[str, Any] | None) -> JaxIndex:
-    mesh = mesh if mesh is not None else make_mesh()
+    mesh = mesh if mesh is not None else mesh_lib.make_mesh()
     t0 = time.perf_counter()
     corpus, block = _place(rows, mesh, spec, progress)
     corpus.block_until_ready()
