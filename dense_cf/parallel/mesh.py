@@ -16,6 +16,8 @@ from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dense_cf.parallel import jit_cache
+
 MESH_AXES = ("data", "model")
 
 
@@ -88,11 +90,14 @@ def init_sharded(init: Any, rng: jax.Array, shardings: Any, host: bool | None = 
     if host is None:
         host = jax.default_backend() != "cpu"
     if not host or cpu is None:
-        return jax.jit(init, out_shardings=shardings)(rng)
+        fn = jit_cache.cached("init_sharded", (init, jit_cache.shardings_key(shardings)),
+                              lambda: jax.jit(init, out_shardings=shardings))
+        return fn(rng)
     # A 1x1 mesh on the CPU: the logical-axis constraints inside ``init`` then resolve there,
     # not against the accelerator mesh of the caller's context.
     with jax.set_mesh(make_mesh(1, 1, devices=[cpu])):
-        values = jax.device_get(jax.jit(init)(jax.device_put(rng, cpu)))
+        fn = jit_cache.cached("init_host", (init,), lambda: jax.jit(init))
+        values = jax.device_get(fn(jax.device_put(rng, cpu)))
 
     def place(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])

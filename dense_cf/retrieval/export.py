@@ -47,12 +47,11 @@ The model is identified by the checkpoint step only: an export directory belongs
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import hashlib
 import json
 import os
 import time
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -64,6 +63,7 @@ from dense_cf import files
 from dense_cf.index.shards import MANIFEST, SHARD_FILE_RE, shard_name
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
+from dense_cf.parallel import jit_cache
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.progress import Progress
 
@@ -72,28 +72,31 @@ from dense_cf.progress import Progress
 INPUT_FORMAT = 2
 
 
-@functools.lru_cache(maxsize=16)
-def _encoder_fns(model, params_tree, params_shardings: tuple, mesh) -> tuple:
+def _encoder_fns(model, params_shardings: Any, mesh) -> tuple:
     """Jitted question, passage and sentence encoders of ``model`` with these param shardings.
 
-    Cached by value (a flax module hashes by its fields): the Encoders of an evaluation's stages
-    and of runs of one architecture share one trace and compile per shape, where a new
-    ``jax.jit`` per Encoder would trace and compile each time.
+    Shared by value (``parallel.jit_cache``; a flax module hashes by its fields): the Encoders
+    of an evaluation's stages and of runs of one architecture share one trace and compile per
+    shape, where a new ``jax.jit`` per Encoder would trace and compile each time.
     """
-    psh = jax.tree.unflatten(params_tree, params_shardings)
-    out, bsh = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
+    def build() -> tuple:
+        out, bsh = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
+        psh = params_shardings
 
-    def enc(method):
-        def f(params, ids, mask):
-            return model.apply({"params": params}, ids, mask, method=method)
-        return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
+        def enc(method):
+            def f(params, ids, mask):
+                return model.apply({"params": params}, ids, mask, method=method)
+            return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
 
-    def sent(params, ids, mask, positions):
-        return model.apply({"params": params}, ids, mask, positions,
-                           method=model.encode_passage_at)
+        def sent(params, ids, mask, positions):
+            return model.apply({"params": params}, ids, mask, positions,
+                               method=model.encode_passage_at)
 
-    return (enc(model.encode_question), enc(model.encode_passage),
-            jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out))
+        return (enc(model.encode_question), enc(model.encode_passage),
+                jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out))
+
+    return jit_cache.cached("encoders", (model, jit_cache.shardings_key(params_shardings), mesh),
+                            build)
 
 
 class Encoder:
@@ -123,8 +126,7 @@ class Encoder:
         self.length_buckets = tuple(int(b) for b in length_buckets)
         self.tokens = self.tokens_at_max = 0
         psh = jax.tree.map(lambda x: x.sharding, run.params)
-        self._q, self._p, self._s = _encoder_fns(run.model, jax.tree.structure(psh),
-                                                 tuple(jax.tree.leaves(psh)), run.mesh)
+        self._q, self._p, self._s = _encoder_fns(run.model, psh, run.mesh)
 
     def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray,
                 progress: Progress | None = None) -> np.ndarray:

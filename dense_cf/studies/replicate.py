@@ -566,9 +566,9 @@ def _required(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
     return ("report.json",) + (("aar.json",) if cfg.data.gold_file else ())
 
 
-def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, float]:
+def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, float | None]:
     """Trains and evaluates run ``name`` (reused when finished); returns (workdir, step,
-    minutes spent here: about 0 when it was reused)."""
+    minutes spent here, None when it was reused)."""
     cfg = run_config(name, out, seed=seed, **budget)
     spec = RUNS[name]
     _prepare_world(spec, cfg)
@@ -578,7 +578,7 @@ def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, 
     _, trained = harness.train_or_reuse(workdir, cfg, required=_required(cfg))
     if not trained:
         logging.info("replicate: %s finished, reusing %s", name, workdir)
-    return workdir, int(cfg.train.num_steps), (time.perf_counter() - t0) / 60
+    return workdir, int(cfg.train.num_steps), (time.perf_counter() - t0) / 60 if trained else None
 
 
 def _baseline_key(cfg: ml_collections.ConfigDict) -> tuple[str, str, bool]:
@@ -660,7 +660,7 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
     os.makedirs(out, exist_ok=True)
     t_start = time.perf_counter()
     done: dict[tuple[str, int], tuple[str, int]] = {}
-    minutes: dict[str, float] = {}
+    minutes: dict[str, float | str] = {}
     jobs = [(s, r) for s in seeds for r in runs]
     for i, (seed, name) in enumerate(jobs, 1):
         left = sum(RUNS[r].minutes * steps / 100 for _, r in jobs[i - 1:])
@@ -669,8 +669,9 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
                      format_duration(60 * left))
         workdir, step, spent = train_run(name, out, seed, steps=steps, **budget)
         done[name, seed] = (workdir, step)
-        # A run trained by an earlier invocation costs nothing here: said as "reused".
-        minutes[f"{name} (seed {seed})"] = round(spent, 2) if spent >= 0.05 else "reused"
+        # A run trained by an earlier invocation costs nothing here: said as "reused" (not
+        # read off the time: a tiny run trains in seconds).
+        minutes[f"{name} (seed {seed})"] = "reused" if spent is None else round(spent, 2)
     studies: dict[tuple[str, int], dict[str, Any]] = {}
     for seed in seeds:
         for name in plan_studies(claim_ids):

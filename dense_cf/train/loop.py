@@ -36,7 +36,7 @@ from dense_cf.train.metric_writer import MetricWriter
 from dense_cf.train.preemption import Preempted, StopSignals
 from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, run_tokenizer
 from dense_cf.train.state import make_optimizer
-from dense_cf.train.step import jit_train_step, make_eval_step
+from dense_cf.train.step import jit_eval_step, jit_train_step
 from dense_cf.train.validate import validate
 
 # Shown when a method's loss reports them (retrievers: l_dpr...; the reader: l_select, l_span).
@@ -185,14 +185,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
             state, data_state, _ = ckpt.restore(abstract_like(state))
             it.set_state(data_state)
         state_sh = jax.tree.map(lambda x: x.sharding, state)
-        repl = mesh_lib.replicated(mesh)
         step_fn = jit_train_step(method, model, tx, state, mesh, loss_hparams=loss_hparams,
                                  schedule=schedule, dropout=config.train.dropout,
                                  grad_cache_chunks=chunks)
-        eval_fn = jax.jit(make_eval_step(method, model, loss_hparams=loss_hparams, mesh=mesh,
-                                         grad_cache_chunks=chunks),
-                          in_shardings=(state_sh.params, mesh_lib.batch_sharding(mesh)),
-                          out_shardings=repl)
+        eval_fn = jit_eval_step(method, model, state_sh.params, mesh, loss_hparams=loss_hparams,
+                                grad_cache_chunks=chunks)
 
         step = int(state.step)
         stop_at = min(total_steps, config.train.stop_at_step or total_steps)

@@ -18,14 +18,16 @@ this module and never imports the training loop. Layout (docs/ARCHITECTURE.md)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from flax import linen as nn
 
 from dense_cf import methods
@@ -33,6 +35,7 @@ from dense_cf.configs.base import merge_over_base
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import file_key, write_json
 from dense_cf.models.tokenizer import tokenizer_for_run
+from dense_cf.parallel import jit_cache
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer
 from dense_cf.train.state import TrainState
@@ -133,23 +136,53 @@ def run_tokenizer(config, tok_dir: str, workdir: str | None = None, *, save: boo
     return tokenizer_for_run(methods.get(config.method).added_tokens, tok_dir, workdir, save=save)
 
 
+def _dummies_key(dummies: tuple) -> tuple:
+    return tuple((d.shape, str(d.dtype), np.asarray(d).tobytes()) for d in dummies)
+
+
+def param_init_fn(config, model) -> Callable[[jax.Array], Any]:
+    """``rng -> params`` (boxed with their logical axes) of ``model`` on its method's dummy
+    inputs. One function object per model value and dummies, so that what is jitted over it
+    (the sharded init, its ``eval_shape``) is shared by the runs of a process
+    (``parallel.jit_cache``)."""
+    dummies = methods.get(config.method).model.dummy_inputs(config)
+
+    def build() -> Callable[[jax.Array], Any]:
+        def init_fn(r):
+            return model.init(r, *dummies)["params"]
+        return init_fn
+
+    return jit_cache.cached("param_init", (model, _dummies_key(dummies)), build)
+
+
+@functools.lru_cache(maxsize=32)
+def _abstract(init_fn: Callable) -> Any:
+    return jax.eval_shape(init_fn, jax.random.key(0))
+
+
 def init_state(config, model, hf_params, tx, mesh, rules, rng) -> TrainState:
     """Params initialised (or loaded) directly into their shardings; optimizer state follows."""
     spec = methods.get(config.method).model
-    dummies = spec.dummy_inputs(config)
-
-    def init_fn(r):
-        return model.init(r, *dummies)["params"]
-
-    abstract = jax.eval_shape(init_fn, rng)
+    init_fn = param_init_fn(config, model)
+    abstract = _abstract(init_fn)
     shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
     if hf_params is not None:
         placed = spec.place_pretrained(model, hf_params)
         params = jax.device_put(placed, shardings)
     else:
-        params = mesh_lib.init_sharded(lambda r: nn.meta.unbox(init_fn(r)), rng, shardings)
-    opt_state = jax.jit(tx.init)(params)
+        params = mesh_lib.init_sharded(_unboxed(init_fn), rng, shardings)
+    opt_state = _jit_opt_init(tx)(params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state)
+
+
+@functools.lru_cache(maxsize=32)
+def _unboxed(init_fn: Callable) -> Callable:
+    return lambda r: nn.meta.unbox(init_fn(r))
+
+
+@functools.lru_cache(maxsize=32)
+def _jit_opt_init(tx) -> Callable:
+    return jax.jit(tx.init)
 
 
 @dataclasses.dataclass
@@ -173,8 +206,7 @@ class Run:
 def abstract_params(config, model, mesh, rules) -> Any:
     """The model's parameters as ShapeDtypeStructs carrying their shardings on ``mesh``, from
     ``jax.eval_shape``: nothing is initialised or allocated (a restore target)."""
-    dummies = methods.get(config.method).model.dummy_inputs(config)
-    boxed = jax.eval_shape(lambda r: model.init(r, *dummies)["params"], jax.random.key(0))
+    boxed = _abstract(param_init_fn(config, model))
     shardings = mesh_lib.tree_shardings(boxed, mesh, rules)
     # The values under the logical-axis boxes (nn.meta.unbox would apply their sharding
     # constraints, which needs arrays).
@@ -217,8 +249,7 @@ def pretrained_run(config: ml_collections.ConfigDict, mesh=None) -> Run:
         raise ValueError("model.name_or_path='tiny' is a random model: evaluate a checkpoint")
     rules = axis_rules(config, model, mesh)
     spec = methods.get(config.method).model
-    dummies = spec.dummy_inputs(config)
-    abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), *dummies)["params"])
+    abstract = _abstract(param_init_fn(config, model))
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
         params = jax.device_put(spec.place_pretrained(model, hf_params), shardings)

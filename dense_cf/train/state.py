@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -28,9 +29,20 @@ def make_schedule(lr: float, warmup_steps: int, total_steps: int, decay: str = "
 
 
 def make_optimizer(cfg, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """AdamW with global-norm clipping; ``cfg`` is the ``optim`` ConfigDict."""
-    schedule = make_schedule(cfg.learning_rate, cfg.warmup_steps, total_steps, cfg.get("decay", "linear"))
-    tx = optax.chain(
-        optax.clip_by_global_norm(cfg.grad_clip),
-        optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay))
+    """AdamW with global-norm clipping; ``cfg`` is the ``optim`` ConfigDict.
+
+    Equal settings give the same objects (cached by value), so the train steps jitted over
+    them are shared by the runs of one process (``train.step.jit_train_step``)."""
+    return _optimizer(float(cfg.learning_rate), int(cfg.warmup_steps), int(total_steps),
+                      str(cfg.get("decay", "linear")), float(cfg.grad_clip), float(cfg.b1),
+                      float(cfg.b2), float(cfg.eps), float(cfg.weight_decay))
+
+
+@functools.lru_cache(maxsize=32)
+def _optimizer(lr: float, warmup_steps: int, total_steps: int, decay: str, grad_clip: float,
+               b1: float, b2: float, eps: float, weight_decay: float
+               ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    schedule = make_schedule(lr, warmup_steps, total_steps, decay)
+    tx = optax.chain(optax.clip_by_global_norm(grad_clip),
+                     optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
     return tx, schedule

@@ -20,11 +20,14 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dense_cf.methods import Method
+from dense_cf.parallel import jit_cache
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.parallel.jit_cache import Identity, shardings_key
 from dense_cf.train import gradcache
 from dense_cf.train.state import TrainState
 
-__all__ = ["batch_loss", "gather", "gathered_loss", "make_eval_step", "make_train_step"]
+__all__ = ["batch_loss", "gather", "gathered_loss", "jit_eval_step", "jit_train_step", "make_eval_step",
+           "make_train_step"]
 
 
 def gather(tree: Any, mesh: Mesh | None) -> Any:
@@ -95,6 +98,10 @@ def make_train_step(method: Method, model, tx: optax.GradientTransformation, *,
     return train_step
 
 
+def _hparams_key(loss_hparams: dict[str, Any]) -> tuple:
+    return tuple(sorted(loss_hparams.items()))
+
+
 def jit_train_step(method: Method, model, tx: optax.GradientTransformation, state: Any,
                    mesh: Mesh | None, *, loss_hparams: dict[str, Any],
                    schedule: optax.Schedule | None = None, dropout: bool = True,
@@ -102,15 +109,43 @@ def jit_train_step(method: Method, model, tx: optax.GradientTransformation, stat
     """:func:`make_train_step` jitted as the training loop runs it: the state donated and kept
     in its shardings, the batch split over ``data``, rng and metrics replicated. ``mesh=None``
     (one device, no shardings) jits it with the state donated only. The one place that jits a
-    train step: the loop and every benchmark use it, so what a benchmark times is the loop's."""
-    fn = make_train_step(method, model, tx, loss_hparams=loss_hparams, mesh=mesh,
-                         schedule=schedule, dropout=dropout, grad_cache_chunks=grad_cache_chunks)
-    if mesh is None:
-        return jax.jit(fn, donate_argnums=(0,))
-    state_sh = jax.tree.map(lambda x: x.sharding, state)
-    repl = mesh_lib.replicated(mesh)
-    return jax.jit(fn, in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), repl),
-                   out_shardings=(state_sh, repl), donate_argnums=(0,))
+    train step: the loop and every benchmark use it, so what a benchmark times is the loop's.
+
+    Shared within the process (``parallel.jit_cache``) by method, model value, optimizer and
+    schedule objects (``state.make_optimizer`` returns the same ones for the same values),
+    mesh and state shardings: the runs of a study over seeds trace and compile it once."""
+    state_sh = None if mesh is None else jax.tree.map(lambda x: x.sharding, state)
+    key = (Identity(method), model, tx, schedule, mesh, _hparams_key(loss_hparams), bool(dropout),
+           int(grad_cache_chunks), shardings_key(state_sh))
+
+    def build() -> Callable:
+        fn = make_train_step(method, model, tx, loss_hparams=loss_hparams, mesh=mesh,
+                             schedule=schedule, dropout=dropout,
+                             grad_cache_chunks=grad_cache_chunks)
+        if mesh is None:
+            return jax.jit(fn, donate_argnums=(0,))
+        repl = mesh_lib.replicated(mesh)
+        return jax.jit(fn, in_shardings=(state_sh, mesh_lib.batch_sharding(mesh), repl),
+                       out_shardings=(state_sh, repl), donate_argnums=(0,))
+
+    return jit_cache.cached("train_step", key, build)
+
+
+def jit_eval_step(method: Method, model, params_shardings: Any, mesh: Mesh, *,
+                  loss_hparams: dict[str, Any], grad_cache_chunks: int = 1) -> Callable:
+    """:func:`make_eval_step` jitted for the loop's dev-set validation (params in their
+    shardings, the batch split over ``data``, metrics replicated), shared like
+    :func:`jit_train_step`."""
+    key = (Identity(method), model, mesh, _hparams_key(loss_hparams), int(grad_cache_chunks),
+           shardings_key(params_shardings))
+
+    def build() -> Callable:
+        fn = make_eval_step(method, model, loss_hparams=loss_hparams, mesh=mesh,
+                            grad_cache_chunks=grad_cache_chunks)
+        return jax.jit(fn, in_shardings=(params_shardings, mesh_lib.batch_sharding(mesh)),
+                       out_shardings=mesh_lib.replicated(mesh))
+
+    return jit_cache.cached("eval_step", key, build)
 
 
 def make_eval_step(method: Method, model, *, loss_hparams: dict[str, Any], mesh: Mesh | None,
