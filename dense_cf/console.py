@@ -89,7 +89,8 @@ def import_tensorflow() -> types.ModuleType:
 def tensorflow_for_host() -> types.ModuleType:
     """TensorFlow for host-side input pipelines: imported quietly (:func:`import_tensorflow`)
     and kept off the GPUs, which JAX owns (a tf.data op would otherwise grab their memory).
-    Call it before any TensorFlow op; every binary that uses tf.data starts with it."""
+    Must run before any TensorFlow op: ``inputs.lazy.tf``, the way the pipelines reach
+    TensorFlow, calls it on first use."""
     tf = import_tensorflow()
     tf.config.set_visible_devices([], "GPU")
     return tf

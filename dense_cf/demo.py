@@ -29,7 +29,7 @@ from absl import app, flags, logging
 
 from dense_cf import app as _app
 from dense_cf.configs.presets import DEMO_READER, demo_config, reader_demo_config
-from dense_cf.console import quiet_library_logs, tensorflow_for_host
+from dense_cf.console import quiet_library_logs
 from dense_cf.eval import aar_math, stats
 from dense_cf.eval import claims as claims_lib
 from dense_cf.eval import compare as compare_lib
@@ -270,7 +270,6 @@ def run_demo(workdir: str) -> None:
     """Trains every ``--methods`` run under ``workdir`` and writes the comparison report."""
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise UserError(f"--workdir {workdir} is a file, expected a directory (made if absent)")
-    tensorflow_for_host()
     t_start = time.perf_counter()
 
     seeds = harness.parse_seeds(_SEEDS.value)

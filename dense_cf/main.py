@@ -18,7 +18,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from dense_cf import app as _app
-from dense_cf.console import quiet_library_logs, tensorflow_for_host
+from dense_cf.console import quiet_library_logs
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import UserError
 from dense_cf.parallel import distributed
@@ -53,8 +53,6 @@ def main(argv) -> None:
     distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
                            local_device_ids=local_ids)
-    if _CONFIG.value.data.pipeline == "tfdata":  # grain runs without TensorFlow
-        tensorflow_for_host()
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:

@@ -111,3 +111,34 @@ def test_core_imports_and_runs_without_tensorflow():
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                        cwd=root, timeout=300)
     assert p.returncode == 0 and "TF-FREE OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
+
+
+def test_the_lazy_tensorflow_keeps_it_off_the_gpus(monkeypatch):
+    """Pipelines reach TensorFlow through ``inputs.lazy.tf``: its first use goes through
+    ``console.tensorflow_for_host`` (GPUs hidden from TF), later uses reuse the module."""
+    from dense_cf.inputs import lazy
+    calls = []
+    fake = type("tf", (), {"constant": staticmethod(lambda x: ("constant", x))})
+    monkeypatch.setattr(lazy, "tensorflow_for_host", lambda: calls.append(1) or fake)
+    tf = lazy._LazyModule("tensorflow")
+    assert calls == []                                       # importing costs nothing
+    assert tf.constant(3) == ("constant", 3) and tf.constant(4) == ("constant", 4)
+    assert calls == [1]
+
+
+def test_an_evaluator_runs_without_tensorflow(tmp_path):
+    """An evaluation binary builds no tf.data pipeline, so it starts (and here refuses a
+    workdir with no run, in one line) on a host where TensorFlow cannot be imported."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    missing = tmp_path / "no_run"
+    script = textwrap.dedent(f"""
+        import runpy, sys
+        sys.modules["tensorflow"] = sys.modules["tensorflow_datasets"] = None
+        sys.argv = ["dense_cf.eval.retrieval", "--workdir={missing}"]
+        runpy.run_module("dense_cf.eval.retrieval", run_name="__main__")
+    """)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                       cwd=root, timeout=300)
+    assert p.returncode != 0 and str(missing) in p.stderr, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and "tensorflow" not in p.stderr.lower(), p.stderr[-3000:]

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import SkipReport, read_gold_info
 from dense_cf.eval.localisation import localisation
@@ -40,7 +39,6 @@ _MAX = flags.DEFINE_integer("max_records", 0, "Score at most this many records (
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Runs the check on the run's gold records; prints and returns the figures."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     if not _WORKDIR.value:
         raise ValueError("--workdir is required")
     run = load_run(_WORKDIR.value)

@@ -17,7 +17,6 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.formats import SkipReport, read_biencoder
 from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import pivot
@@ -40,7 +39,6 @@ _OUT = flags.DEFINE_string("out", None, "Output directory (default: the run's ev
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Runs the check; prints the table and returns the result."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     run = run or load_run(workdir)
     data = run.config.data

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.files import workdir_lock
 from dense_cf.mining.reader_data import SPLIT_FILES, reader_data
 
@@ -47,7 +46,6 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).",
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Writes the results file; prints and returns the summary."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     with workdir_lock(_RETRIEVER.value, "reader_data", warn=logging.warning):
         summary = reader_data(_RETRIEVER.value, _SPLIT.value, qa_path=_QA.value, k=_K.value,
                               max_questions=_MAX_Q.value, out_dir=_OUT.value,

@@ -33,7 +33,6 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
 from dense_cf.eval import aar_math, stats
@@ -300,7 +299,6 @@ _STRATEGIES = flags.DEFINE_list("strategies", None, "Counterfactual strategies "
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Evaluates the run; prints AAR and triplet counts per strategy, returns the result."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_aar", warn=logging.warning):
         res = evaluate_aar(workdir, run=run, gold_path=_GOLD.value, qa_path=_QA.value,

@@ -39,7 +39,6 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
@@ -585,7 +584,6 @@ _OUT = flags.DEFINE_string("out", None, "Report directory.", flag_values=FLAGS)
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Cross-pairs the runs (``--workdirs`` and the arguments); prints and returns the report."""
-    tensorflow_for_host()
     rep = run_marginalization(
         [*_WORKDIRS.value, *argv[1:]], _TEST.value, corpus_path=_CORPUS.value,
         ks=[int(x) for x in _K.value], out_dir=_OUT.value, in_domain=_IN_DOMAIN.value,

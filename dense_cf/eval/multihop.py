@@ -52,7 +52,6 @@ import numpy as np
 from absl import app, flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import RetrievedPassage
 from dense_cf.datasets.hotpotqa import HotpotExample, bridge_order, read_hotpot
@@ -686,7 +685,6 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     if not _WORKDIR.value:
         raise app.UsageError("--workdir is required")
-    tensorflow_for_host()
     workdir = _WORKDIR.value
     with workdir_lock(workdir, "eval_multihop", warn=logging.warning):
         summary = evaluate_multihop(workdir, qa_path=_QA.value, corpus_path=_CORPUS.value,

@@ -37,7 +37,6 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import model_flags as _model_flags
@@ -156,7 +155,6 @@ _K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Evaluates the run; prints and returns the summary."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
         summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,

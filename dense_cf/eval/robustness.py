@@ -68,7 +68,6 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import aar, aar_math, stats
 from dense_cf.eval import metrics as metrics_lib
@@ -587,7 +586,6 @@ _INDEX = flags.DEFINE_string("index", None, "jax: exact JaxIndex search (no fais
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Evaluates the run; prints top-k and MRR per distractor count, returns the result."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_robustness", warn=logging.warning):
         res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],

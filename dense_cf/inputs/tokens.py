@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dense_cf import files
+from dense_cf.inputs.lazy import tf
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.sentences import split_sentences
 
@@ -68,7 +69,6 @@ class Ragged:
 
     def to_tf(self):
         """A ``tf.RaggedTensor`` (TensorFlow is imported here: the rest is TF-free)."""
-        import tensorflow as tf
         return tf.RaggedTensor.from_row_splits(self.values, self.row_splits, validate=False)
 
 

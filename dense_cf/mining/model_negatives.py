@@ -36,7 +36,6 @@ import numpy as np
 from absl import flags, logging
 
 from dense_cf import app as _app
-from dense_cf.console import tensorflow_for_host
 from dense_cf.datasets import formats
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.mining.flags import define_common_flags
@@ -136,7 +135,6 @@ _STORE_DIR = flags.DEFINE_string(
 def main(argv: Sequence[str]) -> dict[str, Any]:
     """Mines ``--input`` into ``--output`` with the run's model; prints and returns the summary."""
     _app.no_positional(argv)
-    tensorflow_for_host()
     f = FLAGS
     summary = mine_model(_WORKDIR.value, f.input, f.output, corpus=f.corpus, k=_K.value,
                          num_negatives=f.num_negatives, skip_top=_SKIP_TOP.value,

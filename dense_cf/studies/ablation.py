@@ -39,7 +39,6 @@ from absl import flags, logging
 from dense_cf import app as _app
 from dense_cf.configs.ablation import ROWS
 from dense_cf.configs.studies import ablation_row_config
-from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.files import atomic_open, make_dir, write_json
@@ -262,7 +261,6 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    tensorflow_for_host()
     f = FLAGS
     out = f.out or make_dir("ablation_bench_")
     result = run_ablation(out, f.rows, steps=f.steps, seeds=_F.seed_list(),

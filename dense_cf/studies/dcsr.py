@@ -37,7 +37,6 @@ from absl import flags, logging
 
 from dense_cf import app as _app
 from dense_cf.configs.studies import dcsr_config
-from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import stats
 from dense_cf.files import make_dir
@@ -63,7 +62,6 @@ METHODS = ("dpr", "dcsr")
 
 def main(argv) -> None:
     del argv
-    tensorflow_for_host()
     out = _F.out.value or make_dir("dcsr_bench_")
     steps, batch, model, lr = _F.steps.value, _F.batch.value, _F.model.value, _F.lr.value
     has_qpp = "questions_per_passage" in inspect.signature(synthetic.generate).parameters

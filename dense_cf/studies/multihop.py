@@ -41,7 +41,6 @@ from absl import flags, logging
 from dense_cf import app as _app
 from dense_cf.configs.presets import MDR_READER, mdr_reader_config
 from dense_cf.configs.studies import mdr_config
-from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -350,7 +349,6 @@ def run_seeds(out: str, seeds: Sequence[int] = (0,), **kw: Any) -> dict[str, Any
 
 def main(argv) -> dict[str, Any]:
     _app.no_positional(argv)
-    tensorflow_for_host()
     return run_seeds(_F.out.value or make_dir("mdr_bench_"), _F.seed_list(),
                      steps=_F.steps.value, batch=_F.batch.value, num_questions=_NUM_Q.value,
                      test_frac=_TEST_FRAC.value, num_hard=_NUM_HARD.value, beam_size=_BEAM.value,

@@ -38,7 +38,6 @@ from absl import flags, logging
 from dense_cf import app as _app
 from dense_cf.configs.presets import with_method
 from dense_cf.configs.studies import ablation_row_config, dcsr_config
-from dense_cf.console import tensorflow_for_host
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
@@ -839,7 +838,6 @@ def list_text(claim_ids: Sequence[str], steps: int, seeds: Sequence[int]) -> str
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    tensorflow_for_host()
     f = FLAGS
     ids = list(f.claims or CLAIM_IDS)
     seeds = harness.parse_seeds(f.seeds)
