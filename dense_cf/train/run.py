@@ -180,9 +180,9 @@ def _unboxed(init_fn: Callable) -> Callable:
     return lambda r: nn.meta.unbox(init_fn(r))
 
 
-@functools.lru_cache(maxsize=32)
 def _jit_opt_init(tx) -> Callable:
-    return jax.jit(tx.init)
+    # Through jit_cache like every shared jit: its key carries the compile context too.
+    return jit_cache.cached("opt_init", (tx,), lambda: jax.jit(tx.init))
 
 
 @dataclasses.dataclass
