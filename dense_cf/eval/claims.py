@@ -135,7 +135,7 @@ def _mean_null_p(diff: float, lo: float, hi: float, delta0: float) -> float:
     se = (hi - lo) / (2 * stats._z(0.95))
     if se <= 0:
         return 1.0 if diff == delta0 else 0.0
-    return float(min(1.0, 2.0 * stats.sp_stats.norm.sf(abs(diff - delta0) / se)))
+    return stats.normal_two_sided_p((diff - delta0) / se)
 
 
 def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],

@@ -6,6 +6,12 @@ written as classic ``simple_value`` summaries, not TF2 tensor summaries, so that
 ``tf.summary.scalar`` writes tensors that only the TensorBoard UI converts). Event files are
 written with the ``tensorboard`` package's own writer and protos, not TensorFlow's, so a run
 without TensorFlow (``data.pipeline=grain``) keeps its curves.
+
+The writer does its file I/O through ``tensorboard.compat.tf``. That name imports TensorFlow when
+TensorFlow is installed, which costs ~5 s of CPU per process and bypasses ``inputs.lazy``'s guard
+that keeps TensorFlow off the GPUs. ``tensorboard.compat.notf`` is tensorboard's own switch to its
+TensorFlow-free stub, so we register it. The stub's gfile writes local paths; workdirs are local
+or gcsfuse mounts (launch/tpu_pod.sh).
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import contextlib
 import errno
 import json
 import os
+import sys
 import time
+import types
 from typing import Any, Mapping
 
 import jax
@@ -24,6 +32,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from dense_cf.files import DiskFullError, UserError, is_disk_full
+
+# Read when the first writer opens a file (tensorboard.compat.tf is a lazy module): see above.
+sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
 
 
 def _scalar(v: Any) -> float:
