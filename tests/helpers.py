@@ -336,3 +336,9 @@ def communicate_all(procs, timeout: float) -> list[tuple[int, str, str]]:
                 p.kill()
                 p.wait()
     return outs
+
+
+def child_pythonpath(*paths) -> str:
+    """PYTHONPATH for a child process: ``paths`` first, then the parent's own PYTHONPATH, so a
+    site carried that way (the GPU image's wheels, tools/gpu/check.sh) stays importable."""
+    return os.pathsep.join([str(p) for p in paths] + [p for p in [os.environ.get("PYTHONPATH")] if p])

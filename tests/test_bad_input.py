@@ -31,7 +31,7 @@ import textwrap
 from typing import Any, Callable
 
 import pytest
-from helpers import tiny_synthetic_config
+from helpers import child_pythonpath, tiny_synthetic_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -525,7 +525,7 @@ def test_unreadable_file_without_root_powers(bench: str, tmp_path: pathlib.Path)
     caps = "-dac_override,-dac_read_search"
     r = subprocess.run([setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}",
                         sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       timeout=120, env=dict(os.environ, PYTHONPATH=child_pythonpath(ROOT)))
     assert r.stdout.strip() == f"ERR {path}: permission denied", r.stdout + r.stderr[-2000:]
     assert path.stat().st_mode & 0o777 == 0
 

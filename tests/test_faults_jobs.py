@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from helpers import child_pythonpath
 
 from dense_cf.cli import prepare as prepare_cli
 from dense_cf.datasets import download
@@ -25,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]),
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(REPO, os.path.join(REPO, "tests")),
                JAX_PLATFORMS="cpu")
     env.pop("DENSE_CF_TRACEBACK", None)
     return dict(env, **extra)

@@ -20,7 +20,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from helpers import communicate_all, write_tower_data
+from helpers import child_pythonpath, communicate_all, write_tower_data
 from test_multihost import _free_port, _gloo_available
 
 from dense_cf.train.preemption import PREEMPTED_EXIT
@@ -61,7 +61,7 @@ def _start(workdir, data_dir, marker, *extra, devices=2, mesh=(2, 1)):
            *[f"--config.{k}={v}" for k, v in overrides.items()], *extra]
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", STEP_MARKER=str(marker),
-               PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
+               PYTHONPATH=child_pythonpath(ROOT), JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
     env.pop("DENSE_CF_TRACEBACK", None)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -242,7 +242,7 @@ def test_full_disk_stops_training_with_one_line_then_resumes(tmp_path):
              f"mkdir {mnt}/w && mount -t tmpfs -o size=1m tmpfs {mnt}/w && "
              f"{sys.executable} {script} {mnt}/w")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
-               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, STEP_MARKER=str(tmp_path / "marker"),
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=child_pythonpath(ROOT), STEP_MARKER=str(tmp_path / "marker"),
                STEP_SLEEP_LATE="1.0")
     env.pop("DENSE_CF_TRACEBACK", None)
     r = subprocess.run(["unshare", "-rm", "sh", "-c", shell], cwd=ROOT, capture_output=True,

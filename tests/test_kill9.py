@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import tiny_synthetic_config
+from helpers import child_pythonpath, tiny_synthetic_config
 
 from dense_cf.synthetic import generate as synthetic
 
@@ -41,7 +41,7 @@ def _kill_at_marker(body: str, tmp_path, timeout: float = 240.0) -> None:
     """Runs ``body`` (Python; may call ``stop_here()``) in a child, SIGKILLs it at the marker."""
     marker = str(tmp_path / "stopped")
     code = textwrap.dedent(_STOP.format(marker=marker)) + textwrap.dedent(body)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(ROOT, os.path.join(ROOT, "tests")),
                JAX_PLATFORMS="cpu")
     p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

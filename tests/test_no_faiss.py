@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+from helpers import child_pythonpath
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Every module on the eval.index=jax path that must import without faiss.
@@ -100,7 +102,7 @@ _SCRIPT = textwrap.dedent("""
 
 def test_jax_index_without_faiss():
     script = _SCRIPT.format(modules=FAISS_FREE_MODULES)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(ROOT),
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
@@ -144,7 +146,7 @@ def test_retrieval_eval_with_jax_index_without_faiss(tmp_path):
     untrained tiny run in a process with faiss."""
     from dense_cf.synthetic import generate as synthetic
     synthetic.generate(str(tmp_path / "synth"), num_passages=300, seed=1)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(ROOT),
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
     reports = {}
     for kind in ("jax", "flat"):

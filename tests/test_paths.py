@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import child_pythonpath
 
 from dense_cf.app import REPO_ROOT, resolve_config_arg
 from dense_cf.configs.base import base_config, resolve_paths
@@ -39,7 +40,7 @@ def test_missing_config_is_one_user_error_naming_both_places(tmp_path):
 def test_missing_config_from_the_command_line_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dense_cf.main", "--config=configs/nope.py",
                         f"--workdir={tmp_path / 'w'}"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=child_pythonpath(REPO_ROOT)))
     assert r.returncode == 1
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "configs/nope.py not found" in errors[0]

@@ -127,7 +127,7 @@ def test_pseudo_evidence_run_scores_its_training_file_first(tmp_path):
     assert c.data.evidence_file == os.path.join(out, "data", "evidence-minilm-train.jsonl")
     assert c.data.data_dir == gold.data.data_dir and c.data.num_hard == 0
     res = rep.run_replication(out, ["eadpr-pseudo-gold"], steps=2, model="tiny",
-                              num_passages=150, test_questions=40, n_resamples=300)
+                              num_passages=60, test_questions=20, n_resamples=300)
     n_train = len(json.load(open(os.path.join(c.data.data_dir, c.data.train_file))))
     with open(c.data.evidence_file) as f:
         assert sum(1 for _ in f) == n_train

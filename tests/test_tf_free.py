@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from helpers import child_pythonpath
+
 # Every module that must import without TensorFlow. One list, so a restructure edits one place.
 TF_FREE_MODULES = [
     "dense_cf.configs.base",
@@ -106,7 +108,7 @@ _SCRIPT = textwrap.dedent("""
 def test_core_imports_and_runs_without_tensorflow():
     script = _SCRIPT.format(modules=TF_FREE_MODULES, encoder=ENCODER)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root,
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(root),
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                        cwd=root, timeout=300)
@@ -158,7 +160,7 @@ def test_an_evaluator_runs_without_tensorflow(tmp_path):
         sys.argv = ["dense_cf.eval.retrieval", "--workdir={missing}"]
         runpy.run_module("dense_cf.eval.retrieval", run_name="__main__")
     """)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(root))
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                        cwd=root, timeout=300)
     assert p.returncode != 0 and str(missing) in p.stderr, p.stderr[-3000:]
