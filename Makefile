@@ -24,15 +24,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m dense_cf.demo --workdir=$(WORKDIR)
 
-# Three workers on two cores: a worker waiting on its child processes (trainers killed and
-# resumed, two-host runs, binaries) leaves a core idle. Measured on fresh clones, 28 Nov: see
-# the note of that session.
+# Two workers on two cores. Three, on a fresh clone (28 Nov): 21m51s, user CPU 38.0 min; two
+# had given 19m59s, 33.0 min (27 Nov, another day's machine): no gain shown, so two stay.
 # pip byte-compiles on install: this machine's environment sets PYTHONDONTWRITEBYTECODE=1, so
 # modules left uncompiled (`--no-compile`) are compiled again by every process that imports
 # them (measured: user CPU 33 -> 44 min over the suite).
 test: $(STAMP)
 	$(PY) -m ruff check dense_cf tests configs tools
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The unit tests alone (no training, no child processes): the fast loop while developing.
 test-unit: $(STAMP)
