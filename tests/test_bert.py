@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import child_pythonpath
 
 from dense_cf.models.bert import DEFAULT_LOGICAL_AXIS_RULES, BertConfig, BertEncoder, axis_rules_for
 
@@ -206,6 +207,6 @@ def test_sharded_init_and_apply_on_2x2_mesh():
     )
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=child_pythonpath(here, os.path.dirname(here)))
     r = subprocess.run([sys.executable, "-c", code], cwd=here, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]

@@ -54,6 +54,12 @@ def normal_two_sided_p(z: float) -> float:
     return float(min(1.0, 2.0 * scipy.stats.norm.sf(abs(z))))
 
 
+def _exact_mcnemar_p(b01: int, b10: int) -> float:
+    """Exact two-sided McNemar p: the binomial test of the discordant counts at 1/2."""
+    m = b01 + b10
+    return 1.0 if m == 0 else min(1.0, 2.0 * float(scipy.stats.binom.cdf(min(b01, b10), m, 0.5)))
+
+
 def _z(conf: float) -> float:
     if not 0.0 < conf < 1.0:
         raise ValueError(f"conf must lie in (0, 1), got {conf}")
@@ -99,9 +105,7 @@ def mcnemar_exact(a: Any, b: Any) -> dict[str, Any]:
                          f"{b.shape}")
     b01 = int((~a & b).sum())
     b10 = int((a & ~b).sum())
-    m = b01 + b10
-    p = 1.0 if m == 0 else min(1.0, 2.0 * float(scipy.stats.binom.cdf(min(b01, b10), m, 0.5)))
-    return {"b01": b01, "b10": b10, "p_value": p, "n": int(a.size)}
+    return {"b01": b01, "b10": b10, "p_value": _exact_mcnemar_p(b01, b10), "n": int(a.size)}
 
 
 def _as_values(x: Any, name: str = "x") -> np.ndarray:
@@ -463,9 +467,8 @@ def mcnemar_pooled(b01: Sequence[int], b10: Sequence[int]) -> dict[str, Any]:
     s01, s10 = int(sum(b01)), int(sum(b10))
     m = s01 + s10
     chi2 = 0.0 if m == 0 else (s01 - s10) ** 2 / m
-    p_exact = 1.0 if m == 0 else min(1.0, 2.0 * float(scipy.stats.binom.cdf(min(s01, s10), m, 0.5)))
     return {"b01": s01, "b10": s10, "chi2": chi2, "p_chi2": float(scipy.stats.chi2.sf(chi2, 1)),
-            "p_value": p_exact}
+            "p_value": _exact_mcnemar_p(s01, s10)}
 
 
 def pooled_mean_diff(diffs: Sequence[float], los: Sequence[float], his: Sequence[float],

@@ -47,6 +47,9 @@ def handled_error(e: BaseException | None) -> bool:
 _RESTORING = [0]  # > 0 while Checkpointer.restore tries steps (its warnings say what failed)
 
 
+_ORBAX_DIR = f"{os.sep}orbax{os.sep}"  # in a source path: code of the orbax package
+
+
 class _DropHandledOrbaxTracebacks(py_logging.Filter):
     """Orbax logs every failure of its background threads with a traceback
     (``logging.exception``) before the error reaches the caller; for the errors the caller turns
@@ -60,7 +63,7 @@ class _DropHandledOrbaxTracebacks(py_logging.Filter):
             # started beside the one that failed first, collected later; restore has already
             # warned about that step (seen under load in tests/test_faults.py).
             return False
-        if f"{os.sep}orbax{os.sep}" not in record.pathname or record.levelno < py_logging.ERROR:
+        if _ORBAX_DIR not in record.pathname or record.levelno < py_logging.ERROR:
             return True
         if _RESTORING[0]:
             return False
@@ -71,7 +74,7 @@ class _DropHandledOrbaxTracebacks(py_logging.Filter):
 def _raised_in_orbax(exc_info: Any) -> bool:
     tb = exc_info[2] if exc_info else None
     while tb is not None:
-        if f"{os.sep}orbax{os.sep}" in tb.tb_frame.f_code.co_filename:
+        if _ORBAX_DIR in tb.tb_frame.f_code.co_filename:
             return True
         tb = tb.tb_next
     return False
@@ -84,7 +87,7 @@ def _leftover_async_noise(u: Any) -> bool:
     if isinstance(u.exc_value, RuntimeError) and str(u.exc_value) == "Event loop is closed":
         return True
     code = getattr(u.object, "cr_code", None) if inspect.iscoroutine(u.object) else None
-    return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+    return code is not None and _ORBAX_DIR in code.co_filename
 
 
 def _quiet_orbax_failures() -> None:
