@@ -1,6 +1,8 @@
 """Shared test helpers (imported by test modules; pytest puts tests/ on sys.path)."""
 
+import json
 import os
+import socket
 
 from dense_cf.configs.base import base_config
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
@@ -342,3 +344,56 @@ def child_pythonpath(*paths) -> str:
     """PYTHONPATH for a child process: ``paths`` first, then the parent's own PYTHONPATH, so a
     site carried that way (the GPU image's wheels, tools/gpu/check.sh) stays importable."""
     return os.pathsep.join([str(p) for p in paths] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+
+
+def xla_flags(devices: int) -> str:
+    """XLA_FLAGS for a child process with ``devices`` simulated CPU devices: the suite's other
+    flags (tests/conftest.py) kept, the device count replaced."""
+    rest = [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join([f"--xla_force_host_platform_device_count={devices}", *rest])
+
+
+def free_port() -> int:
+    """A free localhost TCP port (for a multi-process run's coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gloo_available() -> bool:
+    """Whether this jaxlib has gloo CPU collectives, which multi-process CPU runs need."""
+    try:
+        from jax._src.lib import _jax
+        return hasattr(_jax, "make_gloo_tcp_collectives")
+    except ImportError:
+        return False
+
+
+# ``python -c STEP_HOOK <dense_cf.main flags>``: dense_cf.main with one test-side hook. After
+# logging a step it appends ``STEP <n>`` to $STEP_MARKER and sleeps 0.3 s (from step 6 on,
+# $STEP_SLEEP_LATE s), so a test can act at a step it picks while the run is still training
+# (the next step may be in flight by then).
+STEP_HOOK = """
+import os, sys, time
+from dense_cf.train import metric_writer
+_real = metric_writer.MetricWriter.write
+def _write(self, step, metrics, **kw):
+    out = _real(self, step, metrics, **kw)
+    with open(os.environ["STEP_MARKER"], "a") as f:
+        f.write(f"STEP {int(step)}\\n")
+    # The full-disk test gives a background save time to fail before the next step from step 6
+    # on (STEP_SLEEP_LATE): 0.3 s was not always enough on a loaded 2-core machine.
+    time.sleep(float(os.environ.get("STEP_SLEEP_LATE", "0.3")) if int(step) >= 6 else 0.3)
+    return out
+metric_writer.MetricWriter.write = _write
+from dense_cf.main import run
+sys.argv = ["dense_cf.main", *sys.argv[1:]]
+run()
+"""
+
+
+def logged_steps(workdir) -> list[int]:
+    """The steps of a run's metrics.jsonl, in the order they were logged."""
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line)["step"] for line in f]

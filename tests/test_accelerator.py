@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import child_pythonpath
+from helpers import child_pythonpath, xla_flags
 
 from dense_cf.bench import accelerator as acc
 
@@ -58,7 +58,7 @@ def test_cli_small_shapes_writes_json(tmp_path):
             "sys.argv = ['accelerator'] + sys.argv[1:]\n"
             "runpy.run_module('dense_cf.bench.accelerator', run_name='__main__')\n")
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(ROOT),
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+               XLA_FLAGS=xla_flags(2))
     p = subprocess.run([sys.executable, "-c", code, "--shapes=small", "--steps=1", "--warmup=1",
                         "--export_batches=1", "--matmul_peak=false", "--search_n=300",
                         "--search_queries=20", "--search_k=7", f"--out={out}"],

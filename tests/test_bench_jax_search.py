@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+from helpers import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -19,7 +21,7 @@ def test_benchmark_command_runs_without_faiss_and_tensorflow(tmp_path):
             "--queries=64", "--check_queries=32", "--chunk_rows=64,128", "--block_rows=1024",
             "--data=device", "--max_search_s=0.2", "--select=auto,chunked",
             "--bandwidth_gbs=10", "--peak_tflops=1", f"--json_out={out}"]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(1))
     r = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

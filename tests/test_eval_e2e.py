@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import tiny_synthetic_config
+from helpers import tiny_synthetic_config, xla_flags
 
 from dense_cf.synthetic import generate as synthetic
 
@@ -106,7 +106,7 @@ def test_export_resumes_after_interruption(trained, tmp_path):
 
 def test_binaries_from_the_command_line(trained):
     workdir, summary = trained
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(2))
     r = subprocess.run([sys.executable, "-m", "dense_cf.cli.eval_retrieval",
                         f"--workdir={workdir}"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

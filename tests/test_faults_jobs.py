@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from helpers import child_pythonpath
+from helpers import child_pythonpath, xla_flags
 
 from dense_cf.cli import prepare as prepare_cli
 from dense_cf.datasets import download
@@ -98,7 +98,7 @@ def test_training_from_another_directory_with_relative_paths(tmp_path):
            "--config.data.max_p_len=24", "--config.train.global_batch=8",
            "--config.train.num_steps=1", "--config.train.eval_every=0", "--config.mesh.data=1"]
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=1"))
+                       env=_env(XLA_FLAGS=xla_flags(1)))
     assert p.returncode == 0, p.stderr[-3000:]
     saved = json.load(open(tmp_path / "run" / "config.json"))
     assert saved["data"]["data_dir"] == str(tmp_path / "data")

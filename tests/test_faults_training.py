@@ -1,15 +1,11 @@
 """Issue 34 §1: SIGTERM (a preempted VM, TPU maintenance) saves the step in flight and exits 75;
-the same command resumes to parameters bit-identical to an uninterrupted run, on one host (in
-process) and on two (two local ``dense_cf.main`` processes, the signal sent to one of them only).
-
-Each two-host trainer is ``python -m dense_cf.main`` with one test-side hook: after logging a step it
-writes ``STEP <n>`` to a marker file and sleeps 0.3 s, so the test can send SIGTERM at a step it
-picks at random while the run is still training (the next step may be in flight by then).
+the same command resumes to parameters bit-identical to an uninterrupted run (here in process; on
+two hosts, the signal sent to one of them only: tests/test_multihost.py). A full disk during
+training stops it with one line, and the same command resumes once there is space.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -20,31 +16,10 @@ import time
 import jax
 import numpy as np
 import pytest
-from helpers import child_pythonpath, communicate_all, write_tower_data
-from test_multihost import _free_port, _gloo_available
-
-from dense_cf.train.preemption import PREEMPTED_EXIT
+from helpers import STEP_HOOK, child_pythonpath, logged_steps, write_tower_data, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
-
-_HOOK = """
-import os, sys, time
-from dense_cf.train import metric_writer
-_real = metric_writer.MetricWriter.write
-def _write(self, step, metrics, **kw):
-    out = _real(self, step, metrics, **kw)
-    with open(os.environ["STEP_MARKER"], "a") as f:
-        f.write(f"STEP {int(step)}\\n")
-    # The full-disk test gives a background save time to fail before the next step from step 6
-    # on (STEP_SLEEP_LATE): 0.3 s was not always enough on a loaded 2-core machine.
-    time.sleep(float(os.environ.get("STEP_SLEEP_LATE", "0.3")) if int(step) >= 6 else 0.3)
-    return out
-metric_writer.MetricWriter.write = _write
-from dense_cf.main import run
-sys.argv = ["dense_cf.main", *sys.argv[1:]]
-run()
-"""
 
 _OVERRIDES = {
     "model.name_or_path": "tiny", "model.tiny_layers": 1, "model.tiny_hidden": 32,
@@ -54,74 +29,8 @@ _OVERRIDES = {
     "train.eval_every": 0, "optim.warmup_steps": 2, "optim.learning_rate": 1e-3}
 
 
-def _start(workdir, data_dir, marker, *extra, devices=2, mesh=(2, 1)):
-    overrides = dict(_OVERRIDES, **{"mesh.data": mesh[0], "mesh.model": mesh[1]})
-    cmd = [sys.executable, "-c", _HOOK, "--config=configs/picl_nq.py", f"--workdir={workdir}",
-           f"--config.data.data_dir={data_dir}",
-           *[f"--config.{k}={v}" for k, v in overrides.items()], *extra]
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", STEP_MARKER=str(marker),
-               PYTHONPATH=child_pythonpath(ROOT), JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
-    env.pop("DENSE_CF_TRACEBACK", None)
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def _wait_for_step(marker, step, procs, timeout=300):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if os.path.exists(marker) and f"STEP {step}\n" in open(marker).read():
-            return
-        for p in procs:
-            if p.poll() is not None:
-                pytest.fail(f"a trainer ended (status {p.returncode}) before step {step}:\n"
-                            f"{p.communicate()[1][-3000:]}")
-        time.sleep(0.02)
-    pytest.fail(f"no step {step} within {timeout} s")
-
-
-def _logged_steps(workdir) -> list[int]:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line)["step"] for line in f]
-
-
-def _assert_same_params(a_dir, b_dir):
-    from dense_cf.train.run import load_run
-    a, b = load_run(str(a_dir)), load_run(str(b_dir))
-    assert a.step == b.step == STEPS
-    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
-        np.testing.assert_array_equal(x, y)
-
-
-def _check_preempted(workdir, results, at):
-    """Every process exited 75 with one line and no traceback; one step was saved (at the
-    signal's step or the one in flight), nothing half-written, the lock released."""
-    for rc, _, err in results:
-        assert rc == PREEMPTED_EXIT, err[-3000:]
-        assert "Traceback" not in err, err[-3000:]
-    err0 = results[0][2]
-    assert "SIGTERM received: finishing the step in flight" in err0 or len(results) > 1
-    saved = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
-    assert len(saved) == 1 and saved[0].isdigit(), saved  # no *.orbax-checkpoint-tmp
-    step = int(saved[0])
-    assert at <= step <= at + 1 < STEPS, (at, step)
-    assert "preempted: stopped by " in err0 and f"after saving step {step}" in err0
-    assert max(_logged_steps(workdir)) == step  # no step ran after the saved one
-    assert not os.path.exists(os.path.join(workdir, ".dense_cf.lock"))
-    return step
-
-
-def _check_resumed(workdir, results, saved):
-    for rc, _, err in results:
-        assert rc == 0, err[-3000:]
-    assert f"restored step {saved}" in results[0][2]
-    steps = _logged_steps(workdir)
-    # Each step logged once: the resume starts right after the saved step (nothing repeated).
-    assert steps == list(range(1, STEPS + 1)), steps
-
-
 def test_sigterm_saves_the_step_in_flight_and_resumes_bit_identical(tmp_path, monkeypatch):
-    """In process (the exit status is checked on two hosts below): SIGTERM to this process at a
+    """In process (the exit status is checked on two hosts in tests/test_multihost.py): SIGTERM to this process at a
     random step; ``train`` saves that step, releases the lock and raises ``Preempted``; the
     resume repeats no step and ends bit-identical to an uninterrupted run."""
     from helpers import tiny_tower_config
@@ -147,41 +56,15 @@ def test_sigterm_saves_the_step_in_flight_and_resumes_bit_identical(tmp_path, mo
         loop.train(config, str(wd))
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
     assert os.listdir(wd / "checkpoints") == [str(at)]
-    assert max(_logged_steps(wd)) == at and not os.path.exists(wd / ".dense_cf.lock")
+    assert max(logged_steps(wd)) == at and not os.path.exists(wd / ".dense_cf.lock")
     monkeypatch.setattr(metric_writer.MetricWriter, "write", real)
     # What a kill -9 mid-save leaves (orbax's temporary step): removed when training starts.
     (wd / "checkpoints" / f"{at + 1}.orbax-checkpoint-tmp" / "state").mkdir(parents=True)
     summary, run = loop.train(config, str(wd))
-    assert summary["step"] == STEPS and _logged_steps(wd) == list(range(1, STEPS + 1))
+    assert summary["step"] == STEPS and logged_steps(wd) == list(range(1, STEPS + 1))
     assert not [n for n in os.listdir(wd / "checkpoints") if "tmp" in n]
     for x, y in zip(jax.tree.leaves(jax.device_get(ref.params)), jax.tree.leaves(jax.device_get(run.params))):
         np.testing.assert_array_equal(x, y)
-
-
-@pytest.mark.skipif(not _gloo_available(), reason="no gloo CPU collectives: no multi-process runs")
-def test_sigterm_on_one_of_two_hosts_stops_both_at_the_same_step(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    write_tower_data(str(data), dev=False)
-    at = random.Random().randint(1, STEPS - 2)
-    print("SIGTERM to host 1 after step", at)
-
-    def pod(workdir, marker):
-        addr = f"127.0.0.1:{_free_port()}"
-        return [_start(workdir, data, marker, "--distributed=explicit", f"--coordinator_address={addr}",
-                       "--num_processes=2", f"--process_id={i}", mesh=(2, 2)) for i in range(2)]
-
-    ref = pod(tmp_path / "ref", tmp_path / "ref.marker")
-    victim = pod(tmp_path / "run", tmp_path / "run.marker")
-    _wait_for_step(tmp_path / "run.marker", at, victim)
-    victim[1].send_signal(signal.SIGTERM)  # host 1 only: host 0 learns of it in the step sync
-    saved = _check_preempted(tmp_path / "run", communicate_all(victim, timeout=300), at)
-    state = tmp_path / "run" / "checkpoints" / str(saved) / "state"
-    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state))  # both hosts saved it
-    resumed = pod(tmp_path / "run", tmp_path / "run.marker")
-    _check_resumed(tmp_path / "run", communicate_all(resumed, timeout=300), saved)
-    assert [r[0] for r in communicate_all(ref, timeout=300)] == [0, 0]
-    _assert_same_params(tmp_path / "ref", tmp_path / "run")
 
 
 # ------------------------------------------------------------------ full disk during training
@@ -229,7 +112,7 @@ def test_full_disk_stops_training_with_one_line_then_resumes(tmp_path):
     overrides = dict(_OVERRIDES, **{"mesh.data": 1, "mesh.model": 1, "train.checkpoint_every": 3,
                                     "train.num_steps": 9})
     hook = tmp_path / "hook.py"  # 0.3 s after each step: the background save fails meanwhile
-    hook.write_text(_HOOK)
+    hook.write_text(STEP_HOOK)
     train = " ".join([sys.executable, str(hook), "--config=configs/picl_nq.py",
                       f"--workdir={wd}", f"--config.data.data_dir={data}",
                       *[f"--config.{k}={v}" for k, v in overrides.items()]])
@@ -241,7 +124,7 @@ def test_full_disk_stops_training_with_one_line_then_resumes(tmp_path):
              f"{{ {train} >/dev/null 2>{tmp_path}/resume.err; echo RC $?; ls {wd}/checkpoints; }} && "
              f"mkdir {mnt}/w && mount -t tmpfs -o size=1m tmpfs {mnt}/w && "
              f"{sys.executable} {script} {mnt}/w")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=xla_flags(1), JAX_PLATFORMS="cpu",
                TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=child_pythonpath(ROOT), STEP_MARKER=str(tmp_path / "marker"),
                STEP_SLEEP_LATE="1.0")
     env.pop("DENSE_CF_TRACEBACK", None)

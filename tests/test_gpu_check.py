@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+from helpers import xla_flags
+
 from dense_cf.models.hf import resolve_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +29,7 @@ def test_check_script_runs_every_stage_on_the_cpu_without_tensorflow(tmp_path):
     (site / "sitecustomize.py").write_text(BLOCK)
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), CHECK_SIZE="tiny", CHECK_WORK=str(tmp_path / "work"),
-               CHECK_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu", XLA_FLAGS="",
+               CHECK_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(1),
                PYTHONPATH=str(site), PYTHON=sys.executable,
                CHECK_TOKENIZER=resolve_model_dir("minilm"))
     r = subprocess.run(["bash", "tools/gpu/check.sh"], cwd=ROOT, env=env, capture_output=True,

@@ -22,6 +22,7 @@ from helpers import (
     write_tiny_t5_tokenizer,
     write_tower_data,
     write_toy_reader_results,
+    xla_flags,
 )
 from test_fid_method import write_toy_fid_results
 from test_pipeline import _examples
@@ -159,7 +160,7 @@ _NO_TF = ("import runpy, sys\n"
 
 
 def _env(devices=2):
-    return dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    return dict(os.environ, XLA_FLAGS=xla_flags(devices))
 
 
 def test_killed_grain_run_without_tensorflow_resumes_to_the_tfdata_run(tmp_path):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import child_pythonpath
+from helpers import child_pythonpath, xla_flags
 
 from dense_cf import methods
 from dense_cf.methods import Embeddings, Method
@@ -78,7 +78,7 @@ def test_toy_method_trains_and_evaluates_with_the_real_binary(tmp_path):
     data = tmp_path / "synth"
     synthetic.generate(str(data), num_passages=200, seed=2)
     workdir = tmp_path / "run"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    env = dict(os.environ, XLA_FLAGS=xla_flags(2),
                PYTHONPATH=child_pythonpath(os.path.join(ROOT, "tests"), ROOT))
     cmd = [sys.executable, "-m", "dense_cf.main", "--config=configs/demo.py:dpr",
            f"--workdir={workdir}", "--config.method=test_methods:MARGIN",

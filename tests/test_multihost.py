@@ -1,65 +1,83 @@
-"""Two CPU processes as two hosts give the same training run as one process with all devices.
+"""Two CPU processes as two hosts: the same training run as one process with all devices, and a
+SIGTERM sent to one host only stops both at the same saved step, from which the same command
+resumes to parameters bit-identical to the uninterrupted two-host run.
 
 2 processes x 2 CPU devices (``--distributed=explicit`` on a free localhost port) and 1 process x
-4 devices train the same tiny PiCL config for 3 steps on a (data=2, model=2) mesh, so the data
-axis spans the hosts (in-batch negatives are gathered across processes) and every host feeds its
-column of the global batch. Compared: the per-step losses, and the final parameters restored from
-each run's checkpoint into this (single) process.
+4 devices train the same tiny PiCL config on a (data=2, model=2) mesh, so the data axis spans the
+hosts (in-batch negatives are gathered across processes) and every host feeds its column of the
+global batch. The uninterrupted two-host run is made once per module (``two_hosts``) and serves
+both tests: the reference of the one-process comparison and of the preempted-then-resumed run.
 """
 
 import json
 import os
-import socket
+import random
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
 import pytest
-from helpers import communicate_all, write_tower_data
+from helpers import (
+    STEP_HOOK,
+    child_pythonpath,
+    communicate_all,
+    free_port,
+    gloo_available,
+    logged_steps,
+    write_tower_data,
+    xla_flags,
+)
+
+from dense_cf.train.preemption import PREEMPTED_EXIT
+from dense_cf.train.run import load_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 3
-
-
-def _gloo_available() -> bool:
-    try:
-        from jax._src.lib import _jax
-        return hasattr(_jax, "make_gloo_tcp_collectives")
-    except ImportError:
-        return False
-
+STEPS = 8
 
 pytestmark = pytest.mark.skipif(
-    not _gloo_available(), reason="this jaxlib has no gloo CPU collectives: multi-process CPU "
-                                  "runs are impossible")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+    not gloo_available(), reason="this jaxlib has no gloo CPU collectives: multi-process CPU "
+                                 "runs are impossible")
 
 _OVERRIDES = {
     "model.name_or_path": "tiny", "model.tiny_layers": 1, "model.tiny_hidden": 32,
     "model.tiny_heads": 2, "data.train_file": "train.json", "data.dev_file": "",
     "data.max_q_len": 12, "data.max_p_len": 24, "train.global_batch": 8,
-    "train.num_steps": STEPS, "train.log_every": 1, "train.checkpoint_every": STEPS,
-    "train.eval_every": 0, "train.dropout": False, "optim.warmup_steps": 1,
-    "optim.learning_rate": 1e-3, "mesh.data": 2, "mesh.model": 2}
+    "train.num_steps": STEPS, "train.log_every": 1, "train.checkpoint_every": 100,
+    "train.eval_every": 0, "optim.warmup_steps": 2, "optim.learning_rate": 1e-3,
+    "mesh.data": 2, "mesh.model": 2}
 
 
-def _cmd(workdir, data_dir, *extra):
-    return [sys.executable, "-m", "dense_cf.main", "--config=configs/picl_nq.py",
-            f"--workdir={workdir}", f"--config.data.data_dir={data_dir}",
+def _cmd(workdir, data_dir, *extra, hook: bool = False) -> list[str]:
+    """``dense_cf.main``; with ``hook``, under helpers.STEP_HOOK (a marker line per step)."""
+    head = ["-c", STEP_HOOK] if hook else ["-m", "dense_cf.main"]
+    return [sys.executable, *head, "--config=configs/picl_nq.py", f"--workdir={workdir}",
+            f"--config.data.data_dir={data_dir}",
             *[f"--config.{k}={v}" for k, v in _OVERRIDES.items()], *extra]
 
 
-def _env(devices: int) -> dict:
-    return dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-                JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-                JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
+def _env(devices: int, marker=None) -> dict:
+    env = dict(os.environ, XLA_FLAGS=xla_flags(devices),
+               JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=child_pythonpath(ROOT),
+               JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
+    if marker is not None:
+        env["STEP_MARKER"] = str(marker)
+    env.pop("DENSE_CF_TRACEBACK", None)
+    return env
+
+
+_POPEN = dict(cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _pod(workdir, data_dir, marker=None) -> list[subprocess.Popen]:
+    """Two hosts of one run, each with 2 of the 4 devices."""
+    addr = f"127.0.0.1:{free_port()}"
+    return [subprocess.Popen(_cmd(workdir, data_dir, "--distributed=explicit",
+                                  f"--coordinator_address={addr}", "--num_processes=2",
+                                  f"--process_id={i}", hook=marker is not None),
+                             env=_env(2, marker), **_POPEN) for i in range(2)]
 
 
 def _losses(workdir) -> dict[int, float]:
@@ -68,22 +86,26 @@ def _losses(workdir) -> dict[int, float]:
     return {rec["step"]: rec["train/loss"] for rec in lines if "train/loss" in rec}
 
 
-def test_two_processes_match_one_process(tmp_path):
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory):
+    """The uninterrupted two-host run and, at the same time (the hosts spend much of their time
+    waiting on each other), one process with 4 devices on the same mesh with its own token cache."""
+    tmp = tmp_path_factory.mktemp("two_hosts")
+    data = tmp / "data"
     data.mkdir()
     write_tower_data(str(data), dev=False)
-    multi, single = tmp_path / "multi", tmp_path / "single"
-    addr = f"127.0.0.1:{_free_port()}"
-    popen = dict(cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    hosts = [subprocess.Popen(_cmd(multi, data, "--distributed=explicit",
-                                   f"--coordinator_address={addr}", "--num_processes=2",
-                                   f"--process_id={i}"), env=_env(2), **popen) for i in range(2)]
-    # The reference at the same time (the hosts spend much of their time waiting on each
-    # other): one process with 4 devices, the same (data=2, model=2) mesh, its own token cache.
+    multi, single = tmp / "multi", tmp / "single"
+    hosts = _pod(multi, data)
     ref = subprocess.Popen(_cmd(single, data, "--distributed=none",
-                                f"--config.data.cache_dir={tmp_path / 'ref_cache'}"),
-                           env=_env(4), **popen)
+                                f"--config.data.cache_dir={tmp / 'ref_cache'}"),
+                           env=_env(4), **_POPEN)
     results = communicate_all(hosts + [ref], timeout=420)
+    return {"data": data, "multi": multi, "single": single, "results": results}
+
+
+def test_two_processes_match_one_process(two_hosts):
+    multi, single, data = two_hosts["multi"], two_hosts["single"], two_hosts["data"]
+    results = two_hosts["results"]
     for i, (rc, _, err) in enumerate(results):
         assert rc == 0, f"process {i} failed:\n{err[-4000:]}"
     (_, out0, err0), (_, out1, err1), (_, _, err_ref) = results
@@ -110,9 +132,67 @@ def test_two_processes_match_one_process(tmp_path):
     assert len([f for f in os.listdir(data / ".cache") if f.endswith(".npz")]) == 1
 
     # The 2-host checkpoint restores in one process (8 devices here) to the same parameters.
-    from dense_cf.train.run import load_run
     a, b = load_run(str(multi)), load_run(str(single))
     assert a.step == b.step == STEPS
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)),
                     jax.tree.leaves(jax.device_get(b.params))):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=2e-5)
+
+
+# ------------------------------------------------------------------ SIGTERM on one of two hosts
+def _wait_for_step(marker, step, procs, timeout=300):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if os.path.exists(marker) and f"STEP {step}\n" in open(marker).read():
+            return
+        for p in procs:
+            if p.poll() is not None:
+                pytest.fail(f"a trainer ended (status {p.returncode}) before step {step}:\n"
+                            f"{p.communicate()[1][-3000:]}")
+        time.sleep(0.02)
+    pytest.fail(f"no step {step} within {timeout} s")
+
+
+def _check_preempted(workdir, results, at) -> int:
+    """Every process exited 75 with one line and no traceback; one step was saved (at the
+    signal's step or the one in flight), nothing half-written, the lock released."""
+    for rc, _, err in results:
+        assert rc == PREEMPTED_EXIT, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+    err0 = results[0][2]
+    saved = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+    assert len(saved) == 1 and saved[0].isdigit(), saved  # no *.orbax-checkpoint-tmp
+    step = int(saved[0])
+    assert at <= step <= at + 1 < STEPS, (at, step)
+    assert "preempted: stopped by " in err0 and f"after saving step {step}" in err0
+    assert max(logged_steps(workdir)) == step  # no step ran after the saved one
+    assert not os.path.exists(os.path.join(workdir, ".dense_cf.lock"))
+    return step
+
+
+def test_sigterm_on_one_of_two_hosts_stops_both_at_the_same_step(tmp_path, two_hosts):
+    """Issue 34 §1 on two hosts: the signal goes to host 1 only, at a random step of a run
+    trained under helpers.STEP_HOOK (0.3 s after each logged step, so the run is still training
+    when it lands). Host 0 learns of it in the step sync; both save that step and exit 75; the
+    same command resumes, repeats no step and ends bit-identical to ``two_hosts``' run."""
+    at = random.Random().randint(1, STEPS - 2)
+    print("SIGTERM to host 1 after step", at)
+    run, marker = tmp_path / "run", tmp_path / "run.marker"
+    victim = _pod(run, two_hosts["data"], marker)
+    _wait_for_step(marker, at, victim)
+    victim[1].send_signal(signal.SIGTERM)
+    saved = _check_preempted(run, communicate_all(victim, timeout=300), at)
+    state = run / "checkpoints" / str(saved) / "state"
+    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state))  # both hosts saved it
+
+    resumed = communicate_all(_pod(run, two_hosts["data"], marker), timeout=300)
+    for rc, _, err in resumed:
+        assert rc == 0, err[-3000:]
+    assert f"restored step {saved}" in resumed[0][2]
+    # Each step logged once: the resume starts right after the saved step (nothing repeated).
+    assert logged_steps(run) == list(range(1, STEPS + 1))
+    assert [r[0] for r in two_hosts["results"][:2]] == [0, 0]
+    a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
+    assert a.step == b.step == STEPS
+    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
+        np.testing.assert_array_equal(x, y)

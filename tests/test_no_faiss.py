@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from helpers import child_pythonpath
+from helpers import child_pythonpath, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,7 +103,7 @@ _SCRIPT = textwrap.dedent("""
 def test_jax_index_without_faiss():
     script = _SCRIPT.format(modules=FAISS_FREE_MODULES)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(ROOT),
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+               XLA_FLAGS=xla_flags(2))
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
     assert p.returncode == 0 and "FAISS-FREE OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
@@ -147,7 +147,7 @@ def test_retrieval_eval_with_jax_index_without_faiss(tmp_path):
     from dense_cf.synthetic import generate as synthetic
     synthetic.generate(str(tmp_path / "synth"), num_passages=300, seed=1)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(ROOT),
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+               XLA_FLAGS=xla_flags(2))
     reports = {}
     for kind in ("jax", "flat"):
         p = subprocess.run([sys.executable, "-c", _EVAL_SCRIPT, kind, str(tmp_path)],

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import tiny_reader_config, tiny_synthetic_config
+from helpers import tiny_reader_config, tiny_synthetic_config, xla_flags
 
 from dense_cf.synthetic import generate as synthetic
 
@@ -99,7 +99,7 @@ def test_e2e_binary_on_two_retrievers(reader, retriever, tmp_path):
     flipped = tmp_path / "flipped.json"
     flipped.write_text(json.dumps(results))
     out = tmp_path / "e2e"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(2))
     r = subprocess.run([sys.executable, "-m", "dense_cf.eval.e2e", f"--retriever={workdir}",
                         f"--retriever={flipped}", f"--reader={reader_dir}", "--k=1,5",
                         "--names=dpr,flipped", f"--out={out}"],

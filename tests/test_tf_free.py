@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from helpers import child_pythonpath
+from helpers import child_pythonpath, xla_flags
 
 # Every module that must import without TensorFlow. One list, so a restructure edits one place.
 TF_FREE_MODULES = [
@@ -109,7 +109,7 @@ def test_core_imports_and_runs_without_tensorflow():
     script = _SCRIPT.format(modules=TF_FREE_MODULES, encoder=ENCODER)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath(root),
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+               XLA_FLAGS=xla_flags(2))
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                        cwd=root, timeout=300)
     assert p.returncode == 0 and "TF-FREE OK" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]

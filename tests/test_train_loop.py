@@ -9,7 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import tiny_tower_config, write_tower_data
+from helpers import tiny_tower_config, write_tower_data, xla_flags
 
 from dense_cf.parallel import mesh as mesh_lib
 
@@ -50,7 +50,7 @@ def test_resume_gives_the_same_parameters(tmp_path, data_dir):
 
 
 def test_cli_smoke(tmp_path, data_dir):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(2))
     cmd = [sys.executable, "-m", "dense_cf.main", "--config=configs/dpr_nq.py",
            f"--workdir={tmp_path / 'run'}", "--config.model.name_or_path=tiny",
            "--config.model.tiny_layers=1", f"--config.data.data_dir={data_dir}",
@@ -81,7 +81,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
     import time
 
     from dense_cf.train.run import load_run
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(2))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def cmd(workdir):
@@ -90,21 +90,21 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
                 "--config.model.tiny_layers=1", f"--config.data.data_dir={data_dir}",
                 "--config.data.train_file=train.json", "--config.data.dev_file=",
                 "--config.data.max_q_len=12", "--config.data.max_p_len=24",
-                "--config.train.global_batch=8", "--config.train.num_steps=100",
-                "--config.train.checkpoint_every=20", "--config.train.log_every=50",
+                "--config.train.global_batch=8", "--config.train.num_steps=40",
+                "--config.train.checkpoint_every=10", "--config.train.log_every=20",
                 "--config.train.eval_every=0", "--config.optim.warmup_steps=5"]
 
     full = subprocess.Popen(cmd(tmp_path / "full"), cwd=root, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     victim = subprocess.Popen(cmd(tmp_path / "killed"), cwd=root, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    first = tmp_path / "killed" / "checkpoints" / "20"
+    first = tmp_path / "killed" / "checkpoints" / "10"
     deadline = time.time() + 240
     while not first.exists() and victim.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
-    last = tmp_path / "killed" / "checkpoints" / "100"
+    last = tmp_path / "killed" / "checkpoints" / "40"
     assert first.exists() and not last.exists(), "the run was not killed mid-training"
     r = subprocess.run(cmd(tmp_path / "killed"), cwd=root, env=env, capture_output=True,
                        text=True, timeout=300)
@@ -113,6 +113,6 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
     _, err = full.communicate(timeout=300)
     assert full.returncode == 0, err[-3000:]
     a, b = load_run(str(tmp_path / "full")), load_run(str(tmp_path / "killed"))
-    assert a.step == b.step == 100
+    assert a.step == b.step == 40
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
         np.testing.assert_array_equal(x, y)

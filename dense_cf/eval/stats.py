@@ -17,6 +17,7 @@ Pure numpy + scipy.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Callable, Sequence
@@ -60,6 +61,7 @@ def _exact_mcnemar_p(b01: int, b10: int) -> float:
     return 1.0 if m == 0 else min(1.0, 2.0 * float(scipy.stats.binom.cdf(min(b01, b10), m, 0.5)))
 
 
+@functools.lru_cache(maxsize=64)  # scipy's ppf costs ~5 ms a call; every interval asks it
 def _z(conf: float) -> float:
     if not 0.0 < conf < 1.0:
         raise ValueError(f"conf must lie in (0, 1), got {conf}")

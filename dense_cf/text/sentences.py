@@ -122,6 +122,14 @@ def split_sentences(text: str, backend: str = "pysbd") -> list[tuple[int, int]]:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if not text or text.isspace():
         return []
+    return list(_spans(text, backend))
+
+
+# Runs in one process split the same passages again (each run of a study preprocesses its
+# training file and exports its corpus; evaluators re-read the same texts); pysbd costs ~2 ms a
+# passage. Bounded: a corpus pass over millions of passages just cycles through it.
+@functools.lru_cache(maxsize=1 << 16)
+def _spans(text: str, backend: str) -> tuple[tuple[int, int], ...]:
     if backend == "pysbd":
         try:
             starts = _pysbd_starts(text)
@@ -140,4 +148,4 @@ def split_sentences(text: str, backend: str = "pysbd") -> list[tuple[int, int]]:
         if stripped:
             lead = len(chunk) - len(chunk.lstrip())
             spans.append((start + lead, start + lead + len(stripped)))
-    return spans
+    return tuple(spans)
