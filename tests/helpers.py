@@ -393,6 +393,17 @@ run()
 """
 
 
+# ``--config.<key>=<value>`` overrides for dense_cf.main (with configs/picl_nq.py): the tiny
+# 8-step PiCL run on write_tower_data's train.json of the fault and multi-host tests.
+TINY_MAIN_STEPS = 8
+TINY_MAIN_OVERRIDES = {
+    "model.name_or_path": "tiny", "model.tiny_layers": 1, "model.tiny_hidden": 32,
+    "model.tiny_heads": 2, "data.train_file": "train.json", "data.dev_file": "",
+    "data.max_q_len": 12, "data.max_p_len": 24, "train.global_batch": 8,
+    "train.num_steps": TINY_MAIN_STEPS, "train.log_every": 1, "train.checkpoint_every": 100,
+    "train.eval_every": 0, "optim.warmup_steps": 2, "optim.learning_rate": 1e-3}
+
+
 def logged_steps(workdir) -> list[int]:
     """The steps of a run's metrics.jsonl, in the order they were logged."""
     with open(os.path.join(workdir, "metrics.jsonl")) as f:

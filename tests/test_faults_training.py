@@ -16,17 +16,18 @@ import time
 import jax
 import numpy as np
 import pytest
-from helpers import STEP_HOOK, child_pythonpath, logged_steps, write_tower_data, xla_flags
+from helpers import (
+    STEP_HOOK,
+    TINY_MAIN_OVERRIDES,
+    TINY_MAIN_STEPS,
+    child_pythonpath,
+    logged_steps,
+    write_tower_data,
+    xla_flags,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 8
-
-_OVERRIDES = {
-    "model.name_or_path": "tiny", "model.tiny_layers": 1, "model.tiny_hidden": 32,
-    "model.tiny_heads": 2, "data.train_file": "train.json", "data.dev_file": "",
-    "data.max_q_len": 12, "data.max_p_len": 24, "train.global_batch": 8,
-    "train.num_steps": STEPS, "train.log_every": 1, "train.checkpoint_every": 100,
-    "train.eval_every": 0, "optim.warmup_steps": 2, "optim.learning_rate": 1e-3}
+STEPS = TINY_MAIN_STEPS
 
 
 def test_sigterm_saves_the_step_in_flight_and_resumes_bit_identical(tmp_path, monkeypatch):
@@ -109,7 +110,7 @@ def test_full_disk_stops_training_with_one_line_then_resumes(tmp_path):
     mnt.mkdir()
     write_tower_data(str(data), dev=False)
     wd = mnt / "run"
-    overrides = dict(_OVERRIDES, **{"mesh.data": 1, "mesh.model": 1, "train.checkpoint_every": 3,
+    overrides = dict(TINY_MAIN_OVERRIDES, **{"mesh.data": 1, "mesh.model": 1, "train.checkpoint_every": 3,
                                     "train.num_steps": 9})
     hook = tmp_path / "hook.py"  # 0.3 s after each step: the background save fails meanwhile
     hook.write_text(STEP_HOOK)

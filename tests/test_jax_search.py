@@ -14,6 +14,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from helpers import xla_flags
 
 from dense_cf.index.faiss_index import IndexSpec, build_index, build_index_from_dir
 from dense_cf.index.jax_search import JaxIndex, JaxSearchSpec, build_jax_index, build_jax_index_from_dir, load_index
@@ -23,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 if jax.device_count() != DEVICES:  # e.g. XLA_FLAGS set by the caller: rerun with 8 devices
     def test_in_a_subprocess_with_8_devices():
-        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}")
+        env = dict(os.environ, XLA_FLAGS=xla_flags(DEVICES))
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             os.path.abspath(__file__)], cwd=ROOT, env=env)
         assert r.returncode == 0

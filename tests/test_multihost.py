@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from helpers import (
     STEP_HOOK,
+    TINY_MAIN_OVERRIDES,
+    TINY_MAIN_STEPS,
     child_pythonpath,
     communicate_all,
     free_port,
@@ -35,19 +37,13 @@ from dense_cf.train.preemption import PREEMPTED_EXIT
 from dense_cf.train.run import load_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 8
+STEPS = TINY_MAIN_STEPS
 
 pytestmark = pytest.mark.skipif(
     not gloo_available(), reason="this jaxlib has no gloo CPU collectives: multi-process CPU "
                                  "runs are impossible")
 
-_OVERRIDES = {
-    "model.name_or_path": "tiny", "model.tiny_layers": 1, "model.tiny_hidden": 32,
-    "model.tiny_heads": 2, "data.train_file": "train.json", "data.dev_file": "",
-    "data.max_q_len": 12, "data.max_p_len": 24, "train.global_batch": 8,
-    "train.num_steps": STEPS, "train.log_every": 1, "train.checkpoint_every": 100,
-    "train.eval_every": 0, "optim.warmup_steps": 2, "optim.learning_rate": 1e-3,
-    "mesh.data": 2, "mesh.model": 2}
+_OVERRIDES = dict(TINY_MAIN_OVERRIDES, **{"mesh.data": 2, "mesh.model": 2})
 
 
 def _cmd(workdir, data_dir, *extra, hook: bool = False) -> list[str]:
