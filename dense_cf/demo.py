@@ -60,6 +60,21 @@ def load_demo_config(method: str):
     return demo_config(method)
 
 
+def definition(methods: list[str], data_dir: str, num_steps: int = 0) -> harness.Study:
+    """The demo as a study: a run per method (``presets.demo_config``) on the synthetic data in
+    ``data_dir``, ``num_steps`` steps if set; the first method (the baseline) paired with each
+    other one."""
+    def config(method: str, seed: int):
+        cfg = load_demo_config(method)
+        cfg.data.data_dir = data_dir
+        cfg.seed = seed
+        if num_steps:
+            cfg.train.num_steps = num_steps
+        return cfg
+    runs = tuple(harness.StudyRun(m, lambda seed, m=m: config(m, seed)) for m in methods)
+    return harness.Study("demo", runs, tuple((methods[0], m) for m in methods[1:]))
+
+
 def _with_ci(value: float, ci: Any, scale: float = 1.0, digits: int = 2) -> str | float:
     """``value [lo, hi]`` (95 % interval) as a cell; the bare value when no interval was saved."""
     if not ci:
@@ -273,22 +288,20 @@ def run_demo(workdir: str) -> None:
     t_start = time.perf_counter()
 
     seeds = harness.parse_seeds(_SEEDS.value)
+    methods = list(_METHODS.value)
+    study = definition(methods, os.path.join(workdir, "synthetic"), num_steps=_STEPS.value)
+    # reuse=False: every run goes through train (a finished one resumes at its last step and is
+    # evaluated again) and its trained model stays for the reader stage.
+    trained = harness.train_study(study, workdir, seeds, reuse=False, train=train)
+
+    def label(method: str, seed: int) -> str:  # one seed: a run is named by its method
+        return method if len(seeds) == 1 else f"{method} (seed {seed})"
+
     results, run_dirs, method_seed, runs = {}, {}, {}, {}
-    for seed in seeds:
-        for method in _METHODS.value:
-            cfg = load_demo_config(method)
-            cfg.data.data_dir = os.path.join(workdir, "synthetic")
-            cfg.seed = seed
-            if _STEPS.value:
-                cfg.train.num_steps = _STEPS.value
-            # One seed: the run is named by its method; seed N > 0 trains in <method>_seedN.
-            name = method if len(seeds) == 1 else f"{method} (seed {seed})"
-            run_dirs[name] = harness.run_dir(workdir, method, seed)
-            method_seed[name] = (method, seed)
-            logging.info("=== demo: training %s ===", name)
-            summary = train(cfg, run_dirs[name])
-            runs[name] = summary.pop("run")
-            results[name] = summary
+    for (method, seed), t in trained.items():
+        name = label(method, seed)
+        results[name], run_dirs[name], runs[name] = t.summary, t.workdir, t.run
+        method_seed[name] = (method, seed)
     rows = report_rows(results)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     table = report_lib.markdown_table(rows, columns)
@@ -310,10 +323,8 @@ def run_demo(workdir: str) -> None:
                                 title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
         table += "\n\nAAR triplets: " + ", ".join(f"{m}: {len(d)}" for m, d in diffs.items())
         table += "\n\n![histogram of sim(q,p+) − sim(q,p*) per method](aar_hist.png)"
-    methods = list(_METHODS.value)
-    pairs = ([(f"{methods[0]} (seed {s})", f"{o} (seed {s})") for s in seeds for o in methods[1:]]
-             if len(seeds) > 1 else None)  # per seed: the baseline against each other method
-    compared = paired_results(run_dirs, results, pairs)
+    compared = [(label(c.a, c.seed), label(c.b, c.seed), c.result)
+                for c in harness.compare_study(study, trained, seeds, label=label, catch=True)]
     claims = claims_section(compared)
     if claims:
         table += "\n\n" + claims

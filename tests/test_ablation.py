@@ -105,8 +105,8 @@ def test_bench_tiny_and_rerun(tmp_path, caplog):
     caplog.set_level("INFO")
     again = bench.run_ablation(out, ["dpr_chn"], **kw)
     assert _checkpoint_mtimes(out) == before  # nothing retrained
-    assert caplog.text.count("finished run found") == 3
-    assert "row 3 of 3" in caplog.text
+    assert caplog.text.count("finished earlier, read back") == 3
+    assert "run 3 of 3" in caplog.text
     assert [r["top-1"] for r in again["runs"]] == [r["top-1"] for r in res["runs"][:3]]
     with pytest.raises(ValueError, match="another config"):
         bench.run_ablation(out, ["dpr_chn"], **dict(kw, steps=4))

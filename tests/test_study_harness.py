@@ -217,3 +217,90 @@ def test_former_bench_commands_import_the_studys_main(name):
     assert alias.study is study and callable(study.main)
     assert isinstance(study.FLAGS, flags.FlagValues) and "seeds" in study.FLAGS
     assert not (ROOT / "bench" / f"{name}.py").exists()   # git follows the rename
+
+
+def _two_run_study(steps_b: int = 2) -> harness.Study:
+    def cfg(steps):
+        def make(seed):
+            c = base_config()
+            c.seed, c.train.num_steps = seed, steps
+            return c
+        return make
+    return harness.Study("toy", (harness.StudyRun("a", cfg(2)), harness.StudyRun("b", cfg(steps_b)),
+                                 harness.StudyRun("c", cfg(3))), (("a", "b"), ("a", "c")))
+
+
+def test_study_definition_refuses_repeated_or_unknown_runs():
+    run = harness.StudyRun("a", lambda seed: base_config())
+    with pytest.raises(ValueError, match="repeat"):
+        harness.Study("s", (run, run))
+    with pytest.raises(ValueError, match="does not have"):
+        harness.Study("s", (run,), (("a", "z"),))
+
+
+def test_train_study_trains_each_run_and_seed_once_then_reuses(tmp_path):
+    out, calls = str(tmp_path), []
+    study = _two_run_study()          # b has a's config: it is a's run
+    done = harness.train_study(study, out, [0, 1], train=_fake_trainer(calls))
+    assert list(done) == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1), ("c", 1)]
+    assert calls == [harness.run_dir(out, n, s) for s in (0, 1) for n in ("a", "c")]
+    b = done["b", 1]
+    assert b.same_as == "a" and b.workdir == harness.run_dir(out, "a", 1) and not b.trained
+    assert done["c", 0].eval_dir == RunDir(harness.run_dir(out, "c", 0)).eval(3)
+    assert done["c", 0].summary == {"step": 3, "eval": {}} and done["c", 0].run is None
+    again = harness.train_study(study, out, [0, 1], train=_fake_trainer(calls))
+    assert len(calls) == 4 and not any(t.trained for t in again.values())  # all read back
+    kept = harness.train_study(study, out, [0], reuse=False, train=_fake_trainer(calls),
+                               workdir=lambda name, seed: os.path.join(out, "runs", name))
+    assert calls[4:] == [os.path.join(out, "runs", n) for n in ("a", "c")]
+    assert kept["a", 0].run is not None and kept["a", 0].trained
+
+
+def test_compare_study_pairs_per_seed_and_skips_one_run_pairs(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(harness, "compare_runs", lambda a, b, names, **kw: (
+        seen.append((a, b, names)) or {"rows": [names]}))
+    study = _two_run_study()
+    done = harness.train_study(study, str(tmp_path), [0, 4], train=_fake_trainer([]))
+    res = harness.compare_study(study, done, [0, 4], label=lambda n, s: f"{n}{s}")
+    # (a, b) is one run (same config): left out; (a, c) at each seed, named by the label
+    assert [(c.a, c.b, c.seed) for c in res] == [("a", "c", 0), ("a", "c", 4)]
+    assert seen[1] == ((done["a", 4].workdir, 2), (done["c", 4].workdir, 3), ("a4", "c4"))
+
+    def fail(*a, **k):
+        raise FileNotFoundError("no outcomes")
+    monkeypatch.setattr(harness, "compare_runs", fail)
+    with pytest.raises(FileNotFoundError):
+        harness.compare_study(study, done, [0])
+    caught = harness.compare_study(study, done, [0], catch=True)
+    assert isinstance(caught[0].result, FileNotFoundError)
+
+
+def test_studies_are_definitions_built_without_training(tmp_path):
+    """Each study's runs and pairs are data (no training): names, configs at a seed, pairs."""
+    from dense_cf import demo
+    from dense_cf.studies import ablation, dcsr, multihop
+
+    abl = ablation.definition(["dpr", "picl", "dpr_chn"], str(tmp_path), steps=3, batch=4,
+                              model="tiny", lr=1e-4, num_passages=100, test_questions=20)
+    assert [r.name for r in abl.runs] == ["dpr", "picl", "dpr_chn"]
+    assert abl.pairs == (("dpr", "picl"), ("dpr", "dpr_chn"), ("picl", "dpr"), ("picl", "dpr_chn"))
+    c = abl.runs[2].config(5)
+    assert (c.seed, c.train.num_steps, c.data.data_dir) == (5, 3, str(tmp_path))
+
+    d = dcsr.definition({"default": "d0", "many_q": "d1"}, "mixed", steps=2, batch=4,
+                        model="tiny", lr=1e-4)
+    assert [r.name for r in d.runs] == ["mixed_default_dpr", "mixed_default_dcsr",
+                                        "mixed_many_q_dpr", "mixed_many_q_dcsr"]
+    assert d.pairs[1] == ("mixed_many_q_dpr", "mixed_many_q_dcsr")
+    c = d.runs[3].config(2)
+    assert (c.method, c.seed, c.data.data_dir, d.runs[3].required) == ("dcsr", 2, "d1", ())
+
+    dm = demo.definition(["dpr", "picl", "eadpr"], "syn", num_steps=7)
+    assert dm.pairs == (("dpr", "picl"), ("dpr", "eadpr"))
+    c = dm.runs[1].config(1)
+    assert (c.method, c.seed, c.train.num_steps, c.data.data_dir) == ("picl", 1, 7, "syn")
+
+    mh = multihop.definition("mh", steps=2, batch=4, num_hard=0, beam_size=2, hop2_k=2,
+                             lr=1e-4, seed=9, model="tiny")
+    assert mh.pairs == (("mdr", "mdr-eadpr"),) and mh.runs[1].config(3).seed == 3

@@ -34,7 +34,7 @@ import time
 from typing import Any, Sequence
 
 import ml_collections
-from absl import flags, logging
+from absl import flags
 
 from dense_cf import app as _app
 from dense_cf.configs.ablation import ROWS
@@ -42,7 +42,6 @@ from dense_cf.configs.studies import ablation_row_config
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.files import atomic_open, make_dir, write_json
-from dense_cf.progress import format_duration
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
@@ -114,9 +113,16 @@ def _prepare_data(data_dir: str, config: ml_collections.ConfigDict) -> None:
                                 world=syn.world)
 
 
-def _paired(ref: str, row: str, ref_run: tuple[str, int], row_run: tuple[str, int], *,
-            n_resamples: int) -> dict[str, Any]:
-    res = harness.compare_runs(ref_run, row_run, (ref, row), n_resamples=n_resamples)
+def definition(rows: Sequence[str], data_dir: str, **budget: Any) -> harness.Study:
+    """The ablation as data: a run per row (``configs.studies.ablation_row_config``), each row
+    paired with ``dpr`` and with ``picl``."""
+    runs = tuple(harness.StudyRun(row, lambda seed, row=row: ablation_row_config(
+        row, data_dir, seed=seed, **budget)) for row in rows)
+    pairs = tuple((ref, row) for ref in REFERENCES for row in rows if row != ref)
+    return harness.Study("ablation", runs, pairs)
+
+
+def _paired(ref: str, row: str, res: dict[str, Any]) -> dict[str, Any]:
     long_rows, summary = [], {"row": row}
     for r in res["rows"]:
         long_rows.append({"row": row, "metric": r["metric"], "n": r["n"], "reference": r[ref],
@@ -148,54 +154,23 @@ def run_ablation(out: str, rows: Sequence[str] = DEFAULT_ROWS, *, steps: int = 1
     kw = {"steps": steps, "batch": batch, "model": model, "lr": lr,
           "num_passages": num_passages, "test_questions": test_questions}
     _prepare_data(data_dir, ablation_row_config(rows[0], data_dir, seed=seeds[0], **kw))
-    jobs = [(s, r) for s in seeds for r in rows]
-    runs: dict[tuple[str, int], tuple[str, int]] = {}
-    by_config: dict[str, tuple[str, str]] = {}
-    results, trained_s, n_trained = [], 0.0, 0
     t_start = time.perf_counter()
-    for i, (seed, row) in enumerate(jobs, 1):
-        cfg = ablation_row_config(row, data_dir, seed=seed, **kw)
-        workdir = harness.run_dir(out, row, seed)
-        key = harness.config_key(cfg)
-        elapsed = time.perf_counter() - t_start
-        left = len(jobs) - i + 1
-        eta = format_duration(trained_s / n_trained * left) if n_trained else "unknown"
-        logging.info("ablation row %d of %d: %s (seed %d) -> %s; elapsed %s, ETA %s", i,
-                     len(jobs), row, seed, workdir, format_duration(elapsed), eta)
-        if key in by_config:
-            same, workdir = by_config[key]
-            logging.info("ablation row %s: same config as %s, reusing %s", row, same, workdir)
-            eval_dir = harness.finished_eval_dir(workdir, cfg)
-        else:
-            t0 = time.perf_counter()
-            eval_dir, trained = harness.train_or_reuse(workdir, cfg)
-            if trained:
-                trained_s += time.perf_counter() - t0
-                n_trained += 1
-                logging.info("ablation row %s trained and evaluated in %s", row,
-                             format_duration(time.perf_counter() - t0))
-            else:
-                logging.info("ablation row %s: finished run found, reusing its evaluation %s",
-                             row, eval_dir)
-            by_config[key] = (row, workdir)
-        if eval_dir is None:
-            raise RuntimeError(f"{workdir}: no evaluation after training")
-        runs[row, seed] = (workdir, steps)
-        loss = {k: cfg.loss[k] for k in ("use_dpr", "lam", "tau1", "tau2")}
-        results.append({"row": row, "seed": seed, "method": cfg.method, "workdir": workdir,
-                        "eval_dir": eval_dir, "loss": loss,
-                        "counterfactual": cfg.data.counterfactual, **run_metrics(eval_dir)})
-    paired: dict[str, list[dict[str, Any]]] = {ref: [] for ref in REFERENCES}
+    study = definition(rows, data_dir, **kw)
+    trained = harness.train_study(study, out, seeds)
+    results = []
     for seed in seeds:
-        for ref in REFERENCES:
-            for row in rows:
-                if row == ref:
-                    continue
-                if runs[row, seed][0] == runs[ref, seed][0]:  # the same run (sentence = picl)
-                    continue
-                p = _paired(ref, row, runs[ref, seed], runs[row, seed], n_resamples=n_resamples)
-                p["seed"] = seed
-                paired[ref].append(p)
+        for row in rows:
+            t = trained[row, seed]
+            loss = {k: t.config.loss[k] for k in ("use_dpr", "lam", "tau1", "tau2")}
+            results.append({"row": row, "seed": seed, "method": t.config.method,
+                            "workdir": t.workdir, "eval_dir": t.eval_dir, "loss": loss,
+                            "counterfactual": t.config.data.counterfactual,
+                            **run_metrics(t.eval_dir)})
+    paired: dict[str, list[dict[str, Any]]] = {ref: [] for ref in REFERENCES}
+    for c in harness.compare_study(study, trained, seeds, n_resamples=n_resamples):
+        p = _paired(c.a, c.b, c.result)
+        p["seed"] = c.seed
+        paired[c.a].append(p)
     setup = {"model": model, "steps": steps, "batch": batch, "lr": lr, "seeds": seeds,
              "num_passages": num_passages, "test_questions": test_questions, "rows": rows,
              "out": os.path.abspath(out), "n_resamples": n_resamples,

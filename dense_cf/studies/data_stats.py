@@ -41,6 +41,7 @@ import os
 import time
 from typing import Any, Sequence
 
+import ml_collections
 import numpy as np
 from absl import flags
 
@@ -183,21 +184,26 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
         raise ValueError(f"{train_file}: fractions {small} hold fewer than one batch of {batch} "
                          f"of its {st['valid_records']} valid records; use more --passages")
 
+    def config(f: float, run_seed: int) -> ml_collections.ConfigDict:
+        cfg = domain_config(data_dir, model=model, steps=fraction_steps(steps, f), batch=batch,
+                            lr=lr, seed=run_seed)
+        cfg.data.train_fraction, cfg.data.train_fraction_seed = f, run_seed
+        return cfg
+
+    # A run per fraction; this seed's runs live in this seed's out (harness.seed_out).
+    study = harness.Study("data_stats", tuple(
+        harness.StudyRun(fraction_label(f), lambda s, f=f: config(f, s)) for f in fractions))
+    trained = harness.train_study(study, out, [seed], reuse=False, train=train,
+                                  workdir=lambda name, _: os.path.join(out, "runs", name))
     workdirs, train_s, steps_of = [], {}, {}
     for n, f in enumerate(fractions, 1):
-        name = fraction_label(f)
-        wd = os.path.join(out, "runs", name)
-        cfg = domain_config(data_dir, model=model,
-                            steps=fraction_steps(steps, f), batch=batch, lr=lr, seed=seed)
-        cfg.data.train_fraction, cfg.data.train_fraction_seed = f, seed
-        t1 = time.perf_counter()
-        summary = train(cfg, wd)
-        train_s[name], steps_of[name] = round(time.perf_counter() - t1, 1), summary["step"]
-        say(f"run {n} of {len(fractions)}: {name} ({by_fraction[f]['questions']} examples), "
-            f"step {summary['step']}, train loss "
-            f"{summary['train'].get('train/loss', float('nan')):.4f} ({train_s[name]} s; "
-            f"elapsed {time.perf_counter() - t0:.0f} s)", flush=True)
-        workdirs.append(wd)
+        t = trained[fraction_label(f), seed]
+        train_s[t.name], steps_of[t.name] = round(t.seconds, 1), t.step
+        say(f"run {n} of {len(fractions)}: {t.name} ({by_fraction[f]['questions']} examples), "
+            f"step {t.step}, train loss "
+            f"{t.summary['train'].get('train/loss', float('nan')):.4f} ({train_s[t.name]} s)",
+            flush=True)
+        workdirs.append(t.workdir)
 
     t1 = time.perf_counter()
     rep = mg.marginalize_many(

@@ -31,7 +31,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import time
 
 from absl import flags, logging
 
@@ -60,6 +59,28 @@ _WORLD = flags.DEFINE_enum("world", "entity", list(synthetic.WORLDS),
 METHODS = ("dpr", "dcsr")
 
 
+def run_name(world: str, setting: str, method: str) -> str:
+    """``<setting>_<method>``, prefixed ``<world>_`` outside the entity world."""
+    return ("" if world == "entity" else f"{world}_") + f"{setting}_{method}"
+
+
+def definition(data_dirs: dict[str, str], world: str, **budget) -> harness.Study:
+    """DPR and DCSR on each setting's data (``configs.studies.dcsr_config``, same budget),
+    paired per setting. Summaries are read back (no AAR reports are required)."""
+    runs = tuple(harness.StudyRun(run_name(world, setting, m),
+                                  lambda seed, m=m, d=d: _seeded(dcsr_config(m, d, **budget), seed),
+                                  required=())
+                 for setting, d in data_dirs.items() for m in METHODS)
+    pairs = tuple((run_name(world, s, METHODS[0]), run_name(world, s, METHODS[1]))
+                  for s in data_dirs)
+    return harness.Study("dcsr", runs, pairs)
+
+
+def _seeded(config, seed: int):
+    config.seed = seed
+    return config
+
+
 def main(argv) -> None:
     del argv
     out = _F.out.value or make_dir("dcsr_bench_")
@@ -69,33 +90,31 @@ def main(argv) -> None:
     if not has_qpp:
         print("synthetic.generate has no questions_per_passage: only the default setting runs")
     seeds = _F.seed_list()
-    rows, runs = [], {}
     world = _WORLD.value
     tag = "" if world == "entity" else f"_{world}"
+    data_dirs, q_per_p = {}, {}
     for name, qpp in settings:
-        data_dir = os.path.join(out, f"data_{name}{tag}")
+        data_dirs[name] = data_dir = os.path.join(out, f"data_{name}{tag}")
         synthetic.generate_or_check(data_dir, _PASSAGES.value, 0, test_questions=_TEST.value,
                                     questions_per_passage=qpp, world=world)
         with open(os.path.join(data_dir, "biencoder-synth-train.json")) as f:
             train_set = json.load(f)
         positives = [(ex["positive_ctxs"][0]["title"], ex["positive_ctxs"][0]["text"])
                      for ex in train_set]
-        q_per_p = len(positives) / max(len(set(positives)), 1)
+        q_per_p[name] = len(positives) / max(len(set(positives)), 1)
+    study = definition(data_dirs, world, steps=steps, batch=batch, model=model, lr=lr)
+    trained = harness.train_study(study, out, seeds)
+    rows = []
+    for name, _ in settings:
         for seed, method in [(s, m) for s in seeds for m in METHODS]:
-            cfg = dcsr_config(method, data_dir, steps=steps, batch=batch, model=model, lr=lr)
-            cfg.seed = seed
-            t0 = time.perf_counter()
-            workdir = harness.run_dir(out, ("" if world == "entity" else f"{world}_")
-                                      + f"{name}_{method}", seed)
-            summary, _ = harness.train_or_read(workdir, cfg)  # a finished run is read back
-            ret = summary["eval"]["retrieval"]
-            runs[name, method, seed] = (workdir, summary["step"])
-            rows.append({"setting": name + tag, "q/passage": round(q_per_p, 2), "method": method,
-                         "seed": seed,
+            t = trained[run_name(world, name, method), seed]
+            ret = t.summary["eval"]["retrieval"]
+            rows.append({"setting": name + tag, "q/passage": round(q_per_p[name], 2),
+                         "method": method, "seed": seed,
                          **{f"top-{k}": round(ret["top_k"][str(k)], 2) for k in (1, 5, 20, 100)},
                          "MRR": round(100 * ret["mrr"], 2),
-                         "loss": round(summary["train"].get("train/loss", float("nan")), 3),
-                         "minutes": round((time.perf_counter() - t0) / 60, 1)})
+                         "loss": round(t.summary["train"].get("train/loss", float("nan")), 3),
+                         "minutes": round(t.seconds / 60, 1)})
             logging.info("%s", rows[-1])
     cols = list(rows[0])
     print(f"\nDPR vs DCSR, {model}, {steps} steps x {batch} questions, "
@@ -107,10 +126,10 @@ def main(argv) -> None:
         spread = stats.seed_table(rows, ("setting", "method"),
                                   [c for c in cols if c.startswith("top-") or c == "MRR"])
         print("\n" + harness.spread_section(seeds, spread))
+    compared = {(c.a, c.seed): c.result for c in harness.compare_study(study, trained, seeds)}
     for name, seed in [(n, s) for n, _ in settings for s in seeds]:
         # Paired on the same test questions (McNemar, paired bootstrap), one seed at a time.
-        res = harness.compare_runs(runs[name, METHODS[0], seed], runs[name, METHODS[1], seed],
-                                   METHODS)
+        res = compared[run_name(world, name, METHODS[0]), seed]
         print(f"\n## {name}, seed {seed}: DPR (A) vs DCSR (B) on the same test questions\n\n"
               + compare_lib.markdown(res, title=False))
     print(json.dumps(rows))

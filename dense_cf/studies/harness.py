@@ -1,5 +1,7 @@
-"""What every study shares: run naming per seed, the common flags, reuse of finished runs,
-paired comparison of two runs and the summary over seeds (docs/ARCHITECTURE.md, "Studies").
+"""What every study shares: a study as data (:class:`Study`: its runs and the pairs it
+compares), run naming per seed, the common flags, training or reuse of its runs
+(:func:`train_study`), paired comparison (:func:`compare_study`) and the summary over seeds
+(docs/ARCHITECTURE.md, "Studies").
 
 A study trains runs named ``<name>`` for seed 0 and ``<name>_seed<N>`` for seed N > 0, beside
 each other under its ``--out`` (:func:`run_dir`); a study over seeds that writes one directory
@@ -13,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import ml_collections
-from absl import flags
+from absl import flags, logging
 
 from dense_cf import methods
 from dense_cf.configs.base import base_config, resolve_paths
@@ -25,9 +28,11 @@ from dense_cf.eval import stats
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import atomic_open, write_json
+from dense_cf.progress import format_duration
 from dense_cf.train.run import RunDir
 
-__all__ = ["StudyFlags", "compare_runs", "define_seeds", "define_study_flags",
+__all__ = ["Compared", "Study", "StudyFlags", "StudyRun", "Trained", "compare_runs",
+           "compare_study", "train_study", "define_seeds", "define_study_flags",
            "finished_eval_dir", "parse_seeds", "print_over_seeds", "run_dir", "seed_name",
            "seed_out", "spread_section", "study_over_seeds", "summarise_seeds", "train_or_read",
            "train_or_reuse", "with_new_defaults"]
@@ -214,6 +219,153 @@ def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
     _, trained = train_or_reuse(workdir, config, required=(), train=train)
     with open(RunDir(workdir).summary) as f:
         return json.load(f), trained
+
+
+# ------------------------------------------------------------------ a study as data
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun:
+    """One run of a study: its ``name`` (its directory: :func:`run_dir`) and its config at a
+    seed (a function of ``dense_cf.configs.studies``); ``required``: the reports in its eval
+    directory that make a finished run reusable (:func:`finished_eval_dir`)."""
+
+    name: str
+    config: Callable[[int], ml_collections.ConfigDict]
+    required: tuple[str, ...] = ("report.json", "aar.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A study's definition: its runs, each trained once per seed, and the pairs ``(A, B)`` of
+    run names compared at each seed on the same test items (:func:`compare_study`)."""
+
+    name: str
+    runs: tuple[StudyRun, ...]
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [r.name for r in self.runs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"study {self.name}: run names repeat: {names}")
+        unknown = sorted({n for pair in self.pairs for n in pair} - set(names))
+        if unknown:
+            raise ValueError(f"study {self.name}: pairs name runs it does not have: {unknown}")
+
+
+@dataclasses.dataclass
+class Trained:
+    """A study's run at one seed, trained here or read back from its directory."""
+
+    name: str
+    seed: int
+    workdir: str
+    config: ml_collections.ConfigDict
+    summary: dict[str, Any]        # its summary.json (step, training figures, ``eval``)
+    trained: bool                  # trained (or resumed) by this call
+    seconds: float                 # this call's time on it
+    same_as: str | None = None     # an earlier run of the same config, whose directory it is
+    run: Any = None                # the trained Run, when train_study(reuse=False)
+
+    @property
+    def step(self) -> int:
+        return int(self.summary["step"])
+
+    @property
+    def eval_dir(self) -> str:
+        return RunDir(self.workdir).eval(self.step)
+
+
+def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = True,
+                workdir: Callable[[str, int], str] | None = None,
+                train: Trainer = train_and_evaluate) -> dict[tuple[str, int], Trained]:
+    """Every run of ``study`` at every seed (seed by seed, runs in order), keyed ``(name,
+    seed)``, in ``workdir(name, seed)`` (default :func:`run_dir` under ``out``).
+
+    ``reuse``: a run that finished and was evaluated with the same config is read back, not
+    touched (:func:`train_or_reuse`); otherwise ``train`` trains it, resuming its checkpoint,
+    and the trained ``Run`` is dropped. ``reuse=False``: ``train`` is called on every run (it
+    resumes a finished one and evaluates it again) and its ``Run`` kept in ``Trained.run``, for
+    a study that goes on with the trained models (a reader stage). Either way a run whose
+    config equals an earlier one's is that run (``same_as``). Logs each run with the elapsed
+    time and an ETA from the runs trained so far."""
+    seeds = parse_seeds(list(seeds))
+    where = workdir or (lambda name, seed: run_dir(out, name, seed))
+    jobs = [(seed, r) for seed in seeds for r in study.runs]
+    done: dict[tuple[str, int], Trained] = {}
+    by_config: dict[str, Trained] = {}
+    trained_s, n_trained, t_start = 0.0, 0, time.perf_counter()
+    for i, (seed, spec) in enumerate(jobs, 1):
+        cfg = spec.config(seed)
+        wd = where(spec.name, seed)
+        left = len(jobs) - i + 1
+        eta = format_duration(trained_s / n_trained * left) if n_trained else "unknown"
+        logging.info("%s: run %d of %d: %s (seed %d) -> %s; elapsed %s, ETA %s", study.name, i,
+                     len(jobs), spec.name, seed, wd,
+                     format_duration(time.perf_counter() - t_start), eta)
+        key = config_key(cfg)
+        if key in by_config:
+            first = by_config[key]
+            logging.info("%s: %s has the config of %s; reusing %s", study.name, spec.name,
+                         first.name, first.workdir)
+            done[spec.name, seed] = dataclasses.replace(
+                first, name=spec.name, trained=False, seconds=0.0, same_as=first.name)
+            continue
+        t0 = time.perf_counter()
+        run = None
+        if reuse:
+            _, trained = train_or_reuse(wd, cfg, required=spec.required, train=train)
+            with open(RunDir(wd).summary) as f:
+                summary = json.load(f)
+        else:
+            summary = dict(train(cfg, wd))
+            run, trained = summary.pop("run", None), True
+        seconds = time.perf_counter() - t0
+        if trained:
+            trained_s, n_trained = trained_s + seconds, n_trained + 1
+        logging.info("%s: %s (seed %d) %s in %s", study.name, spec.name, seed,
+                     "trained and evaluated" if trained else "finished earlier, read back",
+                     format_duration(seconds))
+        done[spec.name, seed] = by_config[key] = Trained(spec.name, seed, wd, cfg, summary,
+                                                         trained, seconds, run=run)
+    return done
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """Pair ``(a, b)`` of a study at one seed: ``eval.compare``'s result, or the error that
+    stopped it (:func:`compare_study` with ``catch``)."""
+
+    a: str
+    b: str
+    seed: int
+    result: dict[str, Any] | Exception
+
+
+def compare_study(study: Study, trained: Mapping[tuple[str, int], Trained],
+                  seeds: Sequence[int], *, label: Callable[[str, int], str] | None = None,
+                  n_resamples: int = stats.DEFAULT_RESAMPLES, bootstrap_seed: int = 0,
+                  catch: bool = False) -> list[Compared]:
+    """``study.pairs`` at each seed (seed by seed), paired on the same test items
+    (:func:`compare_runs`), named ``label(name, seed)`` in the result (default: the run names).
+    A pair whose two runs are one run (``Trained.same_as``) is left out. ``catch``: a pair that
+    cannot be compared (no report, other test items) gives its error instead of raising."""
+    name = label or (lambda n, _seed: n)
+    out = []
+    for seed in seeds:
+        for a, b in study.pairs:
+            ta, tb = trained[a, seed], trained[b, seed]
+            if ta.workdir == tb.workdir:
+                continue
+            try:
+                res: dict[str, Any] | Exception = compare_runs(
+                    (ta.workdir, ta.step), (tb.workdir, tb.step), (name(a, seed), name(b, seed)),
+                    n_resamples=n_resamples, seed=bootstrap_seed)
+            except (ValueError, FileNotFoundError) as e:
+                if not catch:
+                    raise
+                res = e
+            out.append(Compared(a, b, int(seed), res))
+    return out
 
 
 # ------------------------------------------------------------------ paired comparison

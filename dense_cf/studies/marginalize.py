@@ -105,18 +105,21 @@ def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1
                                     num_hard_negatives=1, world=w, questions_per_passage=q)
     t_data = time.perf_counter() - t0
 
+    # A run per domain; this seed's runs live in this seed's out (harness.seed_out).
+    study = harness.Study("marginalize", tuple(
+        harness.StudyRun(name, lambda seed, name=name: domain_config(
+            os.path.join(data_root, name), model=model, steps=steps, batch=batch, lr=lr,
+            seed=seed)) for name in names))
+    trained = harness.train_study(study, out, [seed], reuse=False, train=train,
+                                  workdir=lambda name, _: os.path.join(out, "runs", name))
     workdirs, train_s = [], {}
     for name in names:
-        wd = os.path.join(out, "runs", name)
-        t1 = time.perf_counter()
-        cfg = domain_config(os.path.join(data_root, name), model=model, steps=steps, batch=batch,
-                            lr=lr, seed=seed)
-        summary = train(cfg, wd)
-        train_s[name] = round(time.perf_counter() - t1, 1)
-        say(f"trained {name}: step {summary['step']}, train loss "
-            f"{summary['train'].get('train/loss', float('nan')):.4f} ({train_s[name]} s)",
+        t = trained[name, seed]
+        train_s[name] = round(t.seconds, 1)
+        say(f"trained {name}: step {t.step}, train loss "
+            f"{t.summary['train'].get('train/loss', float('nan')):.4f} ({train_s[name]} s)",
             flush=True)
-        workdirs.append(wd)
+        workdirs.append(t.workdir)
 
     # Every run is loaded once; each domain's corpus is exported once per passage encoder.
     t1 = time.perf_counter()

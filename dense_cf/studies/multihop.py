@@ -197,6 +197,18 @@ def figures(report: dict[str, Any], reader: dict[str, Any] | None = None) -> dic
     return out
 
 
+METHODS = ("mdr", "mdr-eadpr")  # trained at every seed; paired as (A, B) = MDR+DPR, MDR+EADPR
+
+
+def definition(data_dir: str, **budget: Any) -> harness.Study:
+    """The two multi-hop retrievers (``configs.studies.mdr_config``) with one budget; budget's
+    ``seed`` is replaced by the run's."""
+    budget = {k: v for k, v in budget.items() if k != "seed"}
+    return harness.Study("multihop", tuple(
+        harness.StudyRun(m, lambda seed, m=m: mdr_config(m, data_dir, seed=seed, **budget))
+        for m in METHODS), (METHODS,))
+
+
 def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
              num_questions: int = 1500, test_frac: float = 0.2, num_hard: int = 0,
              beam_size: int = 10, hop2_k: int = 10, lr: float = 5e-5, zero_shot: bool = False,
@@ -214,13 +226,13 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
               lr=lr, seed=seed, model=model)
     reports, minutes, summaries, workdirs = {}, {}, {}, {}
     t_all = time.perf_counter()
-    for method in ("mdr", "mdr-eadpr"):
-        cfg = mdr_config(method, data_dir, **kw)
-        workdir = harness.run_dir(out, method, seed)
-        workdirs[method] = workdir
-        t0 = time.perf_counter()
-        summaries[method] = train_and_evaluate(cfg, workdir)
-        minutes[method] = round((time.perf_counter() - t0) / 60, 1)
+    study = definition(data_dir, **kw)
+    trained = harness.train_study(study, out, [seed], reuse=False, train=train_and_evaluate)
+    for method in METHODS:
+        t = trained[method, seed]
+        workdirs[method] = t.workdir
+        summaries[method] = {**t.summary, "run": t.run}
+        minutes[method] = round(t.seconds / 60, 1)
         ev = summaries[method]["eval"]["multihop"]
         with open(os.path.join(ev["out_dir"], "report.json")) as f:
             reports[method] = json.load(f)
