@@ -17,7 +17,7 @@ from dense_cf.eval import claims as C
 from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
-           "replicate_attribution_seed0.md")
+           "replicate_attribution_seed0.md", "replicate_mixed20k_seed0.md")
 # Claims measured outside studies.replicate: (id, report, table after this line, A, B, checks,
 # the paper's words, where).
 OTHER = (
@@ -36,7 +36,8 @@ OTHER = (
 def _sections(text: str) -> dict[tuple[str, int], str]:
     """``{(claim id, seed): its table}`` of a replicate report."""
     out = {}
-    for m in re.finditer(r"^## (\S+) \(seed (\d+)\):.*?\n\n((?:\|.*\n?)+)", text, re.M):
+    for m in re.finditer(r"^## (\S+) \(seed (\d+)\):.*?\n\n(?:[^|\n].*\n\n)?((?:\|.*\n?)+)",
+                         text, re.M):
         out[m.group(1), int(m.group(2))] = m.group(3)
     return out
 
