@@ -53,7 +53,7 @@ from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.train.run import model_workdir, pretrained_run
 
-__all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "Study", "plan", "plan_studies",
+__all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "StudySpec", "plan", "plan_studies",
            "run_replication"]
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
-class Study:
+class StudySpec:
     """A study whose claims are tested inside one report rather than between two runs:
     ``runner`` (a :data:`STUDY_RUNNERS` key: ``marginalize`` = ``studies.marginalize.run_study``,
     ``data_stats`` = ``studies.data_stats.run_study``) with ``params`` as keyword arguments,
@@ -112,16 +112,16 @@ STUDY_RUNNERS = {"marginalize": marginalize_lib.run_study,
                  "data_stats": data_stats_lib.run_study}
 
 
-STUDIES: dict[str, Study] = {
+STUDIES: dict[str, StudySpec] = {
     # Domains that differ as NQ, SQuAD and TriviaQA do in passage structure and question
     # density, not only vocabulary; 3,000 passages each so top-1/top-5 do not saturate.
-    "attribution": Study((("domains", 3), ("passages", 3000), ("test_questions", 300),
+    "attribution": StudySpec((("domains", 3), ("passages", 3000), ("test_questions", 300),
                           ("worlds", ("entity", "mixed", "entity")), ("qpp", (1, 3, 1))),
                          minutes=40, note="3 DPR runs (one per domain) and their 3 × 3 "
                          "question × passage encoder pairs on every domain's test set"),
     # One SQuAD-like world (high positive-passage overlap); DPR on nested fractions of its
     # training set, epochs-based (fraction f: f × steps); 2,000 passages, 300 test questions.
-    "data-stats": Study((("fractions", data_stats_lib.DEFAULT_FRACTIONS), ("passages", 2000),
+    "data-stats": StudySpec((("fractions", data_stats_lib.DEFAULT_FRACTIONS), ("passages", 2000),
                          ("test_questions", 300), ("world", "mixed"), ("qpp", 3)),
                         minutes=30, runner="data_stats",
                         note="5 DPR runs (fractions 0.1-1.0 of one training set, steps "
