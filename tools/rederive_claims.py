@@ -17,7 +17,7 @@ from dense_cf.eval import claims as C
 from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
-           "replicate_attribution_seed0.md", "replicate_mixed20k_seed0.md")
+           "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md")
 # Claims measured outside studies.replicate: (id, report, table after this line, A, B, checks,
 # the paper's words, where).
 OTHER = (
