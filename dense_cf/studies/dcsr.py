@@ -126,7 +126,9 @@ def main(argv) -> None:
         spread = stats.seed_table(rows, ("setting", "method"),
                                   [c for c in cols if c.startswith("top-") or c == "MRR"])
         print("\n" + harness.spread_section(seeds, spread))
-    compared = {(c.a, c.seed): c.result for c in harness.compare_study(study, trained, seeds)}
+    method_of = {run_name(world, n, m): m for n, _ in settings for m in METHODS}
+    compared = {(c.a, c.seed): c.result for c in harness.compare_study(
+        study, trained, seeds, label=lambda run, _seed: method_of[run])}  # columns: dpr, dcsr
     for name, seed in [(n, s) for n, _ in settings for s in seeds]:
         # Paired on the same test questions (McNemar, paired bootstrap), one seed at a time.
         res = compared[run_name(world, name, METHODS[0]), seed]

@@ -211,12 +211,13 @@ def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
 
 
 def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
+                  required: Sequence[str] = (),
                   train: Trainer = train_and_evaluate) -> tuple[dict[str, Any], bool]:
     """``(summary, trained here?)``: the run's saved ``summary.json`` (step, training figures
     and its ``eval``), after training and evaluating it unless it had finished
     (:func:`train_or_reuse`). Read back from the file either way, so a study's tables are the
     same whether its runs were trained now or reused (JSON keys: ``top_k["5"]``)."""
-    _, trained = train_or_reuse(workdir, config, required=(), train=train)
+    _, trained = train_or_reuse(workdir, config, required=required, train=train)
     with open(RunDir(workdir).summary) as f:
         return json.load(f), trained
 
@@ -313,9 +314,7 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
         t0 = time.perf_counter()
         run = None
         if reuse:
-            _, trained = train_or_reuse(wd, cfg, required=spec.required, train=train)
-            with open(RunDir(wd).summary) as f:
-                summary = json.load(f)
+            summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:
             summary = dict(train(cfg, wd))
             run, trained = summary.pop("run", None), True

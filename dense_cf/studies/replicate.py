@@ -116,16 +116,17 @@ STUDIES: dict[str, StudySpec] = {
     # Domains that differ as NQ, SQuAD and TriviaQA do in passage structure and question
     # density, not only vocabulary; 3,000 passages each so top-1/top-5 do not saturate.
     "attribution": StudySpec((("domains", 3), ("passages", 3000), ("test_questions", 300),
-                          ("worlds", ("entity", "mixed", "entity")), ("qpp", (1, 3, 1))),
-                         minutes=40, note="3 DPR runs (one per domain) and their 3 × 3 "
-                         "question × passage encoder pairs on every domain's test set"),
+                              ("worlds", ("entity", "mixed", "entity")), ("qpp", (1, 3, 1))),
+                             minutes=40, note="3 DPR runs (one per domain) and their 3 × 3 "
+                             "question × passage encoder pairs on every domain's test set"),
     # One SQuAD-like world (high positive-passage overlap); DPR on nested fractions of its
     # training set, epochs-based (fraction f: f × steps); 2,000 passages, 300 test questions.
-    "data-stats": StudySpec((("fractions", data_stats_lib.DEFAULT_FRACTIONS), ("passages", 2000),
-                         ("test_questions", 300), ("world", "mixed"), ("qpp", 3)),
-                        minutes=30, runner="data_stats",
-                        note="5 DPR runs (fractions 0.1-1.0 of one training set, steps "
-                        "× fraction) and their 5 × 5 encoder pairs on its test set"),
+    "data-stats": StudySpec((("fractions", data_stats_lib.DEFAULT_FRACTIONS),
+                             ("passages", 2000), ("test_questions", 300), ("world", "mixed"),
+                             ("qpp", 3)),
+                            minutes=30, runner="data_stats",
+                            note="5 DPR runs (fractions 0.1-1.0 of one training set, steps "
+                            "× fraction) and their 5 × 5 encoder pairs on its test set"),
 }
 
 
