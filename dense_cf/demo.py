@@ -149,35 +149,14 @@ PICL_CLAIMS = (("AAR up (PiCL §3.3, Fig. 2)", Check("AAR")),
                ("MRR not worse by > 2 points (×100)", claims_lib.not_worse("MRR (×100)")))
 
 
-def paired_results(run_dirs: dict[str, str], results: dict[str, dict],
-                   pairs: list[tuple[str, str]] | None = None, seed: int = 0
-                   ) -> list[tuple[str, str, dict[str, Any] | Exception]]:
-    """``(A, B, compare result or the error that stopped it)`` for each pair (default: the
-    first run, the baseline, against each other run)."""
-    names = list(results)
-    out: list[tuple[str, str, dict[str, Any] | Exception]] = []
-    for base, other in (pairs if pairs is not None else [(names[0], n) for n in names[1:]]):
-        try:
-            res = harness.compare_runs((run_dirs[base], results[base].get("step")),
-                                       (run_dirs[other], results[other].get("step")),
-                                       (base, other), seed=seed)
-        except (ValueError, FileNotFoundError) as e:
-            res = e
-        out.append((base, other, res))
-    return out
-
-
-def paired_sections(run_dirs: dict[str, str], results: dict[str, dict],
-                    pairs: list[tuple[str, str]] | None = None, seed: int = 0,
-                    compared: list | None = None) -> str:
-    """Markdown: each ``(A, B)`` of ``pairs`` (default: the first run, the baseline, DPR in the
-    demo, against each other run) on the same test items (``dense_cf.eval.compare``: McNemar on
+def paired_sections(compared: list[tuple[str, str, dict[str, Any] | Exception]]) -> str:
+    """Markdown: each compared ``(A, B, result or error)`` (``harness.compare_study`` with
+    ``catch``, its runs labelled) on the same test items (``dense_cf.eval.compare``: McNemar on
     top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean score gap), each row
-    saying whether the difference is significant at 0.05. ``run_dirs``: name → run directory;
-    ``results``: name → training summary (its ``step`` picks the evaluation); ``compared``:
-    :func:`paired_results`' output when already computed."""
+    saying whether the difference is significant at 0.05; a pair that could not be compared
+    says why."""
     parts = []
-    for base, other, res in compared or paired_results(run_dirs, results, pairs, seed):
+    for base, other, res in compared:
         if isinstance(res, Exception):
             parts.append(f"## Paired comparison: {base} vs {other}\n\nnot compared: {res}")
             continue
@@ -328,7 +307,7 @@ def run_demo(workdir: str) -> None:
     claims = claims_section(compared)
     if claims:
         table += "\n\n" + claims
-    paired = paired_sections(run_dirs, results, compared=compared)
+    paired = paired_sections(compared)
     if paired:
         table += "\n\n" + paired
     robust = {m: r["eval"]["robustness"] for m, r in results.items()

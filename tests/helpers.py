@@ -408,3 +408,17 @@ def logged_steps(workdir) -> list[int]:
     """The steps of a run's metrics.jsonl, in the order they were logged."""
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         return [json.loads(line)["step"] for line in f]
+
+
+def compare_pairs(dirs, steps, pairs, seed=0, label=None):
+    """``harness.compare_study(..., catch=True)`` over hand-made runs: ``dirs`` name -> run
+    directory, ``steps`` name -> evaluated step; ``(A, B, result or error)`` per pair, named
+    ``label(name, seed)`` (default the run names), as the demo passes them to its sections."""
+    from dense_cf.studies import harness
+    study = harness.Study("test", tuple(harness.StudyRun(n, lambda s: None) for n in dirs),
+                          tuple(pairs))
+    trained = {(n, seed): harness.Trained(n, seed, d, None, {"step": steps[n]}, False, 0.0)
+               for n, d in dirs.items()}
+    name = label or (lambda n, _seed: n)
+    return [(name(c.a, c.seed), name(c.b, c.seed), c.result)
+            for c in harness.compare_study(study, trained, [seed], label=label, catch=True)]

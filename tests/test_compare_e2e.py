@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import tiny_synthetic_config
+from helpers import compare_pairs, tiny_synthetic_config
 
 from dense_cf.eval import compare as compare_lib
 from dense_cf.synthetic import generate as synthetic
@@ -91,7 +91,9 @@ def test_demo_report_on_trained_runs(two_runs):
         for col in ("MRR [95% CI]", "AAR [95% CI]", "AA score [95% CI]",
                     "mean sim(q,p+)-sim(q,p*) [95% CI]"):
             assert isinstance(row[col], str) and "[" in row[col]
-    md = demo.paired_sections({m: d for m, (d, _) in two_runs.items()}, results)
+    md = demo.paired_sections(compare_pairs({m: d for m, (d, _) in two_runs.items()},
+                                            {m: s["step"] for m, s in results.items()},
+                                            [("dpr", "picl")]))
     assert md.startswith("## Paired comparison: dpr (A) vs picl (B) on the same test items")
     for metric in ("top-1", "top-20", "MRR (×100)", "AAR", "AA score"):
         assert f"| {metric} |" in md and f"- {metric}: " in md
@@ -148,7 +150,8 @@ def test_demo_claims_section(two_runs):
     from dense_cf import demo
     from dense_cf.eval import claims
     results = {m: s for m, (_, s) in two_runs.items()}
-    compared = demo.paired_results({m: d for m, (d, _) in two_runs.items()}, results)
+    compared = compare_pairs({m: d for m, (d, _) in two_runs.items()},
+                             {m: s["step"] for m, s in results.items()}, [("dpr", "picl")])
     md = demo.claims_section(compared)
     assert md.startswith("## PiCL's claims: picl (B) against dpr (A)")
     lines = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln][1:]

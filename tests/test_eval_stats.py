@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import compare_pairs
 
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import stats
@@ -300,17 +301,17 @@ def test_demo_report_rows_and_paired_sections(two_runs, tmp_path):
     # The paired section reads the two runs' eval directories (workdir/<method>/eval/step_N).
     workdir = os.path.dirname(two_runs[0])
     dirs = {m: os.path.join(workdir, m) for m in ("dpr", "picl", "eadpr")}
-    md = demo.paired_sections(dirs, {"dpr": {"step": 3}, "picl": {"step": 3}})
+    steps = dict.fromkeys(dirs, 3)
+    md = demo.paired_sections(compare_pairs(dirs, steps, [("dpr", "picl")]))
     assert md.startswith("## Paired comparison: dpr (A) vs picl (B) on the same test items")
     assert "| metric | n | dpr | picl | B − A | test | p | significant at 0.05 |" in md
     assert "- top-1: picl is higher than dpr by 25 points; the difference is significant" in md
     assert "- AAR: picl is higher than dpr by 50 points; the difference is significant" in md
-    missing = demo.paired_sections(dirs, {"dpr": {"step": 3}, "eadpr": {"step": 3}})
+    missing = demo.paired_sections(compare_pairs(dirs, steps, [("dpr", "eadpr")]))
     assert "not compared" in missing
-    # Several seeds: named runs, explicit pairs (the baseline against the other method per seed).
-    named = {"dpr (seed 0)": dirs["dpr"], "picl (seed 0)": dirs["picl"]}
-    md = demo.paired_sections(named, {n: {"step": 3} for n in named},
-                              pairs=[("dpr (seed 0)", "picl (seed 0)")])
+    # Several seeds: the runs are labelled with their seed (the demo's label).
+    md = demo.paired_sections(compare_pairs(dirs, steps, [("dpr", "picl")],
+                                            label=lambda n, s: f"{n} (seed {s})"))
     assert "## Paired comparison: dpr (seed 0) (A) vs picl (seed 0) (B)" in md
     numeric = demo.seed_rows({"dpr (seed 0)": _summary(3), "dpr (seed 1)": _summary(3)},
                              {"dpr (seed 0)": ("dpr", 0), "dpr (seed 1)": ("dpr", 1)})
