@@ -17,7 +17,8 @@ from dense_cf.eval import claims as C
 from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
-           "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md")
+           "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
+           "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md")
 # Claims measured outside studies.replicate: (id, report, table after this line, A, B, checks,
 # the paper's words, where).
 OTHER = (
@@ -69,6 +70,9 @@ def _expand(checks, rows):
     return out
 
 
+COLUMNS = ["claim", "status", "paper", "A vs B", "seed", "B − A [95% CI] (Holm p)", "verdict"]
+
+
 def rederive(results: str = "docs/results") -> list[dict]:
     """One row per claim and seed (and ``pooled``) with the re-derived verdict."""
     stored: dict[tuple[str, int], str] = {}
@@ -78,6 +82,7 @@ def rederive(results: str = "docs/results") -> list[dict]:
     stored.update(_stored_data_stats(results))
     rows = []
     for c in CLAIMS:
+        paper = f"{c.paper} {c.where}"
         a, b = ("P 100 %", "P 40 %") if c.id == "attribution-data-40" else ("A", "B")
         seeds = sorted(s for (i, s) in stored if i == c.id)
         per_seed = []
@@ -88,22 +93,22 @@ def rederive(results: str = "docs/results") -> list[dict]:
             entries = C.rejudge(table, checks, a, b, documented_n=300)
             per_seed.append(entries)
             if s == 0:
-                rows.append(_row(c.id, c.status, f"{c.a} vs {c.b}", "0", entries))
+                rows.append(_row(c.id, c.status, paper, f"{c.a} vs {c.b}", "0", entries))
         if len(per_seed) > 1:
             pooled = C.pool_claim(per_seed)
-            rows.append(_row(c.id, c.status, f"{c.a} vs {c.b}",
+            rows.append(_row(c.id, c.status, paper, f"{c.a} vs {c.b}",
                              "pooled " + ",".join(map(str, seeds)), pooled["checks"]))
         if not seeds:
-            rows.append({"claim": c.id, "status": c.status, "verdict": "not run (no stored "
-                         "result at the current setting)"})
-    for cid, name, marker, a, b, checks, _, _ in OTHER:
+            rows.append({"claim": c.id, "status": c.status, "paper": paper,
+                         "verdict": "not run (no stored result at the current setting)"})
+    for cid, name, marker, a, b, checks, _, where in OTHER:
         text = open(os.path.join(results, name), encoding="utf-8").read()
         entries = C.rejudge(C.parse_check_table(_table_after(text, marker)), checks, a, b)
-        rows.append(_row(cid, "pre-registered", f"{a} vs {b}", "0", entries))
+        rows.append(_row(cid, "pre-registered", where, f"{a} vs {b}", "0", entries))
     return rows
 
 
-def _row(cid: str, status: str, ab: str, seed: str, entries: list[dict]) -> dict:
+def _row(cid: str, status: str, paper: str, ab: str, seed: str, entries: list[dict]) -> dict:
     cells = []
     for e in entries:
         if "diff_shown" not in e:
@@ -113,7 +118,7 @@ def _row(cid: str, status: str, ab: str, seed: str, entries: list[dict]) -> dict
         cells.append(f"{e['metric']} {e['diff_shown']:+.2f} {ci} (Holm p={e['p_holm']:.2g})"
                      if "p_holm" in e else f"{e['metric']} {e['diff_shown']:+.2f}: "
                      f"{e['verdict']}")
-    return {"claim": cid, "status": status, "A vs B": ab, "seed": seed,
+    return {"claim": cid, "status": status, "paper": paper, "A vs B": ab, "seed": seed,
             "B − A [95% CI] (Holm p)": "; ".join(cells), "verdict": C.verdict_text(entries)}
 
 
@@ -121,7 +126,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default="docs/results")
     rows = rederive(ap.parse_args().results)
-    cols = ["claim", "status", "A vs B", "seed", "B − A [95% CI] (Holm p)", "verdict"]
+    cols = COLUMNS
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r.get(k, "")) for k in cols) + " |")
