@@ -70,7 +70,10 @@ def _expand(checks, rows):
     return out
 
 
-COLUMNS = ["claim", "status", "paper", "A vs B", "seed", "B − A [95% CI] (Holm p)", "verdict"]
+COLUMNS = ["claim", "status", "paper", "the paper's words", "A vs B", "seed", "B − A [95% CI] (Holm p)", "verdict"]
+
+
+AS_ABOVE = "(as above)"  # a claim's pooled row, after its seed-0 row
 
 
 def rederive(results: str = "docs/results") -> list[dict]:
@@ -82,7 +85,7 @@ def rederive(results: str = "docs/results") -> list[dict]:
     stored.update(_stored_data_stats(results))
     rows = []
     for c in CLAIMS:
-        paper = f"{c.paper} {c.where}"
+        paper, words = f"{c.paper} {c.where}", f"“{c.quote}”"
         a, b = ("P 100 %", "P 40 %") if c.id == "attribution-data-40" else ("A", "B")
         seeds = sorted(s for (i, s) in stored if i == c.id)
         per_seed = []
@@ -93,22 +96,26 @@ def rederive(results: str = "docs/results") -> list[dict]:
             entries = C.rejudge(table, checks, a, b, documented_n=300)
             per_seed.append(entries)
             if s == 0:
-                rows.append(_row(c.id, c.status, paper, f"{c.a} vs {c.b}", "0", entries))
+                rows.append(_row(c.id, c.status, paper, words, f"{c.a} vs {c.b}", "0", entries))
         if len(per_seed) > 1:
             pooled = C.pool_claim(per_seed)
-            rows.append(_row(c.id, c.status, paper, f"{c.a} vs {c.b}",
-                             "pooled " + ",".join(map(str, seeds)), pooled["checks"]))
+            rows.append(_row(c.id, c.status, paper, AS_ABOVE if seeds[0] == 0 else words,
+                             f"{c.a} vs {c.b}", "pooled " + ",".join(map(str, seeds)),
+                             pooled["checks"]))
         if not seeds:
             rows.append({"claim": c.id, "status": c.status, "paper": paper,
+                         "the paper's words": words,
                          "verdict": "not run (no stored result at the current setting)"})
-    for cid, name, marker, a, b, checks, _, where in OTHER:
+    for cid, name, marker, a, b, checks, quote, where in OTHER:
         text = open(os.path.join(results, name), encoding="utf-8").read()
         entries = C.rejudge(C.parse_check_table(_table_after(text, marker)), checks, a, b)
-        rows.append(_row(cid, "pre-registered", where, f"{a} vs {b}", "0", entries))
+        rows.append(_row(cid, "pre-registered", where, f"“{quote}”", f"{a} vs {b}", "0",
+                         entries))
     return rows
 
 
-def _row(cid: str, status: str, paper: str, ab: str, seed: str, entries: list[dict]) -> dict:
+def _row(cid: str, status: str, paper: str, words: str, ab: str, seed: str,
+         entries: list[dict]) -> dict:
     cells = []
     for e in entries:
         if "diff_shown" not in e:
@@ -118,7 +125,8 @@ def _row(cid: str, status: str, paper: str, ab: str, seed: str, entries: list[di
         cells.append(f"{e['metric']} {e['diff_shown']:+.2f} {ci} (Holm p={e['p_holm']:.2g})"
                      if "p_holm" in e else f"{e['metric']} {e['diff_shown']:+.2f}: "
                      f"{e['verdict']}")
-    return {"claim": cid, "status": status, "paper": paper, "A vs B": ab, "seed": seed,
+    return {"claim": cid, "status": status, "paper": paper, "the paper's words": words,
+            "A vs B": ab, "seed": seed,
             "B − A [95% CI] (Holm p)": "; ".join(cells), "verdict": C.verdict_text(entries)}
 
 
