@@ -18,7 +18,7 @@ from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
            "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
-           "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md")
+           "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md", "replicate_bm25_seeds012.md")
 # Claims measured outside studies.replicate: (id, report, table after this line, A, B, checks,
 # the paper's words, where).
 OTHER = (
@@ -70,7 +70,8 @@ def _expand(checks, rows):
     return out
 
 
-COLUMNS = ["claim", "status", "paper", "the paper's words", "A vs B", "seed", "B − A [95% CI] (Holm p)", "verdict"]
+COLUMNS = ["claim", "status", "paper", "the paper's words", "A vs B", "seed", "report",
+           "B − A [95% CI] (Holm p)", "verdict"]
 
 
 AS_ABOVE = "(as above)"  # a claim's pooled row, after its seed-0 row
@@ -79,10 +80,15 @@ AS_ABOVE = "(as above)"  # a claim's pooled row, after its seed-0 row
 def rederive(results: str = "docs/results") -> list[dict]:
     """One row per claim and seed (and ``pooled``) with the re-derived verdict."""
     stored: dict[tuple[str, int], str] = {}
-    for name in REPORTS:
+    source: dict[tuple[str, int], str] = {}  # the results file a (claim, seed) comes from
+    for name in REPORTS:  # a later report replaces an earlier one's (claim, seed)
         with open(os.path.join(results, name), encoding="utf-8") as f:
-            stored.update(_sections(f.read()))
-    stored.update(_stored_data_stats(results))
+            found = _sections(f.read())
+        stored.update(found)
+        source.update(dict.fromkeys(found, name))
+    data_stats = _stored_data_stats(results)
+    stored.update(data_stats)
+    source.update(dict.fromkeys(data_stats, "data_stats_seed0.md"))
     rows = []
     for c in CLAIMS:
         paper, words = f"{c.paper} {c.where}", f"“{c.quote}”"
@@ -96,11 +102,13 @@ def rederive(results: str = "docs/results") -> list[dict]:
             entries = C.rejudge(table, checks, a, b, documented_n=300)
             per_seed.append(entries)
             if s == 0:
-                rows.append(_row(c.id, c.status, paper, words, f"{c.a} vs {c.b}", "0", entries))
+                rows.append(_row(c.id, c.status, paper, words, f"{c.a} vs {c.b}", "0",
+                                 source[c.id, 0], entries))
         if len(per_seed) > 1:
             pooled = C.pool_claim(per_seed)
+            files = ", ".join(dict.fromkeys(source[c.id, s] for s in seeds))
             rows.append(_row(c.id, c.status, paper, AS_ABOVE if seeds[0] == 0 else words,
-                             f"{c.a} vs {c.b}", "pooled " + ",".join(map(str, seeds)),
+                             f"{c.a} vs {c.b}", "pooled " + ",".join(map(str, seeds)), files,
                              pooled["checks"]))
         if not seeds:
             rows.append({"claim": c.id, "status": c.status, "paper": paper,
@@ -109,12 +117,12 @@ def rederive(results: str = "docs/results") -> list[dict]:
     for cid, name, marker, a, b, checks, quote, where in OTHER:
         text = open(os.path.join(results, name), encoding="utf-8").read()
         entries = C.rejudge(C.parse_check_table(_table_after(text, marker)), checks, a, b)
-        rows.append(_row(cid, "pre-registered", where, f"“{quote}”", f"{a} vs {b}", "0",
+        rows.append(_row(cid, "pre-registered", where, f"“{quote}”", f"{a} vs {b}", "0", name,
                          entries))
     return rows
 
 
-def _row(cid: str, status: str, paper: str, words: str, ab: str, seed: str,
+def _row(cid: str, status: str, paper: str, words: str, ab: str, seed: str, report: str,
          entries: list[dict]) -> dict:
     cells = []
     for e in entries:
@@ -126,7 +134,7 @@ def _row(cid: str, status: str, paper: str, words: str, ab: str, seed: str,
                      if "p_holm" in e else f"{e['metric']} {e['diff_shown']:+.2f}: "
                      f"{e['verdict']}")
     return {"claim": cid, "status": status, "paper": paper, "the paper's words": words,
-            "A vs B": ab, "seed": seed,
+            "A vs B": ab, "seed": seed, "report": report,
             "B − A [95% CI] (Holm p)": "; ".join(cells), "verdict": C.verdict_text(entries)}
 
 
