@@ -101,19 +101,32 @@ def report_rows(results: dict[str, dict]) -> list[dict]:
             row[f"top-{k} [95% CI]"] = _with_ci(v, top_ci.get(int(k)))
         if ret:
             row["MRR [95% CI]"] = _with_ci(100 * ret["mrr"], ret.get("mrr_ci"), 100.0)
-        strategies = ev.get("aar", {}).get("strategies", {})
-        if "sentence" in strategies:
-            e = strategies["sentence"]
-            row["AAR [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")), e.get("aar_ci"),
-                                           100.0)
-            row["mean sim(q,p+)-sim(q,p*) [95% CI]"] = _with_ci(
-                e["score_diff"]["all"]["mean"], e.get("score_diff_ci"), digits=4)
-        if "answer" in strategies:
-            e = strategies["answer"]
-            row["AA score [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")),
-                                                e.get("aar_ci"), 100.0)
-        rows.append(row)
+        rows.append({**row, **_aar_cells(ev.get("aar", {}))})
     return rows
+
+
+def _aar_cells(aar: dict[str, Any]) -> dict[str, Any]:
+    """An AAR report's cells: AAR and the mean gap (sentence p*), the AA score (answer removed)."""
+    strategies, cells = aar.get("strategies", {}), {}
+    if "sentence" in strategies:
+        e = strategies["sentence"]
+        cells["AAR [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")), e.get("aar_ci"), 100.0)
+        cells["mean sim(q,p+)-sim(q,p*) [95% CI]"] = _with_ci(
+            e["score_diff"]["all"]["mean"], e.get("score_diff_ci"), digits=4)
+    if "answer" in strategies:
+        e = strategies["answer"]
+        cells["AA score [95% CI]"] = _with_ci(100 * e.get("aar", float("nan")), e.get("aar_ci"),
+                                              100.0)
+    return cells
+
+
+UNTRAINED = "untrained checkpoint (step 0)"
+
+
+def untrained_row(aar: dict[str, Any]) -> dict[str, Any]:
+    """The report's row for the checkpoint every run starts from (issue 32 item 6): its AAR and
+    AA score on the same triplets with the same pooling, so a run that training degraded shows."""
+    return {"method": UNTRAINED, "steps": 0, **_aar_cells(aar)}
 
 
 def seed_rows(results: dict[str, dict], method_seed: dict[str, tuple[str, int]]) -> list[dict]:
@@ -282,6 +295,12 @@ def run_demo(workdir: str) -> None:
         results[name], run_dirs[name], runs[name] = t.summary, t.workdir, t.run
         method_seed[name] = (method, seed)
     rows = report_rows(results)
+    # The checkpoint the runs start from, read as they are (the demo's [CLS] pooling; the
+    # decision and why: docs/replication.md, "Pooling").
+    untrained = harness.untrained_aar(study.runs[0].config(seeds[0]),
+                                      os.path.join(workdir, "untrained"))
+    if untrained:
+        rows.append(untrained_row(untrained))
     columns = list(dict.fromkeys(k for r in rows for k in r))
     table = report_lib.markdown_table(rows, columns)
     if len(seeds) > 1:

@@ -321,6 +321,19 @@ def test_demo_report_rows_and_paired_sections(two_runs, tmp_path):
         "75.00 ± 0.00 [75.00, 75.00]"
 
 
+def test_demo_untrained_row(tmp_path):
+    from dense_cf import demo
+    from dense_cf.configs.base import base_config
+    from dense_cf.studies import harness
+    row = demo.untrained_row(_summary(3)["eval"]["aar"])
+    assert row == {"method": demo.UNTRAINED, "steps": 0, "AAR [95% CI]": "75.00 [70.00, 80.00]",
+                   "mean sim(q,p+)-sim(q,p*) [95% CI]": "0.0123 [0.0100, 0.0150]",
+                   "AA score [95% CI]": "50.00 [40.00, 60.00]"}
+    cfg = base_config()
+    cfg.model.name_or_path = "tiny"  # a random model: no checkpoint worth scoring
+    assert harness.untrained_aar(cfg, str(tmp_path)) is None
+
+
 # ---- several seeds ----
 
 def test_seed_spread_and_table():

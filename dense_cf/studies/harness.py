@@ -25,11 +25,12 @@ from dense_cf import methods
 from dense_cf.configs.base import base_config, resolve_paths
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import stats
+from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import atomic_open, write_json
 from dense_cf.progress import format_duration
-from dense_cf.train.run import RunDir
+from dense_cf.train.run import RunDir, model_workdir, pretrained_run
 
 __all__ = ["Compared", "Study", "StudyFlags", "StudyRun", "Trained", "compare_runs",
            "compare_study", "train_study", "define_seeds", "define_study_flags",
@@ -365,6 +366,19 @@ def compare_study(study: Study, trained: Mapping[tuple[str, int], Trained],
                 res = e
             out.append(Compared(a, b, int(seed), res))
     return out
+
+
+# ------------------------------------------------------------------ the untrained checkpoint
+
+def untrained_aar(cfg: ml_collections.ConfigDict, out: str) -> dict[str, Any] | None:
+    """The AAR report (sentence p* and answer-removed: AAR and AA score) of ``cfg``'s checkpoint
+    before any training, read with ``cfg``'s pooling, on its test triplets, written under
+    ``out`` (``model_workdir``). A trained row below it was degraded by training (issue 32
+    item 6). ``None`` for a random ``tiny`` model, which has no checkpoint worth scoring."""
+    if cfg.model.name_or_path == "tiny" or not cfg.data.gold_file:
+        return None
+    return evaluate_aar(model_workdir(cfg, out), run=pretrained_run(cfg),
+                        strategies=("sentence", "answer"))
 
 
 # ------------------------------------------------------------------ paired comparison

@@ -41,7 +41,6 @@ from dense_cf.configs.studies import ablation_row_config, dcsr_config
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
-from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.claims import VERDICTS, Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text
 from dense_cf.files import atomic_open, write_json
 from dense_cf.mining.evidence import annotate as evidence_lib
@@ -51,7 +50,6 @@ from dense_cf.studies import data_stats as data_stats_lib
 from dense_cf.studies import harness
 from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.synthetic import generate as synthetic
-from dense_cf.train.run import model_workdir, pretrained_run
 
 __all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "StudySpec", "plan", "plan_studies",
            "run_replication"]
@@ -628,7 +626,7 @@ def untrained_baselines(runs: Sequence[str], out: str, **budget: Any) -> list[di
             continue
         cfg = run_config(name, out, seed=0, **budget)
         key = _baseline_key(cfg)
-        if not cfg.data.gold_file:
+        if not cfg.data.gold_file:  # no AAR triplets in this run's world
             continue
         if key in seen:
             seen[key]["runs"] += f", {name}"
@@ -639,9 +637,7 @@ def untrained_baselines(runs: Sequence[str], out: str, **budget: Any) -> list[di
             row["note"] = "random model: no untrained checkpoint"
         else:
             _prepare_world(RUNS[name], cfg)
-            run = pretrained_run(cfg)
-            workdir = model_workdir(cfg, os.path.join(out, "untrained", key[0]))
-            rep = evaluate_aar(workdir, run=run, strategies=("sentence", "answer"))
+            rep = harness.untrained_aar(cfg, os.path.join(out, "untrained", key[0]))
             for strategy, label in (("sentence", "AAR (%)"), ("answer", "AA score (%)")):
                 aar = rep["strategies"].get(strategy, {}).get("aar")
                 row[label] = None if aar is None else round(100 * aar, 2)
