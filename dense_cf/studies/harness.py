@@ -33,7 +33,7 @@ from dense_cf.progress import format_duration
 from dense_cf.train.run import RunDir, model_workdir, pretrained_run
 
 __all__ = ["Compared", "Study", "StudyFlags", "StudyRun", "Trained", "compare_runs",
-           "compare_study", "train_study", "define_seeds", "define_study_flags",
+           "compare_study", "train_study", "untrained_aar", "define_seeds", "define_study_flags",
            "finished_eval_dir", "parse_seeds", "print_over_seeds", "run_dir", "seed_name",
            "seed_out", "spread_section", "study_over_seeds", "summarise_seeds", "train_or_read",
            "train_or_reuse", "with_new_defaults"]
