@@ -275,3 +275,23 @@ def test_every_quote_is_verbatim_in_its_paper():
             with open(os.path.join(PAPERS, f"{name}.txt"), encoding="utf-8") as f:
                 texts[name] = norm(f.read())
         assert norm(c.quote) in texts[name], c.id
+
+
+def test_pool_seed_checks_pools_rank_correlations_by_their_series():
+    from dense_cf.eval import marginalize as mg
+    x = [100, 250, 400, 700, 1000]
+    seeds = [[10, 20, 30, 50, 40], [1, 2, 3, 4, 5], [3, 1, 2, 5, 4]]
+    check = [claims.Check("ρ")]
+    per_seed = [claims.evaluate_checks([mg.trend_row("ρ", x, y, ("A", "B"), ("x", "y"))],
+                                       check, ("A", "B")) for y in seeds]
+    assert per_seed[0][0]["series"] == ([float(v) for v in x], [10.0, 20.0, 30.0, 50.0, 40.0])
+    pooled = claims.pool_seed_checks(per_seed, check)[0]
+    want = stats.spearman_pooled([x] * 3, seeds)
+    assert pooled["diff_shown"] == pytest.approx(want["rho"]) and pooled["seeds"] == 3
+    assert pooled["p_null"] == pytest.approx(want["p_value"])
+    assert pooled["verdict"] == ("reproduced" if want["p_value"] < 0.05 else
+                                 "no difference detected")
+    assert "stratified exact permutation over 3 strata" in pooled["test"]
+    # Without the series (a stored ρ row) the pooled check says what it lacks.
+    bare = [[{k: v for k, v in e.items() if k != "series"} for e in s] for s in per_seed]
+    assert claims.pool_seed_checks(bare, check)[0]["verdict"].startswith("pending")

@@ -2,6 +2,7 @@
 (dense_cf/eval/compare.py, the compare binary) and the demo report's interval and paired
 columns, all on hand-made data (no training; tests/test_compare_e2e.py compares trained runs)."""
 
+import itertools
 import json
 import math
 import os
@@ -381,3 +382,37 @@ def test_spearman_test_ties_and_many_points_match_scipy():
     assert t == stats.spearman_test(x, y, n_resamples=2000)  # seeded
     # ρ = 0.43 over 12 points: the permutation p agrees with scipy's t approximation (0.159).
     assert t["p_value"] == pytest.approx(spearmanr(x, y).pvalue, abs=0.02)
+
+
+def test_spearman_pooled_is_exact_over_strata():
+    x = [1, 2, 3, 4, 5]
+    one = stats.spearman_pooled([x], [[10, 20, 30, 50, 40]])
+    assert one["rho"] == pytest.approx(0.9) and one["p_value"] == pytest.approx(10 / 120)
+    # Three perfect strata: only the 2 of 120³ joint orderings with mean ρ = ±1.
+    assert stats.spearman_pooled([x] * 3, [x] * 3)["p_value"] == pytest.approx(2 / 120 ** 3)
+    # Against brute force over all 120³ joint orderings of three strata.
+    ys = [[1, 2, 3, 5, 4], [2, 1, 3, 4, 5], [5, 4, 3, 2, 1]]
+    got = stats.spearman_pooled([x] * 3, ys)
+    assert got["rhos"] == pytest.approx([0.9, 0.9, -1.0]) and got["rho"] == pytest.approx(0.8 / 3)
+    perms = list(itertools.permutations(range(5)))
+    nulls = [np.array([stats.spearman_test(x, [y[i] for i in p])["rho"] for p in perms])
+             for y in ys]
+    mean = (nulls[0][:, None, None] + nulls[1][None, :, None] + nulls[2][None, None, :]) / 3
+    assert got["p_value"] == pytest.approx(float((np.abs(mean) >= got["rho"] - 1e-12).mean()))
+    assert got["method"] == "stratified exact permutation over 3 strata"
+
+
+def test_spearman_pooled_leaves_out_constant_strata_and_samples_long_series():
+    x = [1, 2, 3, 4, 5]
+    got = stats.spearman_pooled([x, x], [[7, 7, 7, 7, 7], x])
+    assert got["left_out"] == 1 and got["strata"] == 1
+    assert got["p_value"] == pytest.approx(2 / 120)
+    assert math.isnan(stats.spearman_pooled([x], [[1, 1, 1, 1, 1]])["rho"])
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=12) for _ in range(2)]
+    ys = [v + rng.normal(size=12) for v in xs]
+    t = stats.spearman_pooled(xs, ys, n_resamples=2000)
+    assert t["method"] == "stratified permutation over 2 strata (2000 random draws)"
+    assert t == stats.spearman_pooled(xs, ys, n_resamples=2000)  # seeded
+    with pytest.raises(ValueError, match="per stratum"):
+        stats.spearman_pooled([x], [x, x])

@@ -4,6 +4,8 @@ stored reports under the current rules: no row stale, none missing, none hand-ed
 import importlib.util
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -45,3 +47,30 @@ def test_the_documented_table_is_the_rederived_one():
         assert d["verdict"].startswith(r["verdict"]), (key, d["verdict"], r["verdict"])
     # Rows measured outside the stored replicate reports (the demo's end-to-end EM) only.
     assert set(by_key) == {("end-to-end EM (demo)", "0")}, sorted(by_key)
+
+
+def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
+    """Seeds of the data-stats study pool ρ by its stratified permutation test, read from each
+    seed's per-fraction table; a table whose rounding changes ρ is refused."""
+    import shutil
+    tool = _tool()
+    results = os.path.join(ROOT, "docs", "results")
+    for name in (n for n in os.listdir(results) if n.endswith(".md")):
+        shutil.copy(os.path.join(results, name), tmp_path / name)
+    seed0 = open(os.path.join(results, "data_stats_seed0.md"), encoding="utf-8").read()
+    (tmp_path / "data_stats_seed1.md").write_text(seed0, encoding="utf-8")
+    rows = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}
+    assert ("attribution-data-trend", "1") not in rows  # seed 0's row, then the pooled one
+    pooled = rows["attribution-data-trend", "pooled 0,1"]
+    assert "pending" not in pooled["verdict"], pooled["verdict"]
+    # top-5 ρ(Q marginal, #examples) = +1 in both copies: p = 2/120² before Holm.
+    assert "top-5: ρ(Q marginal, #examples) +1.00" in pooled["B − A [95% CI] (Holm p)"]
+    assert pooled["report"] == "data_stats_seed0.md, data_stats_seed1.md"
+    assert rows["attribution-data-40", "pooled 0,1"]["verdict"].split(":")[0] in (
+        "reproduced", "no difference detected", "not reproduced", "reversed")
+    # Two P marginals rounded to the same figure change the ranks: refused, naming the file.
+    tied = seed0.replace("| 29.1 | 29.6 |", "| 30.3 | 29.6 |", 1)
+    assert tied != seed0
+    (tmp_path / "data_stats_seed1.md").write_text(tied, encoding="utf-8")
+    with pytest.raises(ValueError, match="data_stats_seed1.md: top-1: ρ"):
+        tool.rederive(str(tmp_path))

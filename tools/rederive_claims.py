@@ -14,15 +14,18 @@ import os
 import re
 
 from dense_cf.eval import claims as C
+from dense_cf.eval import stats
 from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
            "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
            "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md", "replicate_bm25_seeds012.md",
            "replicate_ablation_seeds01.md")
-# Claims measured outside studies.replicate: (id, report, table after this line, A, B, checks,
-# the paper's words, where, registered seeds). Seeds 1-2 of both were registered 2026-11-28 after
-# seed 0's result (trained before 9bb5ca3), before their runs (issue 32 item 8).
+# Claims measured outside studies.replicate: (id, report of seed 0, table after this line, A, B,
+# checks, the paper's words, where, registered seeds). Seeds 1-2 of both were registered
+# 2026-11-28 after seed 0's result (trained before 9bb5ca3), before their runs (issue 32 item 8).
+# Seed N > 0 of both is read from OTHER_SEED_REPORT (studies.multihop's bench_multihop_seedN.md:
+# the recall and the reader tables of one seed).
 OTHER = (
     ("hotpotqa-mdr", "multihop_60steps_seed0.md", "## Paired on the same test questions",
      "MDR+DPR", "MDR+EADPR", (C.Check("chain R@2"), C.Check("chain R@10"),
@@ -34,6 +37,7 @@ OTHER = (
      "such gain in retrieval performance leads to improvement in QA performance",
      "EADPR §4.3, Table 5", (0, 1, 2)),
 )
+OTHER_SEED_REPORT = "multihop_reader_60steps_seed{seed}.md"
 
 
 def _sections(text: str) -> dict[tuple[str, int], str]:
@@ -51,11 +55,35 @@ def _table_after(text: str, marker: str) -> str:
     return m.group(1) if m else ""
 
 
-def _stored_data_stats(results: str) -> dict[tuple[str, int], str]:
-    text = open(os.path.join(results, "data_stats_seed0.md"), encoding="utf-8").read()
-    forty = _table_after(text, "Passage encoder 40 % vs 100 %")
-    trend = _table_after(text, "| metric | n | ρ |").replace("| ρ |", "| B − A |")
-    return {("attribution-data-40", 0): forty, ("attribution-data-trend", 0): trend}
+_TREND = re.compile(r"top-(\d+): ρ\(([PQ]) marginal, (unique coverage|#examples)\)")
+
+
+def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
+    """The data-stats reports ``data_stats_seedN.md``: ``({(claim, seed): table}, {(claim,
+    seed): file}, {(claim, seed, metric): (x, y)})``, the last the series behind each ρ row,
+    read from the per-fraction table (1 decimal; checked against the stored ρ)."""
+    stored, source, series = {}, {}, {}
+    for name in sorted(os.listdir(results)):
+        m = re.fullmatch(r"data_stats_seed(\d+)\.md", name)
+        if not m:
+            continue
+        seed = int(m.group(1))
+        text = open(os.path.join(results, name), encoding="utf-8").read()
+        trend = _table_after(text, "| metric | n | ρ |").replace("| ρ |", "| B − A |")
+        stored["attribution-data-40", seed] = _table_after(text, "Passage encoder 40 % vs 100 %")
+        stored["attribution-data-trend", seed] = trend
+        source["attribution-data-40", seed] = source["attribution-data-trend", seed] = name
+        fractions = C.parse_check_table(_table_after(text, "| fraction |"))
+        for row in C.parse_check_table(trend):
+            k, side, stat = _TREND.fullmatch(row["metric"]).groups()
+            x = [float(r["examples" if stat == "#examples" else stat]) for r in fractions]
+            y = [float(r[f"{side} marginal top-{k}"]) for r in fractions]
+            rho = stats.spearman_test(x, y)["rho"]
+            if abs(rho - float(row["B − A"])) > 5e-4:  # rounding to 1 decimal made a tie
+                raise ValueError(f"{name}: {row['metric']}: the per-fraction table gives "
+                                 f"ρ = {rho:+.3f}, the stored row {row['B − A']}")
+            series["attribution-data-trend", seed, row["metric"]] = (x, y)
+    return stored, source, series
 
 
 def _expand(checks, rows):
@@ -88,39 +116,53 @@ def rederive(results: str = "docs/results") -> list[dict]:
             found = _sections(f.read())
         stored.update(found)
         source.update(dict.fromkeys(found, name))
-    data_stats = _stored_data_stats(results)
+    data_stats, ds_source, series = _stored_data_stats(results)
     stored.update(data_stats)
-    source.update(dict.fromkeys(data_stats, "data_stats_seed0.md"))
+    source.update(ds_source)
     rows = []
     for c in CLAIMS:
         paper, words = f"{c.paper} {c.where}", f"“{c.quote}”"
         a, b = ("P 100 %", "P 40 %") if c.id == "attribution-data-40" else ("A", "B")
-        seeds = sorted(s for (i, s) in stored if i == c.id)
-        per_seed = []
-        for s in seeds:
+        per_seed = {}
+        for s in sorted(s for (i, s) in stored if i == c.id):
             table = C.parse_check_table(stored[c.id, s])
-            checks = _expand(c.checks, table)
             # 300 test questions in every replicate run (docs/replication.md, Budget).
-            entries = C.rejudge(table, checks, a, b, documented_n=300)
-            per_seed.append(entries)
-            if s == 0:
-                rows.append(_row(c.id, c.status, paper, words, f"{c.a} vs {c.b}", "0",
-                                 source[c.id, 0], entries))
-        if len(per_seed) > 1:
-            pooled = C.pool_claim(per_seed)
-            files = ", ".join(dict.fromkeys(source[c.id, s] for s in seeds))
-            rows.append(_row(c.id, c.status, paper, AS_ABOVE if seeds[0] == 0 else words,
-                             f"{c.a} vs {c.b}", "pooled " + ",".join(map(str, seeds)), files,
-                             pooled["checks"]))
-        if not seeds:
-            rows.append({"claim": c.id, "status": c.status, "paper": paper,
-                         "the paper's words": words,
-                         "verdict": "not run (no stored result at the current setting)"})
-    for cid, name, marker, a, b, checks, quote, where, _seeds in OTHER:
-        text = open(os.path.join(results, name), encoding="utf-8").read()
-        entries = C.rejudge(C.parse_check_table(_table_after(text, marker)), checks, a, b)
-        rows.append(_row(cid, "pre-registered", where, f"“{quote}”", f"{a} vs {b}", "0", name,
-                         entries))
+            entries = C.rejudge(table, _expand(c.checks, table), a, b, documented_n=300)
+            for e in entries:
+                if (c.id, s, e["metric"]) in series:
+                    e["series"] = series[c.id, s, e["metric"]]
+            per_seed[s] = (entries, source[c.id, s])
+        rows += _claim_rows(c.id, c.status, paper, words, f"{c.a} vs {c.b}", per_seed)
+    for cid, name, marker, a, b, checks, quote, where, seeds in OTHER:
+        per_seed = {}
+        for s in seeds:
+            report = name if s == 0 else OTHER_SEED_REPORT.format(seed=s)
+            path = os.path.join(results, report)
+            if os.path.exists(path):
+                text = open(path, encoding="utf-8").read()
+                per_seed[s] = (C.rejudge(C.parse_check_table(_table_after(text, marker)),
+                                         checks, a, b), report)
+        rows += _claim_rows(cid, "pre-registered", where, f"“{quote}”", f"{a} vs {b}", per_seed)
+    return rows
+
+
+def _claim_rows(cid: str, status: str, paper: str, words: str, ab: str,
+                per_seed: dict[int, tuple[list[dict], str]]) -> list[dict]:
+    """A claim's seed-0 row and, with several seeds stored, its pooled row (``eval.claims``);
+    ``per_seed``: ``{seed: (entries, results file)}``."""
+    if not per_seed:
+        return [{"claim": cid, "status": status, "paper": paper, "the paper's words": words,
+                 "verdict": "not run (no stored result at the current setting)"}]
+    seeds = sorted(per_seed)
+    rows = []
+    if 0 in per_seed or len(seeds) == 1:
+        s = 0 if 0 in per_seed else seeds[0]
+        rows.append(_row(cid, status, paper, words, ab, str(s), per_seed[s][1], per_seed[s][0]))
+    if len(seeds) > 1:
+        pooled = C.pool_claim([per_seed[s][0] for s in seeds])
+        files = ", ".join(dict.fromkeys(per_seed[s][1] for s in seeds))
+        rows.append(_row(cid, status, paper, AS_ABOVE if 0 in per_seed else words, ab,
+                         "pooled " + ",".join(map(str, seeds)), files, pooled["checks"]))
     return rows
 
 

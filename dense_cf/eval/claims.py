@@ -165,6 +165,8 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
                      else _mean_null_p(e["diff_shown"], lo, hi, check.null))
         elif check.expect != "not_worse":  # e.g. Spearman's ρ: its own test, no interval
             e.update(p_null=s["p_value"])
+            if "x" in s and "y" in s:  # a ρ row's series, for pooling over seeds
+                e["series"] = (list(s["x"]), list(s["y"]))
         else:
             e.update(verdict="pending: no interval for a non-inferiority check")
         e["95% CI"] = _fmt_interval(e.get("interval"))
@@ -278,7 +280,9 @@ def pool_seed_checks(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Se
     checks by the pooled McNemar / CMH test over seed strata (``stats.mcnemar_pooled``) with
     Tango's interval on the pooled counts (this treats item × seed pairs as independent:
     the test is exact under H0, the interval ignores the same item's correlation over seeds);
-    mean checks by inverse-variance pooling of the seeds' intervals. Then Holm and the words.
+    mean checks by inverse-variance pooling of the seeds' intervals; rank-correlation checks
+    (entries with ``series``) by the mean ρ and its stratified permutation test
+    (``stats.spearman_pooled``). Then Holm and the words.
     ``per_seed``: for each seed, its entries (:func:`rejudge` / :func:`evaluate_checks`),
     which carry ``n``, ``b01``/``b10`` (or a ``test`` cell) and ``interval``."""
     out = []
@@ -304,8 +308,14 @@ def pool_seed_checks(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Se
                      interval_method="inverse-variance pooled", test="inverse-variance pooled",
                      p_null=pm["p_value"] if check.expect != "not_worse"
                      else _mean_null_p(pm["diff"], pm["lo"], pm["hi"], check.null))
+        elif all(r.get("series") for r in rows):
+            sp = stats.spearman_pooled([r["series"][0] for r in rows],
+                                       [r["series"][1] for r in rows])
+            e.update(diff_shown=sp["rho"], p_null=sp["p_value"],
+                     test=f"mean Spearman ρ, {sp['method']}"
+                          + (f" ({sp['left_out']} constant left out)" if sp["left_out"] else ""))
         else:
-            e["verdict"] = "pending: a seed lacks counts or an interval"
+            e["verdict"] = "pending: a seed lacks counts, an interval or a series"
         e["95% CI"] = _fmt_interval(e.get("interval"))
         out.append(e)
     return judge(out, checks, alpha)

@@ -450,7 +450,10 @@ def trend_row(metric: str, statistic: Sequence[float], marginal: Sequence[float]
             f"significant at {stats.ALPHA:g}": "yes" if p < stats.ALPHA else "no",
             "sentence": (f"{metric}: Spearman ρ = {rho:+.3f} over {t['n']} settings; {verdict} "
                          f"at {stats.ALPHA:g} (p = {p:.3g}, {t['method']})."),
-            "stats": {"kind": "spearman", "diff": rho, **t}}
+            # The series travel with the row so that seeds can be pooled
+            # (stats.spearman_pooled via eval.claims.pool_seed_checks).
+            "stats": {"kind": "spearman", "diff": rho, **t,
+                      "x": [float(v) for v in statistic], "y": [float(v) for v in marginal]}}
 
 
 def markdown_sections(names: Sequence[str], mats: dict[int, np.ndarray],

@@ -41,7 +41,7 @@ __all__ = [
     "seed_spread",
     "seed_table",
     "significance_sentence",
-    "spearman_test",
+    "spearman_pooled", "spearman_test",
     "wilson_interval",
 ]
 
@@ -261,6 +261,26 @@ def seed_diff_table(rows: Sequence[dict[str, Any]], by: Sequence[str] = ("metric
 _EXACT_MAX_N = 8  # 8! = 40,320 orderings: enumerated; more points: seeded random orderings
 
 
+def _centred_ranks(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    """Centred ranks of paired ``x``, ``y`` (ties: average ranks) and the norm of their product;
+    the norm is 0 when either side is constant."""
+    xv, yv = _as_values(x, "x"), _as_values(y, "y")
+    if xv.shape != yv.shape or xv.size < 3:
+        raise ValueError(f"need two paired 1-D arrays of >= 3 values, got {xv.shape} and "
+                         f"{yv.shape}")
+    rx, ry = scipy.stats.rankdata(xv), scipy.stats.rankdata(yv)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return rx, ry, math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+
+
+def _orderings(n: int, seed: int, n_resamples: int) -> tuple[np.ndarray, bool]:
+    """All n! orderings for n <= 8 (exact), else ``n_resamples`` seeded random ones."""
+    if n <= _EXACT_MAX_N:
+        return np.array(list(itertools.permutations(range(n)))), True
+    rng = np.random.default_rng(seed)
+    return np.array([rng.permutation(n) for _ in range(n_resamples)]), False
+
+
 def spearman_test(x: Any, y: Any, *, seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES
                   ) -> dict[str, Any]:
     """Spearman's rank correlation ρ of paired ``x``, ``y`` and its two-sided permutation p-value.
@@ -272,29 +292,67 @@ def spearman_test(x: Any, y: Any, *, seed: int = 0, n_resamples: int = DEFAULT_R
     smallest possible p is 2/120 ≈ 0.017, reached only by ρ = ±1: a weak test. Returns
     ``{"rho", "p_value", "n", "method"}``; ρ is NaN and p = 1 when either side is constant.
     """
-    xv, yv = _as_values(x, "x"), _as_values(y, "y")
-    if xv.shape != yv.shape or xv.size < 3:
-        raise ValueError(f"need two paired 1-D arrays of >= 3 values, got {xv.shape} and "
-                         f"{yv.shape}")
-    n = int(xv.size)
-    rx, ry = scipy.stats.rankdata(xv), scipy.stats.rankdata(yv)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    denom = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+    rx, ry, denom = _centred_ranks(x, y)
+    n = int(rx.size)
     if denom == 0.0:
         return {"rho": float("nan"), "p_value": 1.0, "n": n, "method": "constant input"}
-    if n <= _EXACT_MAX_N:
-        perms = np.array(list(itertools.permutations(range(n))))
-        method = f"exact permutation ({len(perms)} orderings)"
-    else:
-        rng = np.random.default_rng(seed)
-        perms = np.array([rng.permutation(n) for _ in range(n_resamples)])
-        method = f"permutation ({n_resamples} random orderings)"
+    perms, exact = _orderings(n, seed, n_resamples)
+    method = (f"exact permutation ({len(perms)} orderings)" if exact
+              else f"permutation ({n_resamples} random orderings)")
     rho = float((rx * ry).sum() / denom)
     null = (ry[perms] * rx).sum(axis=1) / denom
     # Orderings tied with the observed |ρ| count as extreme (float round-off tolerance).
     extreme = int((np.abs(null) >= abs(rho) - 1e-12).sum())
-    p = extreme / len(perms) if n <= _EXACT_MAX_N else (1 + extreme) / (1 + len(perms))
+    p = extreme / len(perms) if exact else (1 + extreme) / (1 + len(perms))
     return {"rho": rho, "p_value": min(1.0, p), "n": n, "method": method}
+
+
+def spearman_pooled(xs: Sequence[Any], ys: Sequence[Any], *, seed: int = 0,
+                    n_resamples: int = DEFAULT_RESAMPLES) -> dict[str, Any]:
+    """Spearman's ρ over several strata (training seeds), tested once: the statistic is the mean
+    of the strata's ρ; under H0 (no association in any stratum) y's ranks are permuted within
+    each stratum independently (a stratified permutation test, as CMH is for McNemar).
+
+    Exact when every stratum has <= 8 points: the null of the mean is the convolution of each
+    stratum's n!-ordering null (three strata of 5 points: 120³ equally likely combinations).
+    Else ``n_resamples`` seeded draws of one random ordering per stratum, p = (1 + #) / (1 + R).
+    Two-sided: ``P(|mean ρ*| >= |mean ρ|)``. Strata with a constant side carry no ρ and are
+    left out (counted in ``left_out``). Returns ``{"rho" (the mean), "rhos", "p_value",
+    "strata", "left_out", "method"}``."""
+    if len(xs) != len(ys) or not xs:
+        raise ValueError(f"need one x and one y series per stratum, got {len(xs)} and {len(ys)}")
+    parts = [_centred_ranks(x, y) for x, y in zip(xs, ys)]
+    kept = [(rx, ry, d) for rx, ry, d in parts if d > 0.0]
+    left_out = len(parts) - len(kept)
+    if not kept:
+        return {"rho": float("nan"), "rhos": [], "p_value": 1.0, "strata": 0,
+                "left_out": left_out, "method": "constant input in every stratum"}
+    rhos = [float((rx * ry).sum() / d) for rx, ry, d in kept]
+    k, obs = len(kept), abs(float(np.mean(rhos)))
+    if all(rx.size <= _EXACT_MAX_N for rx, _, _ in kept):
+        # Distribution of the sum of the strata's ρ*: values (rounded to merge float twins)
+        # with their probabilities, convolved stratum by stratum.
+        vals, probs = np.zeros(1), np.ones(1)
+        for rx, ry, d in kept:
+            null = (ry[_orderings(rx.size, seed, n_resamples)[0]] * rx).sum(axis=1) / d
+            v, c = np.unique(np.round(null, 12), return_counts=True)
+            sums = np.round((vals[:, None] + v[None, :]).ravel(), 12)
+            joint = (probs[:, None] * (c / c.sum())[None, :]).ravel()
+            vals, inverse = np.unique(sums, return_inverse=True)
+            probs = np.bincount(inverse, weights=joint)
+        p = float(probs[np.abs(vals) / k >= obs - 1e-12].sum())
+        method = f"stratified exact permutation over {k} strata"
+    else:
+        rng = np.random.default_rng(seed)
+        total = np.zeros(n_resamples)
+        for rx, ry, d in kept:
+            perms = np.array([rng.permutation(rx.size) for _ in range(n_resamples)])
+            total += (ry[perms] * rx).sum(axis=1) / d
+        extreme = int((np.abs(total) / k >= obs - 1e-12).sum())
+        p = (1 + extreme) / (1 + n_resamples)
+        method = f"stratified permutation over {k} strata ({n_resamples} random draws)"
+    return {"rho": float(np.mean(rhos)), "rhos": rhos, "p_value": min(1.0, p), "strata": k,
+            "left_out": left_out, "method": method}
 
 
 def significance_sentence(metric: str, name_a: str, name_b: str, diff: float, p_value: float,
