@@ -245,7 +245,7 @@ _Q_DCSR_SENT = ("we encode the passage as a whole and use sentence indicator tok
 _EXPL, _S012 = "exploratory", (0, 1, 2)
 # Issue 32 item 8 (every pre-registered claim on >= 3 seeds): the BM25-setting rows had run at
 # seed 0 only; their seeds were extended here before seeds 1 and 2 were trained.
-_SEEDS_LATER = "; seeds 1-2 registered 2026-11-28 after seed 0's result, before their runs"
+_SEEDS_LATER = "seeds 1-2 registered 2026-11-28 after seed 0's result, before their runs"
 # The data-stats rows likewise; their seed 0 was trained before 9bb5ca3 (docs/replication.md).
 _SEEDS_LATER_DS = ("seeds 1-2 registered 2026-11-28 after seed 0's result (trained before "
                    "9bb5ca3), before their runs")
@@ -255,7 +255,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-topk", "PiCL", "§5.2, Table 2",
           "PiCL improves DPR's top-k (NQ, in-batch: top-20 74.76 → 76.73; BM25: 79.7 → 79.92)",
           "dpr", "picl", _TOPK_UP, quote=_Q_PICL_GAIN, seeds=_S012, setting=_BM25,
-          note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27)" + _SEEDS_LATER),
+          note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27); "
+               + _SEEDS_LATER),
     Claim("picl-aar", "PiCL", "§3.3, Fig. 2",
           "PiCL raises answer-awareness (AAR) over DPR trained the same way", "dpr", "picl",
           (Check("AAR"),), quote=_Q_PICL_AAR, seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
@@ -265,7 +266,8 @@ CLAIMS: tuple[Claim, ...] = (
           quote=("We observe that training DPR with PiCL generally leads to larger score "
                  "differences than a DPR"), seeds=_S012, setting=_BM25,
           note="the paper measures the gap with DPR+PiCL trained with in-batch negatives "
-               "(§5.3, App. B); this row uses 1 BM25 negative (the in-batch test: picl-h0)" + _SEEDS_LATER),
+               "(§5.3, App. B); this row uses 1 BM25 negative (the in-batch test: picl-h0); "
+               + _SEEDS_LATER),
     Claim("picl-type", "PiCL", "App. B, Table 6", "PiCL's AAR gain holds for every question type",
           "dpr", "picl", (Check("AAR by type"),),
           quote=("DPR+PiCL shows 1) significant improvements in AAR over a vanilla DPR for all "
@@ -273,12 +275,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-aa", "PiCL", "§6",
           "PiCL raises the AA score (answer string removed; EADPR's Eq. 9 metric)", "dpr",
           "picl", (Check("AA score"),), quote=_Q_PICL_ROBUST, seeds=_S012, setting=_BM25,
-          note="expectation corrected from 'not lower' to the paper's 'improves' (2026-11-27)" + _SEEDS_LATER),
+          note="expectation corrected from 'not lower' to the paper's 'improves' (2026-11-27); "
+               + _SEEDS_LATER),
     Claim("picl-robust", "PiCL", "§6",
           "PiCL is more robust than DPR to unanswerable near-duplicates (K=5 distractors)",
           "dpr", "picl", (Check("K=5 distractors: top-1"),), quote=_Q_PICL_ROBUST,
           seeds=_S012, setting=_BM25 + "; distractors: our p* transformations, not ChatGPT-written",
-          note="expectation corrected from 'not worse' to the paper's 'improves' (2026-11-27)" + _SEEDS_LATER),
+          note="expectation corrected from 'not worse' to the paper's 'improves' (2026-11-27); "
+               + _SEEDS_LATER),
     Claim("picl-mixed20k", "PiCL", "§5.2, Table 2; §3.3, Fig. 2",
           "in a benchmark that does not saturate (20,000 SQuAD-like passages), PiCL improves "
           "DPR's top-k and raises AAR", "dpr_mixed20k", "picl_mixed20k",
@@ -318,7 +322,8 @@ CLAIMS: tuple[Claim, ...] = (
           "dpr", "eadpr", _TOPK_UP,
           quote=("We observe that EADPR models yield consistent performance gains over "
                  "vanilla DPR under all tested conditions."), seeds=_S012, setting=_BM25,
-          note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27)" + _SEEDS_LATER),
+          note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27); "
+               + _SEEDS_LATER),
     Claim("eadpr-robust", "EADPR", "§5, Fig. 5",
           "EADPR is more robust than DPR to near-duplicate distractors", "dpr", "eadpr",
           (Check("K=5 distractors: top-1"),),
@@ -778,11 +783,13 @@ def seed_summary(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _summary_cell(checks: Sequence[dict[str, Any]]) -> str:
     cells = []
     for c in checks:
-        if "B − A" not in c:
+        if "diff_shown" not in c:
             cells.append(f"{c['metric']}: {c['verdict']}")
             continue
-        cells.append(f"{c['metric']} {c.get('diff_shown', 0):+.2f} {c.get('95% CI', '')} "
-                     f"(p={c['p']}, Holm {c.get('p (Holm)', '—')})")
+        # A pooled entry has no p at 0 of its own: its Holm p is at the check's null.
+        p = f"p={c['p']}, " if "p" in c else ""
+        cells.append(f"{c['metric']} {c['diff_shown']:+.2f} {c.get('95% CI', '')} "
+                     f"({p}Holm {c.get('p (Holm)', '—')})")
     return "; ".join(cells)
 
 
@@ -812,7 +819,9 @@ def markdown(result: dict[str, Any]) -> str:
         "detected** = an up/down check that is not significant; **not reproduced** = a "
         "'not worse' check whose interval reaches −margin. Rates in points (exact McNemar at "
         "0, Tango's score test and interval), MRR ×100 and score gaps raw (paired bootstrap); "
-        "'pooled' rows test all seeds at once (McNemar/CMH over seed strata).",
+        "'pooled' rows test all seeds at once (McNemar/CMH over seed strata for rates, "
+        "inverse-variance pooling for means, the mean Spearman ρ by a stratified permutation "
+        "test for rank correlations).",
         "## Runs\n\n" + report_lib.markdown_table(
             [{"run": r, "study": v["study"], "row": v["row"], "method preset": v["method"] or "—",
               "overrides": ", ".join(f"{k}={x}" for k, x in v["overrides"]) or "—",
