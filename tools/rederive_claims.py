@@ -10,6 +10,7 @@ tables of ``replicate_*.md`` and the paired tables of the data-stats and multiho
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 
@@ -60,8 +61,10 @@ _TREND = re.compile(r"top-(\d+): ρ\(([PQ]) marginal, (unique coverage|#examples
 
 def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
     """The data-stats reports ``data_stats_seedN.md``: ``({(claim, seed): table}, {(claim,
-    seed): file}, {(claim, seed, metric): (x, y)})``, the last the series behind each ρ row,
-    read from the per-fraction table (1 decimal; checked against the stored ρ)."""
+    seed): file}, {(claim, seed, metric): (x, y)})``, the last the series behind each ρ row:
+    from the study's ``summary.json`` stored beside it (``data_stats_seedN.json``, full
+    precision) or else from the per-fraction table (1 decimal: refused where rounding changes
+    the stored ρ)."""
     stored, source, series = {}, {}, {}
     for name in sorted(os.listdir(results)):
         m = re.fullmatch(r"data_stats_seed(\d+)\.md", name)
@@ -73,7 +76,12 @@ def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
         stored["attribution-data-40", seed] = _table_after(text, "Passage encoder 40 % vs 100 %")
         stored["attribution-data-trend", seed] = trend
         source["attribution-data-40", seed] = source["attribution-data-trend", seed] = name
-        fractions = C.parse_check_table(_table_after(text, "| fraction |"))
+        summary = os.path.join(results, name[:-3] + ".json")
+        if os.path.exists(summary):
+            with open(summary, encoding="utf-8") as f:
+                fractions = json.load(f)["table"]
+        else:
+            fractions = C.parse_check_table(_table_after(text, "| fraction |"))
         for row in C.parse_check_table(trend):
             k, side, stat = _TREND.fullmatch(row["metric"]).groups()
             x = [float(r["examples" if stat == "#examples" else stat]) for r in fractions]
