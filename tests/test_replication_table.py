@@ -77,3 +77,23 @@ def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
     (tmp_path / "data_stats_seed1.md").write_text(tied, encoding="utf-8")
     with pytest.raises(ValueError, match="data_stats_seed1.md: top-1: ρ"):
         tool.rederive(str(tmp_path))
+
+
+PAPERS = os.environ.get("DENSE_CF_PAPERS", "/work/shared/papers")
+
+
+@pytest.mark.skipif(not os.path.isdir(PAPERS),
+                    reason=f"the papers' text ({PAPERS}) is outside the repository")
+def test_the_quotes_of_claims_outside_the_registry_are_verbatim():
+    """The multi-hop claims live in the tool's OTHER list, not studies.replicate.CLAIMS (whose
+    quotes tests/test_claims.py checks): their quotes are checked the same way."""
+    import re
+
+    def norm(t):
+        return re.sub(r"\s+", " ", t).strip()
+
+    tool = _tool()
+    for cid, *_, quote, where, _seeds in tool.OTHER:
+        paper = where.split(" ")[0].lower()
+        with open(os.path.join(PAPERS, f"{paper}.txt"), encoding="utf-8") as f:
+            assert norm(quote) in norm(f.read()), cid
