@@ -162,14 +162,16 @@ def _claim_rows(cid: str, status: str, paper: str, words: str, ab: str,
         return [{"claim": cid, "status": status, "paper": paper, "the paper's words": words,
                  "verdict": "not run (no stored result at the current setting)"}]
     seeds = sorted(per_seed)
+    # One seed's own row: seed 0's, or the only seed's.
+    single = seeds[0] == 0 or len(seeds) == 1
     rows = []
-    if 0 in per_seed or len(seeds) == 1:
-        s = 0 if 0 in per_seed else seeds[0]
-        rows.append(_row(cid, status, paper, words, ab, str(s), per_seed[s][1], per_seed[s][0]))
+    if single:
+        entries, report = per_seed[seeds[0]]
+        rows.append(_row(cid, status, paper, words, ab, str(seeds[0]), report, entries))
     if len(seeds) > 1:
         pooled = C.pool_claim([per_seed[s][0] for s in seeds])
         files = ", ".join(dict.fromkeys(per_seed[s][1] for s in seeds))
-        rows.append(_row(cid, status, paper, AS_ABOVE if 0 in per_seed else words, ab,
+        rows.append(_row(cid, status, paper, AS_ABOVE if single else words, ab,
                          "pooled " + ",".join(map(str, seeds)), files, pooled["checks"]))
     return rows
 
