@@ -212,26 +212,72 @@ def reader_stage(workdir: str, retrievers: dict[str, tuple[str, Any]], *, config
     """The demo's end-to-end QA (module docstring): ``retrievers`` maps a label to ``(run
     directory, trained Run)``, the first being the one whose train/dev results the reader learns
     from. Reuses results files and a trained reader already there. Returns
-    :func:`dense_cf.eval.e2e.evaluate_e2e`'s result plus ``reader_summary``."""
+    :func:`dense_cf.eval.e2e.evaluate_e2e`'s result plus ``reader_summary`` and ``stages``
+    (``[(stage, seconds)]``: retrieval for the reader's data, its training, its evaluation)."""
     settings = {**DEMO_READER, **(settings or {})}
     label, (base_dir, base_run) = next(iter(retrievers.items()))
     logging.info("=== demo: %s retrieves for the reader's train / dev questions ===", label)
+    t0 = time.perf_counter()
     files = split_files(base_dir, base_run, {"train": settings["train_questions"],
                                              "dev": settings["dev_questions"]}, k=settings["k"])
     cfg = config or reader_demo_config()
     cfg.reader.train_file, cfg.reader.dev_file = files["train"], files["dev"]
     cfg.seed = seed
     reader_dir = os.path.join(workdir, "reader")
+    stages = [("reader: retrieval for its train / dev questions", time.perf_counter() - t0)]
     logging.info("=== demo: training the reader ===")
+    t0 = time.perf_counter()
     summary = train(cfg, reader_dir)
+    stages.append((f"reader: training ({summary['step']} steps)", time.perf_counter() - t0))
     run = summary.pop("run")
     result_files = [os.path.join(d, "eval", f"step_{r.step}", e2e_lib.RESULTS_FILE)
                     for d, r in retrievers.values()]
     logging.info("=== demo: reading every retriever's top-k ===")
+    t0 = time.perf_counter()
     result = e2e_lib.evaluate_e2e(result_files, reader_dir, ks=settings["eval_ks"],
                                   names=list(retrievers), run=run)
-    result["reader_summary"] = summary
+    stages.append(("reader: evaluation (every retriever's top-k)", time.perf_counter() - t0))
+    result["reader_summary"], result["stages"] = summary, stages
     return result
+
+
+def stage_rows(results: dict[str, dict], extra: list[tuple[str, float]],
+               wall: float) -> list[dict[str, Any]]:
+    """The demo's stage table (issue 46): seconds per stage of this command, from each run's
+    summary (training ``timing.train_s``; evaluation ``eval.wall_s``, the retrieval export from
+    ``eval.retrieval.timing.export_s``) and the ``extra`` stages the demo timed itself (untrained
+    AAR, reader stages), then the rest of ``wall`` (data generation, restores, compiles outside
+    the stages, comparisons, the report). A resumed run shows the time of this command."""
+    timed: list[tuple[str, float]] = []
+    for name, s in results.items():
+        train_s = s.get("timing", {}).get("train_s")
+        if train_s is not None:
+            timed.append((f"{name}: training ({s.get('step')} steps)", float(train_s)))
+        ev = s.get("eval", {})
+        wall_s = ev.get("wall_s", {})
+        export_s = ev.get("retrieval", {}).get("timing", {}).get("export_s")
+        if "retrieval" in wall_s:
+            if export_s is not None:
+                timed.append((f"{name}: retrieval export", float(export_s)))
+                timed.append((f"{name}: retrieval index + search + report",
+                              float(wall_s["retrieval"]) - float(export_s)))
+            else:
+                timed.append((f"{name}: retrieval evaluation", float(wall_s["retrieval"])))
+        for stage, label in (("aar", "AAR"), ("robustness", "robustness")):
+            if stage in wall_s:
+                timed.append((f"{name}: {label}", float(wall_s[stage])))
+    timed += [(stage, float(sec)) for stage, sec in extra]
+    timed.append(("other (data generation, restores, comparisons, report)",
+                  max(wall - sum(sec for _, sec in timed), 0.0)))
+    return [{"stage": stage, "seconds": round(sec, 1),
+             "share of wall (%)": round(100 * sec / wall, 1) if wall > 0 else float("nan")}
+            for stage, sec in timed]
+
+
+def stage_section(rows: list[dict[str, Any]], wall: float) -> str:
+    """Markdown: the stage table and the command's wall time."""
+    return (f"## Where the time went (this command: {wall / 60:.1f} min wall)\n\n"
+            + report_lib.markdown_table(rows, ["stage", "seconds", "share of wall (%)"]))
 
 
 def reader_section(result: dict[str, Any]) -> str:
@@ -297,8 +343,10 @@ def run_demo(workdir: str) -> None:
     rows = report_rows(results)
     # The checkpoint the runs start from, read as they are (the demo's [CLS] pooling; the
     # decision and why: docs/replication.md, "Pooling").
+    t0 = time.perf_counter()
     untrained = harness.untrained_aar(study.runs[0].config(seeds[0]),
                                       os.path.join(workdir, "untrained"))
+    stages = [("untrained checkpoint: AAR", time.perf_counter() - t0)] if untrained else []
     if untrained:
         rows.append(untrained_row(untrained))
     columns = list(dict.fromkeys(k for r in rows for k in r))
@@ -343,6 +391,7 @@ def run_demo(workdir: str) -> None:
         e2e = reader_stage(workdir, {method_seed[n][0]: (run_dirs[n], runs[n]) for n in seed0},
                            seed=seeds[0])
         table += "\n\n" + reader_section(e2e)
+        stages += e2e["stages"]
         columns.append("EM@k")
     heading, legend = report_lib.columns_section(columns)
     table += f"\n\n## {heading}\n\n{legend}"
@@ -354,6 +403,7 @@ def run_demo(workdir: str) -> None:
              "(in-batch negatives only by default: docs/replication.md explains why), seeds "
              f"{seeds}. Wall time of this command: {wall / 60:.1f} min (runs already trained "
              "are reused, so a re-run is faster).")
+    table += "\n\n" + stage_section(stage_rows(results, stages, wall), wall)
     with report_lib.atomic_open(os.path.join(workdir, "report.md")) as f:
         f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + intro
                 + "\n\n" + table + "\n")

@@ -335,6 +335,24 @@ def test_demo_untrained_row(tmp_path):
     assert harness.untrained_aar(cfg, str(tmp_path)) is None
 
 
+def test_demo_stage_table_adds_up_to_the_wall_time():
+    from dense_cf import demo
+    s = _summary(100)
+    s["timing"] = {"train_s": 200.0}
+    s["eval"]["wall_s"] = {"retrieval": 60.0, "aar": 20.0, "robustness": 30.0}
+    s["eval"]["retrieval"]["timing"] = {"export_s": 50.0}
+    rows = demo.stage_rows({"dpr": s}, [("reader: training (300 steps)", 100.0)], wall=500.0)
+    assert [(r["stage"], r["seconds"]) for r in rows] == [
+        ("dpr: training (100 steps)", 200.0), ("dpr: retrieval export", 50.0),
+        ("dpr: retrieval index + search + report", 10.0), ("dpr: AAR", 20.0),
+        ("dpr: robustness", 30.0), ("reader: training (300 steps)", 100.0),
+        ("other (data generation, restores, comparisons, report)", 90.0)]
+    assert sum(r["share of wall (%)"] for r in rows) == pytest.approx(100.0)
+    md = demo.stage_section(rows, 500.0)
+    assert md.startswith("## Where the time went (this command: 8.3 min wall)")
+    assert "| dpr: retrieval export | 50.00 | 10.00 |" in md
+
+
 # ---- several seeds ----
 
 def test_seed_spread_and_table():
