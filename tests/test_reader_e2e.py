@@ -83,6 +83,9 @@ def test_demo_reader_stage_trains_and_reads_every_retriever(reader, retriever):
     paired = result["paired"][0]["rows"]
     assert [r["metric"] for r in paired] == ["EM@1", "F1@1", "EM@5", "F1@5"]
     assert all(r["stats"]["p_value"] == 1.0 for r in paired if r["metric"].startswith("EM"))
+    assert [s.split(" (")[0] for s, _ in result["stages"]] == [
+        "reader: retrieval for its train / dev questions", "reader: training",
+        "reader: evaluation"] and all(sec >= 0 for _, sec in result["stages"])
     from dense_cf.demo import reader_section
     md = reader_section(result)
     assert "PiCL Table 3" in md and "McNemar" in md and "| dpr |" in md

@@ -132,3 +132,24 @@ def test_our_encoder_takes_the_length_buckets_it_is_given():
     run = tiny_run("dpr")  # its config's eval.length_buckets are the defaults
     assert vs_torch.our_encoder(run, 128, []).length_buckets == ()      # "fixed": no buckets
     assert vs_torch.our_encoder(run, 128, [16, 48]).length_buckets == (16, 48)
+
+
+def test_shapes_buckets_and_goals_of_the_one_run_comparison():
+    assert vs_torch.parse_shapes(["32:96", "64:256"], (8, 8)) == [(32, 96), (64, 256)]
+    assert vs_torch.parse_shapes([], (16, 48)) == [(16, 48)]
+    for bad in (["96"], ["a:b"], ["1:96"], ["32:96", "32:96"]):
+        with pytest.raises(UserError, match="--shapes"):
+            vs_torch.parse_shapes(bad, (8, 8))
+    assert vs_torch.export_buckets(["default"], (32, 64, 96)) == [32, 64, 96]
+    assert vs_torch.export_buckets(["off"], (32, 64)) == [] == vs_torch.export_buckets([], (32,))
+    assert vs_torch.export_buckets(["16", "48"], (32,)) == [16, 48]
+    with pytest.raises(UserError, match="--length_buckets"):
+        vs_torch.export_buckets(["fast"], (32,))
+
+    def summary(x):
+        return {"speedup": x}
+    rows = vs_torch.goals({"32:96": {"train": summary(1.31), "export": {
+        "vs_longest": summary(1.49), "vs_fixed": summary(2.0)}}, "64:256": {"train": summary(0.9)}})
+    assert [(r["shape"], r["part"], r["met"]) for r in rows] == [
+        ("32:96", "train step", True), ("32:96", "export vs peer longest", False),
+        ("32:96", "export vs peer fixed", True), ("64:256", "train step", False)]

@@ -3,6 +3,8 @@ loop's jitted train step and the timed loop around it."""
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from typing import Any, Callable
 
@@ -17,6 +19,26 @@ from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as run_lib
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import jit_train_step
+
+
+def cpu_description() -> str:
+    """``model name (family F, model M; AVX-512 yes|no; N CPUs)`` from /proc/cpuinfo: the
+    model name alone ("AMD EPYC") does not tell a Zen 3 from a Zen 4."""
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() not in info:
+                    info[key.strip()] = value.strip()
+                if not line.strip() and info:
+                    break  # the first processor's block is enough
+    except OSError:
+        pass
+    name = info.get("model name") or platform.processor() or "unknown CPU"
+    avx512 = "avx512f" in info.get("flags", "").split()
+    return (f"{name} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}; "
+            f"AVX-512 {'yes' if avx512 else 'no'}; {os.cpu_count()} CPUs)")
 
 
 def batch_shapes(b: int, h: int, lq: int, lp: int, cf: bool) -> dict[str, jax.ShapeDtypeStruct]:

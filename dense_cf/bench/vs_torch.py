@@ -19,10 +19,15 @@ jitted train step the loop runs (``train.step.make_train_step``), at identical s
 3. Export: batches of ``--export_batch`` passages of the real-length corpus (``--corpus``, default
    the first passages of the installed Wikipedia summaries, ``cli.wiki_corpus``), tokenised once
    with our input format (tokenisation is outside every timing); ours through
-   ``retrieval.export.Encoder`` (fixed padding to ``--max_p_len``, the current export path, or
-   ``--length_buckets`` where the encoder has them), the
+   ``retrieval.export.Encoder`` with the config's length buckets (the export path;
+   ``--length_buckets`` overrides, ``off`` = fixed padding), the
    peer with fixed padding and with longest-in-batch padding; round r encodes corpus slice r
    with every contender. Embeddings of the first slice are compared (max abs difference).
+
+Every part runs at each ``--shapes`` (default the demo's Lq 32 / Lp 96 and DPR's 64 / 256) in
+one command, which prints the CPU (model name, family, model, AVX-512), the load average at
+start and end, a table of both shapes and whether issue 46's goals are met (train step ≥ 1.3×,
+export ≥ 1.5× the peer; :func:`goals`).
 
 The peer needs the optional extra: ``pip install -e ".[peer]"`` (the CPU torch wheel first:
 ``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu``). torch and
@@ -48,7 +53,7 @@ from flax import linen as nn
 
 from dense_cf import app as _app
 from dense_cf import methods
-from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
+from dense_cf.bench.common import batch_shapes, cpu_description, jitted_train_step, random_batch
 from dense_cf.configs.base import base_config
 from dense_cf.datasets import wiki_offline
 from dense_cf.eval.stats import mcnemar_exact
@@ -62,8 +67,8 @@ from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.train import run as loop
 from dense_cf.train.step import make_eval_step
 
-__all__ = ["PEER_INSTALL", "alternate", "import_peer", "our_encoder", "paired_summary", "step_config",
-           "trim_to_longest"]
+__all__ = ["PEER_INSTALL", "alternate", "export_buckets", "goals", "import_peer", "our_encoder",
+           "paired_summary", "parse_shapes", "step_config", "trim_to_longest"]
 
 PEER_INSTALL = ('pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && '
                 'pip install -e ".[peer]"')
@@ -77,8 +82,12 @@ _FORWARD = flags.DEFINE_bool("forward", False, "Also time each side's forward pa
                              "batch alone (no dropout, no gradient) in the same rounds: where the "
                              "step's time goes.", flag_values=FLAGS)
 _BATCH = flags.DEFINE_integer("global_batch", 16, "Questions per step.", flag_values=FLAGS)
-_LQ = flags.DEFINE_integer("max_q_len", 32, "Question length.", flag_values=FLAGS)
-_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length.", flag_values=FLAGS)
+_SHAPES = flags.DEFINE_list(
+    "shapes", ["32:96", "64:256"], "Question:passage lengths measured in one run, each with its "
+    "own train and export rounds (default: the demo's 32:96 and DPR's 64:256); empty: "
+    "--max_q_len:--max_p_len.", flag_values=FLAGS)
+_LQ = flags.DEFINE_integer("max_q_len", 32, "Question length (with --shapes=).", flag_values=FLAGS)
+_LP = flags.DEFINE_integer("max_p_len", 96, "Passage length (with --shapes=).", flag_values=FLAGS)
 _HARD = flags.DEFINE_integer("num_hard", 1, "Hard negatives per question.", flag_values=FLAGS)
 _CF = flags.DEFINE_bool("counterfactual", True, "PiCL step: one counterfactual per question.",
                         flag_values=FLAGS)
@@ -103,9 +112,10 @@ _EXPORT_ROUNDS = flags.DEFINE_integer("export_rounds", 6, "Export rounds (one co
 _EXPORT_BATCHES = flags.DEFINE_integer("export_batches", 2, "Batches per export round.",
                                        flag_values=FLAGS)
 _BUCKETS = flags.DEFINE_list(
-    "length_buckets", [],
-    "Our export's length buckets (e.g. 32,64,96); empty = fixed padding to max_p_len, the "
-    "current path. Needs a retrieval.export.Encoder that takes length_buckets.", flag_values=FLAGS)
+    "length_buckets", ["default"],
+    "Our export's length buckets: 'default' = the config's eval.length_buckets (what an export "
+    "runs), 'off' (or empty) = fixed padding to max_p_len, or a list such as 32,64,96.",
+    flag_values=FLAGS)
 _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.",
                             flag_values=FLAGS)
 
@@ -174,6 +184,53 @@ def trim_to_longest(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.n
     ``padding="longest"``); at least one column."""
     n = max(1, int(mask.sum(axis=1).max())) if len(mask) else 1
     return ids[:, :n], mask[:, :n]
+
+
+def parse_shapes(specs: Sequence[str], default: tuple[int, int]) -> list[tuple[int, int]]:
+    """``["32:96", "64:256"]`` -> ``[(32, 96), (64, 256)]``; empty: ``[default]``."""
+    out = []
+    for spec in specs:
+        lq, sep, lp = str(spec).partition(":")
+        if not sep or not lq.strip().isdigit() or not lp.strip().isdigit() or min(
+                int(lq), int(lp)) < 2:
+            raise UserError(f"--shapes takes question:passage lengths (each >= 2) such as "
+                            f"32:96, got {spec!r}")
+        out.append((int(lq), int(lp)))
+    if len(set(out)) != len(out):
+        raise UserError(f"--shapes repeats a shape: {list(specs)}")
+    return out or [default]
+
+
+def export_buckets(spec: Sequence[str], config_buckets: Sequence[int]) -> list[int]:
+    """``--length_buckets``: ``["default"]`` -> the config's; ``["off"]`` or ``[]`` -> none
+    (fixed padding); else the integers given."""
+    spec = [str(x).strip() for x in spec if str(x).strip()]
+    if spec == ["default"]:
+        return [int(b) for b in config_buckets]
+    if spec in ([], ["off"]):
+        return []
+    if not all(x.isdigit() for x in spec):
+        raise UserError(f"--length_buckets takes 'default', 'off' or integers, got {spec}")
+    return [int(x) for x in spec]
+
+
+def goals(shapes: dict[str, dict[str, Any]], train_goal: float = 1.3,
+          export_goal: float = 1.5) -> list[dict[str, Any]]:
+    """Issue 46's goals per shape: our train step ``>= train_goal`` × the peer's throughput, our
+    export ``>= export_goal`` × the peer's with its natural longest-in-batch padding (and its
+    fixed padding, DPR's). One row per goal with the measured ratio and whether it is met."""
+    rows = []
+    for shape, out in shapes.items():
+        if "train" in out:
+            x = out["train"]["speedup"]
+            rows.append({"shape": shape, "part": "train step", "goal": train_goal,
+                         "speedup": x, "met": x >= train_goal})
+        if "export" in out:
+            for peer in ("longest", "fixed"):
+                x = out["export"][f"vs_{peer}"]["speedup"]
+                rows.append({"shape": shape, "part": f"export vs peer {peer}",
+                             "goal": export_goal, "speedup": x, "met": x >= export_goal})
+    return rows
 
 
 def step_config(model: str, *, global_batch: int, max_q_len: int, max_p_len: int, num_hard: int,
@@ -420,7 +477,7 @@ def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
     ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
                                   cfg.data.max_p_len)
     lengths = mask.sum(1)
-    buckets = [int(b) for b in _BUCKETS.value]
+    buckets = export_buckets(_BUCKETS.value, cfg.eval.length_buckets)
     encoder = our_encoder(run, bs, buckets)
     peer.train(False)
 
@@ -458,26 +515,40 @@ def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
             "cpu_median_s": {k: statistics.median(v) for k, v in cpu.items()}}
 
 
-def _print_table(out: dict[str, Any]) -> None:
+def _print_table(shapes: dict[str, dict[str, Any]]) -> None:
     rows = []
-    if "train" in out:
-        t = out["train"]
-        rows.append(("train step", "peer", t, t["cpu_median_s"]["ours"], t["cpu_median_s"]["peer"]))
-        if "forward" in t:
-            rows.append(("forward", "peer", t["forward"], t["cpu_median_s"]["ours_forward"],
-                         t["cpu_median_s"]["peer_forward"]))
-    if "export" in out:
-        e = out["export"]
-        for name in ("fixed", "longest"):
-            rows.append(("export", f"peer {name}", e[f"vs_{name}"], e["cpu_median_s"]["ours"],
-                         e["cpu_median_s"][f"peer_{name}"]))
-    print(f"{'part':<11} {'peer':<13} {'ours s':>8} {'peer s':>8} {'ours cpu':>8} {'peer cpu':>8} "
-          f"{'ours p/s':>9} {'peer p/s':>9} {'speedup':>8}  sign test (rounds ours/peer faster)")
-    for part, peer, s, cpu_ours, cpu_peer in rows:
+    for shape, out in shapes.items():
+        if "train" in out:
+            t = out["train"]
+            rows.append((shape, "train step", "peer", t, t["cpu_median_s"]["ours"],
+                         t["cpu_median_s"]["peer"]))
+            if "forward" in t:
+                rows.append((shape, "forward", "peer", t["forward"],
+                             t["cpu_median_s"]["ours_forward"], t["cpu_median_s"]["peer_forward"]))
+        if "export" in out:
+            e = out["export"]
+            for name in ("fixed", "longest"):
+                rows.append((shape, "export", f"peer {name}", e[f"vs_{name}"],
+                             e["cpu_median_s"]["ours"], e["cpu_median_s"][f"peer_{name}"]))
+    print(f"{'Lq:Lp':<7} {'part':<11} {'peer':<13} {'ours s':>8} {'peer s':>8} {'ours cpu':>8} "
+          f"{'peer cpu':>8} {'ours p/s':>9} {'peer p/s':>9} {'speedup':>8}  sign test (rounds "
+          f"ours/peer faster)")
+    for shape, part, peer, s, cpu_ours, cpu_peer in rows:
         t = s["sign_test"]
-        print(f"{part:<11} {peer:<13} {s['ours_median_s']:>8.3f} {s['peer_median_s']:>8.3f} "
-              f"{cpu_ours:>8.3f} {cpu_peer:>8.3f} {s['ours_per_s']:>9.1f} {s['peer_per_s']:>9.1f} "
-              f"{s['speedup']:>7.2f}x  {t['ours_faster']}/{t['peer_faster']}, p={t['p_value']:.3g}")
+        print(f"{shape:<7} {part:<11} {peer:<13} {s['ours_median_s']:>8.3f} "
+              f"{s['peer_median_s']:>8.3f} {cpu_ours:>8.3f} {cpu_peer:>8.3f} "
+              f"{s['ours_per_s']:>9.1f} {s['peer_per_s']:>9.1f} {s['speedup']:>7.2f}x  "
+              f"{t['ours_faster']}/{t['peer_faster']}, p={t['p_value']:.3g}")
+    for g in goals(shapes):
+        print(f"goal {g['shape']} {g['part']}: >= {g['goal']:.1f}x, measured "
+              f"{g['speedup']:.2f}x: {'met' if g['met'] else 'NOT met'}")
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def main(argv) -> dict[str, Any]:
@@ -486,23 +557,40 @@ def main(argv) -> dict[str, Any]:
     parts = set(_PARTS.value)
     if not parts or parts - {"train", "export"}:
         raise UserError(f"--parts takes train and/or export, got {_PARTS.value}")
-    cfg = step_config(_MODEL.value, global_batch=_BATCH.value, max_q_len=_LQ.value,
-                      max_p_len=_LP.value, num_hard=_HARD.value, counterfactual=_CF.value,
-                      attention_impl=_ATTN.value)
+    shapes = parse_shapes(_SHAPES.value, (_LQ.value, _LP.value))
+
+    def config(lq: int, lp: int):
+        return step_config(_MODEL.value, global_batch=_BATCH.value, max_q_len=lq, max_p_len=lp,
+                           num_hard=_HARD.value, counterfactual=_CF.value,
+                           attention_impl=_ATTN.value)
+
     threads = _THREADS.value or os.cpu_count() or 1
-    peer = TorchPeer(cfg, resolve_model_dir(_MODEL.value), threads=threads, attn=_TORCH_ATTN.value)
+    # One peer for every shape: its towers and optimizer do not depend on the lengths.
+    peer = TorchPeer(config(*shapes[0]), resolve_model_dir(_MODEL.value), threads=threads,
+                     attn=_TORCH_ATTN.value)
     out: dict[str, Any] = {
+        "cpu": cpu_description(), "load_average_start": _load_average(),
         "model": _MODEL.value, "devices": jax.device_count(), "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(), "torch_attention": _TORCH_ATTN.value,
         "jax": jax.__version__, "attention_impl": _ATTN.value,
-        "xla_flags": os.environ.get("XLA_FLAGS", "")}
-    if "train" in parts:
-        out["train"] = _measure_train(cfg, peer)
-    if "export" in parts:
-        out["export"] = _measure_export(cfg, peer)
-    print(json.dumps({k: v for k, v in out.items() if k not in ("train", "export")}))
-    _print_table(out)
+        "xla_flags": os.environ.get("XLA_FLAGS", ""), "shapes": {}}
+    print(f"cpu: {out['cpu']}; load average {out['load_average_start']}", flush=True)
+    for lq, lp in shapes:
+        cfg = config(lq, lp)
+        key = f"{lq}:{lp}"
+        print(f"=== shape {key} (questions {lq}, passages {lp}) ===", flush=True)
+        res: dict[str, Any] = {}
+        if "train" in parts:
+            res["train"] = _measure_train(cfg, peer)
+        if "export" in parts:
+            res["export"] = _measure_export(cfg, peer)
+        out["shapes"][key] = res
+        gc.collect()
+    out["load_average_end"] = _load_average()
+    out["goals"] = goals(out["shapes"])
+    print(json.dumps({k: v for k, v in out.items() if k not in ("shapes", "goals")}))
+    _print_table(out["shapes"])
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump(out, f, indent=2)
