@@ -32,6 +32,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 LogicalRules = tuple[tuple[str, str | None], ...]
 
@@ -64,7 +65,20 @@ DTYPES = tuple(_DTYPES)  # compute dtypes by name (config.model.dtype)
 # "dots_with_no_batch_dims_saveable" keeps the weight matmuls' outputs and recomputes the
 # attention einsums, softmax, GELU and dropout (less recompute, more memory); "dots_saveable"
 # keeps every matmul output including attention scores.
-REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable")
+# "matmul_outputs" (MaxText's "minimal") keeps exactly the outputs of the six weight matmuls
+# (tagged with :data:`MATMUL_NAMES` via ``checkpoint_name``) and recomputes LayerNorm, GELU,
+# dropout and bias adds from them inside the backward fusions.
+REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable", "dots_saveable",
+                  "matmul_outputs")
+MATMUL_NAMES = ("query_proj", "key_proj", "value_proj", "qkv_proj", "attention_out", "mlp_in",
+                "mlp_out")
+
+
+def remat_policy(name: str) -> Any:
+    """The ``jax.checkpoint_policies`` policy called ``name`` (:data:`REMAT_POLICIES`)."""
+    if name == "matmul_outputs":
+        return jax.checkpoint_policies.save_only_these_names(*MATMUL_NAMES)
+    return getattr(jax.checkpoint_policies, name)
 
 # How BertSelfAttention computes softmax(QK^T/sqrt(d) + mask) V (``BertConfig.attention_impl``):
 # - "einsum": two einsums around a float32 softmax (the original path; default, so results on
@@ -123,6 +137,13 @@ class BertConfig:
     remat: bool = False
     remat_policy: str = "nothing_saveable"
     attention_impl: str = "einsum"
+    # Training levers (docs/results/levers.md); run-time choices, off by default, param tree
+    # unchanged. layer_norm_remat: each LayerNorm under jax.checkpoint, so its backward
+    # recomputes from the (compute-dtype) input instead of keeping float32 [T, H] residuals.
+    # fused_qkv: one [H, 3N, D] matmul from the three query/key/value kernels concatenated at
+    # compute time (checkpoints and the HF export still see three kernels).
+    layer_norm_remat: bool = False
+    fused_qkv: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
@@ -269,9 +290,10 @@ _ones = nn.initializers.ones
 _ACT = ("batch", "length", "embed")
 
 
-def _layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+def _layer_norm(config: BertConfig, name: str) -> nn.Module:
     # float32 normalisation even for bfloat16 compute (numerical stability).
-    return nn.LayerNorm(
+    cls = nn.remat(nn.LayerNorm) if config.layer_norm_remat else nn.LayerNorm
+    return cls(
         epsilon=config.layer_norm_eps,
         dtype=jnp.float32,
         param_dtype=config.params_dtype,
@@ -296,12 +318,15 @@ class _Projection(nn.Module):
     param_dtype: Any
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, apply: bool = True):
+        """``x`` projected; with ``apply=False`` only the (kernel, bias) params, uncast (fused QKV)."""
         in_shape = x.shape[x.ndim - self.n_in:]
         kernel = self.param(
             "kernel", nn.with_logical_partitioning(_init, self.kernel_axes), in_shape + self.features, self.param_dtype
         )
         bias = self.param("bias", nn.with_logical_partitioning(_zeros, self.bias_axes), self.features, self.param_dtype)
+        if not apply:
+            return kernel, bias
         x, kernel, bias = x.astype(self.dtype), kernel.astype(self.dtype), bias.astype(self.dtype)
         contract = (tuple(range(x.ndim - self.n_in, x.ndim)), tuple(range(self.n_in)))
         return jax.lax.dot_general(x, kernel, (contract, ((), ()))) + bias
@@ -311,7 +336,7 @@ class BertEmbeddings(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids, deterministic: bool):
+    def __call__(self, input_ids, token_type_ids, deterministic: bool, position_ids=None):
         cfg = self.config
 
         def embed(num: int, axes: tuple[str | None, str], name: str) -> nn.Embed:
@@ -329,7 +354,8 @@ class BertEmbeddings(nn.Module):
             raise ValueError(
                 f"sequence length {input_ids.shape[-1]} > max_position_embeddings={cfg.max_position_embeddings}"
             )
-        positions = jnp.arange(input_ids.shape[-1])[None, :]
+        # Packed rows (dense_cf.inputs.packing) restart positions at each passage.
+        positions = jnp.arange(input_ids.shape[-1])[None, :] if position_ids is None else position_ids
         x = (
             embed(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
             + embed(cfg.max_position_embeddings, (None, "embed"), "position_embeddings")(positions)
@@ -357,9 +383,19 @@ class BertSelfAttention(nn.Module):
             )
 
         head_act = ("batch", "length", "heads", "kv")
-        q = nn.with_logical_constraint(proj("query")(x), head_act)
-        k = nn.with_logical_constraint(proj("key")(x), head_act)
-        v = nn.with_logical_constraint(proj("value")(x), head_act)
+        if cfg.fused_qkv:
+            # One matmul over the concatenated kernels [H, 3N, D]; same params as unfused.
+            parts = [proj(n)(x, apply=False) for n in ("query", "key", "value")]
+            kernel = jnp.concatenate([p[0] for p in parts], axis=1).astype(dt)
+            bias = jnp.concatenate([p[1] for p in parts], axis=0).astype(dt)
+            qkv = jax.lax.dot_general(x.astype(dt), kernel, (((x.ndim - 1,), (0,)), ((), ()))) + bias
+            qkv = checkpoint_name(qkv, "qkv_proj")
+            q, k, v = (nn.with_logical_constraint(t, head_act) for t in jnp.split(qkv, 3, axis=2))
+        else:
+            q = nn.with_logical_constraint(checkpoint_name(proj("query")(x), "query_proj"), head_act)
+            k = nn.with_logical_constraint(checkpoint_name(proj("key")(x), "key_proj"), head_act)
+            v = nn.with_logical_constraint(checkpoint_name(proj("value")(x), "value_proj"), head_act)
+        segmented = mask_bias.shape[2] > 1  # [B, 1, L, L]: packed rows (block-diagonal mask)
         attn_dropout = cfg.attention_dropout_rate > 0 and not deterministic
         impl = _fused_impl(cfg, attn_dropout)
         if impl is None:
@@ -369,6 +405,9 @@ class BertSelfAttention(nn.Module):
             probs = jax.nn.softmax(scores.astype(jnp.float32) + mask_bias, axis=-1).astype(dt)
             probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
             ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        elif impl == "cudnn" and segmented:
+            # Packed rows: the block-diagonal mask itself (cuDNN takes it as a bias).
+            ctx = jax.nn.dot_product_attention(q, k, v, mask=(mask_bias == 0), implementation="cudnn")
         elif impl == "cudnn":
             # cuDNN takes padding as key lengths (mask type PADDING): the project's inputs are
             # right-padded (tokenizers and pipeline pad at the end), so the count of real keys
@@ -384,6 +423,7 @@ class BertSelfAttention(nn.Module):
         out = _Projection(
             (cfg.hidden_size,), 2, ("heads", "kv", "embed"), ("embed",), dt, cfg.params_dtype, name="output"
         )(ctx)
+        out = checkpoint_name(out, "attention_out")
         return nn.with_logical_constraint(out, _ACT)
 
 
@@ -423,6 +463,7 @@ class BertLayer(nn.Module):
             bias_init=nn.with_logical_partitioning(_zeros, ("mlp",)),
             name="intermediate",
         )(x)
+        h = checkpoint_name(h, "mlp_in")
         h = _ACTIVATIONS[cfg.hidden_act](h)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
         h = nn.Dense(
@@ -433,6 +474,7 @@ class BertLayer(nn.Module):
             bias_init=nn.with_logical_partitioning(_zeros, ("embed",)),
             name="output",
         )(h)
+        h = checkpoint_name(h, "mlp_out")
         h = drop(h, deterministic=deterministic)
         x = _layer_norm(cfg, "output_norm")(x + h).astype(dt)
         return nn.with_logical_constraint(x, _ACT)
@@ -467,18 +509,26 @@ class BertEncoder(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, deterministic: bool = True):
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, deterministic: bool = True,
+                 segment_ids=None, position_ids=None):
+        """``segment_ids`` [B, L] (1, 2, ... per packed passage, 0 padding) makes attention
+        block-diagonal; ``position_ids`` [B, L] then restart per passage
+        (:mod:`dense_cf.inputs.packing`). Without them each row is one sequence."""
         cfg = self.config
         _require_auto_mesh()
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
-        x = BertEmbeddings(cfg, name="embeddings")(input_ids, token_type_ids, deterministic)
-        mask_bias = jnp.where(attention_mask[:, None, None, :] > 0, 0.0, MASK_NEG).astype(jnp.float32)
+        x = BertEmbeddings(cfg, name="embeddings")(input_ids, token_type_ids, deterministic, position_ids)
+        if segment_ids is None:
+            mask_bias = jnp.where(attention_mask[:, None, None, :] > 0, 0.0, MASK_NEG).astype(jnp.float32)
+        else:
+            same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, None, :] > 0)
+            mask_bias = jnp.where(same[:, None], 0.0, MASK_NEG).astype(jnp.float32)
 
         layer_cls = BertLayer
         if cfg.remat:
             # static_argnums counts `self` as 0: deterministic is argument 3.
-            policy = getattr(jax.checkpoint_policies, cfg.remat_policy)
+            policy = remat_policy(cfg.remat_policy)
             layer_cls = nn.remat(BertLayer, static_argnums=(3,), policy=policy)
         for i in range(cfg.num_layers):
             x = layer_cls(cfg, name=f"layer_{i}")(x, mask_bias, deterministic)

@@ -1,0 +1,81 @@
+"""tools/gpu/levers.sh on the CPU at tiny sizes (as tests/test_gpu_check.py does for check.sh),
+so the one prepared device run cannot rot; plus the decision rules and the HLO classifier."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import xla_flags
+
+from dense_cf.bench import levers
+from dense_cf.models.hf import resolve_model_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PARTS = "layer,flags,hlo,attn,encode,decide"
+
+
+def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), LEVERS_SIZE="tiny", LEVERS_WORK=str(tmp_path / "work"),
+               LEVERS_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=xla_flags(1), PYTHON=sys.executable,
+               LEVERS_PARTS=PARTS, LEVERS_VARIANTS="baseline,ln_remat,fused_qkv,remat_matmul_outputs",
+               LEVERS_TOKENIZER=resolve_model_dir("minilm"))
+    r = subprocess.run(["bash", "tools/gpu/levers.sh"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for part in PARTS.split(","):
+        assert f"rc=0 ({part})" in r.stdout, r.stdout[-4000:]
+    lines = [json.loads(ln) for ln in (out / "levers.jsonl").read_text().splitlines()]
+    by = {}
+    for ln in lines:
+        by.setdefault(ln["part"], []).append(ln)
+    layer = {x["variant"]: x for x in by["layer"] if not x.get("label")}
+    assert set(layer) == {"baseline", "ln_remat", "fused_qkv", "remat_matmul_outputs"}
+    assert all(x["ok"] and x["ms"] > 0 and x["mfu"] is None for x in layer.values())
+    flags = {x["label"]: x for x in by["flags"]}
+    assert flags["no_remat_pass"]["accepted"] and not flags["unknown_flag"]["accepted"]
+    assert any(x.get("label") == "flag:no_remat_pass" for x in by["layer"])
+    hlo = {x["cls"]: x for x in by["hlo"]}
+    assert hlo["matmul"]["gflops"] > 0 and hlo["total"]["ms"] > 0 and hlo["optimizer"]["ms"] > 0
+    assert sum(hlo[c]["share_est"] for c in levers.CLASSES) == pytest.approx(1, abs=1e-3)
+    attn = {x["case"]: x for x in by["attn"]}
+    assert attn["xla_mask"]["ok"] and not attn["cudnn_no_mask"]["ok"]
+    assert len(by["encode"]) == len(levers.SHAPES["tiny"].encode)
+    assert by["decide"][0]["baseline_ms"] == layer["baseline"]["ms"]
+    assert "ADOPT" in r.stdout or "keep " in r.stdout
+
+
+def test_hlo_classifier_counts_the_layers_matmul_flops():
+    shapes = levers.SHAPES["tiny"]
+    cfg, policy = levers.layer_config(shapes, "baseline")
+    step, params, x, rng = levers.layer_step(cfg, policy, shapes.rows, shapes.length)
+    classes = levers.classify_hlo(step.lower(params, x, rng).compile().as_text())
+    h, i, t = cfg.hidden_size, cfg.intermediate_size, shapes.rows * shapes.length
+    # forward + backward of the six weight matmuls: 6·N·T, N = 4H² + 2HI
+    assert classes["matmul"]["flops"] == 6 * (4 * h * h + 2 * h * i) * t
+    assert classes["attention"]["flops"] == 12 * h * shapes.length ** 2 * shapes.rows
+    assert classes["layernorm"]["ops"] > 0 and classes["dropout/rng"]["ops"] > 0
+
+
+def _layer(variant, ms, label=""):
+    return {"part": "layer", "ok": True, "variant": variant, "ms": ms,
+            **({"label": label} if label else {})}
+
+
+def test_decision_rules():
+    lines = [_layer("baseline", 10.0), _layer("ln_remat", 9.4), _layer("fused_qkv", 9.6),
+             _layer("gelu_new", 9.0), _layer("baseline", 9.6, "flag:cublaslt"),
+             _layer("baseline", 9.8, "flag:no_triton_gemm"),
+             _layer("gelu_new", 8.0, "flag:cublaslt"),
+             {"part": "attn", "ok": True, "case": "cudnn_padding", "tflops": 120.0},
+             {"part": "encode", "mfu": 0.41}]
+    d = levers.decide(lines)
+    v = {x["lever"]: x for x in d["verdicts"]}
+    assert v["ln_remat"]["adopt"] and not v["fused_qkv"]["adopt"]  # 6 % vs 4 % (needs 5 %)
+    assert v["gelu_new"]["adopt"] and v["gelu_new"]["needs"] == "CPU suite + demo metrics"
+    assert v["flag:cublaslt baseline"]["adopt"] and not v["flag:no_triton_gemm baseline"]["adopt"]
+    assert v["flag:cublaslt gelu_new"]["ref_ms"] == 9.0  # against gelu_new without the flag
+    assert d["prioritise_packing_and_attention"] and d["export_device_goal_met"]

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The training and export levers in one device call (issue 47; ../shared/reviews/gpu-levers.md
+# §4-§6). Run from the checkout with OUT set; every figure is one JSON line appended to
+# $OUT/levers.jsonl as soon as it is measured (a part that times out keeps what it printed).
+# Parts (LEVERS_PARTS, comma list, default all, in this order), each under `timeout`:
+#   layer   one BertLayer fwd+bwd at [384, 256, 768] bf16: baseline, dropout 0, LN recomputed
+#           from bf16, remat keeping matmul outputs, remat dots_no_batch, fused QKV, tanh-GELU,
+#           XLA attention (vs cuDNN in the baseline), LN remat + fused QKV
+#   flags   the baseline again per XLA flag of §4.2, one subprocess each (cuBLASLt also with
+#           tanh-GELU, its epilogue case); an unknown flag is recorded as accepted=false
+#   hlo     the baseline layer step's optimised HLO by class (matmul, attention, layernorm,
+#           GELU, dropout, elementwise) with FLOPs/bytes and a roofline share; the optimizer alone
+#   attn    dot_product_attention fwd+bwd at [384, 256, 12, 64]: XLA, cuDNN, cuDNN + padding
+#   encode  device-only passage encoding at token-budget buckets (4096x32 ... 512x256): MFU
+#   pack    real tokens/s of the passage tower, packed rows vs padded rows, on the Wikipedia corpus
+#   export  end-to-end export (dense_cf.bench.export) from the pre-tokenised table, large shards
+#   decide  the §6 decision rules over levers.jsonl: which lever is adopted
+# Environment: LEVERS_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_levers.py);
+# LEVERS_CARRY (default .carry, from tools/gpu/prepare_carry.sh); LEVERS_TOKENIZER (tiny: a
+# vocabulary directory); LEVERS_VARIANTS (layer: a comma subset). Full size fits 8 device-minutes
+# (the limits below sum to 480 s), leaving room for one rerun of a part in a 15-minute lease.
+set -u
+: "${OUT:?set OUT to a folder for the results}"
+SIZE=${LEVERS_SIZE:-full}
+PARTS=${LEVERS_PARTS:-layer,flags,hlo,attn,encode,pack,export,decide}
+CARRY=${LEVERS_CARRY:-.carry}
+PY=${PYTHON:-python3}
+W=${LEVERS_WORK:-$(mktemp -d)}
+J=$OUT/levers.jsonl
+mkdir -p "$OUT" "$W"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! "$PY" -c "import ml_collections" 2>/dev/null && ls "$CARRY"/whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/check_site \
+    "$CARRY"/whl/*.whl || exit 1
+  export PYTHONPATH="$PYTHONPATH:/tmp/check_site"
+fi
+T0=$(date +%s)
+say() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+has() { case ",$PARTS," in *",$1,"*) return 0;; *) return 1;; esac; }
+# part NAME SECONDS CMD...: the command under timeout, its log tail on failure.
+part() {
+  local name=$1 limit=$2; shift 2
+  say "$name (limit ${limit} s)"
+  timeout "$limit" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "rc=$rc ($name)"
+  [ $rc -eq 0 ] || grep -v "^[IW][0-9]\{4\}" "$W/$name.log" | tail -8
+  cp "$W/$name.log" "$OUT/$name.log" 2>/dev/null
+  return 0
+}
+if [ "$SIZE" = tiny ]; then
+  TOK=${LEVERS_TOKENIZER:-minilm}
+  L_LAYER=120 L_FLAGS=120 L_HLO=60 L_ATTN=60 L_ENCODE=60 L_PACK=90 L_EXPORT=120
+  EXPORT_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64 --shard_size=32)
+else
+  TOK=$W/minilm
+  [ -d "$CARRY/minilm_bf16" ] && "$PY" -m dense_cf.bench.gpu_check --mode=unpack_minilm \
+    --src="$CARRY/minilm_bf16" --dst="$TOK" 2>&1 | tail -1
+  # Estimated (gpu-levers.md §6): layer ~100 s, flags ~90, hlo ~20, attn ~15, encode ~40,
+  # pack ~40, export ~60.
+  L_LAYER=120 L_FLAGS=120 L_HLO=45 L_ATTN=30 L_ENCODE=60 L_PACK=45 L_EXPORT=60
+  EXPORT_SIZE=(--tiny=768,12,12 --passages=100000 --batch_size=512 --max_p_len=256
+               --shard_size=32768 --dtype=bfloat16)
+fi
+CORPUS="$CARRY/wiki.tsv.gz"
+if [ ! -f "$CORPUS" ]; then  # the CPU test: the installed Wikipedia summaries
+  "$PY" -m dense_cf.cli.wiki_corpus --out="$W/wiki" >/dev/null 2>&1 && CORPUS="$W/wiki/psgs.tsv.gz"
+fi
+L=("$PY" -m dense_cf.bench.levers "--size=$SIZE" "--out=$J")
+
+say "host"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
+  --format=csv,noheader
+has layer && part layer "$L_LAYER" "${L[@]}" --part=layer ${LEVERS_VARIANTS:+--variants=$LEVERS_VARIANTS}
+has flags && part flags "$L_FLAGS" "${L[@]}" --part=flags --flag_timeout=$(( L_FLAGS / 6 + 10 ))
+has hlo && part hlo "$L_HLO" "${L[@]}" --part=hlo
+has attn && part attn "$L_ATTN" "${L[@]}" --part=attn
+has encode && part encode "$L_ENCODE" "${L[@]}" --part=encode
+has pack && part pack "$L_PACK" "${L[@]}" --part=pack --corpus="$CORPUS" --tokenizer="$TOK"
+if has export; then
+  part export "$L_EXPORT" "$PY" -m dense_cf.bench.export --model=tiny --tokenizer="$TOK" \
+    --corpus="$CORPUS" --attention_impl=dot_product --token_table=true "${EXPORT_SIZE[@]}" \
+    --replicate_to="${EXPORT_SIZE[2]#*=}" --out="$W/export.json"
+  [ -f "$W/export.json" ] && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1]));
+d.update(part='export'); print(json.dumps(d, sort_keys=True, default=float))" "$W/export.json" \
+    | tee -a "$J"
+fi
+has decide && part decide 60 "${L[@]}" --part=decide && grep -v "^[IW][0-9]\{4\}\|^{" "$W/decide.log"
+say "done"
