@@ -24,13 +24,12 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 from absl import app, flags, logging
 
 from dense_cf import app as _app
 from dense_cf.configs.presets import DEMO_READER, demo_config, reader_demo_config
 from dense_cf.console import quiet_library_logs
-from dense_cf.eval import aar_math, stats
+from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import claims as claims_lib
 from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import e2e as e2e_lib
@@ -42,6 +41,7 @@ from dense_cf.files import UserError
 from dense_cf.mining.reader_data import split_files
 from dense_cf.studies import harness
 from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
+from dense_cf.train.run import RunDir
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
 _METHODS = flags.DEFINE_list(
@@ -359,11 +359,10 @@ def run_demo(workdir: str) -> None:
         table += "\n\n" + harness.spread_section(seeds, spread)
     diffs = {}
     for name in results:
-        path = os.path.join(run_dirs[name], "eval", f"step_{results[name]['step']}",
-                            "aar_scores_sentence.npz")
-        if os.path.exists(path):
-            with np.load(path) as z:
-                diffs[name] = aar_math.score_diffs(z["pos"], z["cf"])
+        z = outcomes.read_aar_scores(RunDir(run_dirs[name]).eval(results[name]["step"]),
+                                     "sentence", dtype=None)
+        if z is not None:
+            diffs[name] = aar_math.score_diffs(z["pos"], z["cf"])
     if diffs:
         aar_math.histogram_plot(diffs, os.path.join(workdir, "aar_hist.png"),
                                 title="sim(q,p+) - sim(q,p*) on the synthetic test triplets")
@@ -407,7 +406,8 @@ def run_demo(workdir: str) -> None:
     with report_lib.atomic_open(os.path.join(workdir, "report.md")) as f:
         f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + intro
                 + "\n\n" + table + "\n")
-    report_lib.write_json(os.path.join(workdir, "report.json"), results)
+    # The demo's own report, named as a run's (report.md beside it).
+    report_lib.write_json(os.path.join(workdir, outcomes.REPORT), results)
     print(intro + "\n\n" + table)
     print(f"\nreport: {os.path.join(workdir, 'report.md')}", file=sys.stderr)
 

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
 
 # Bottom to top. A module may import only packages at or below its own rank.
 LAYERS = ("console", "progress", "files", "app", "text", "configs", "losses", "datasets", "models", "parallel",
-          "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "mining",
+          "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "analysis", "mining",
           "experiment", "studies")
 TOP = ("main", "demo", "cli", "bench", "export_hf")
 
@@ -49,13 +49,31 @@ def _modules():
         yield name, path
 
 
+def _main_guard(node) -> bool:
+    """``if __name__ == "__main__":`` at module level."""
+    t = node.test if isinstance(node, ast.If) else None
+    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name)
+            and t.left.id == "__name__" and len(t.comparators) == 1
+            and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value == "__main__")
+
+
 def _imports(path: pathlib.Path):
-    """(imported module, line, inside a function?) for every import statement."""
+    """(imported module, line, inside a function?) for every import statement. A library
+    module's ``if __name__ == "__main__":`` block may import the binary that owns its design-card
+    command (``dense_cf.cli``, nothing else): it runs only as ``python -m``, never on import."""
     tree = ast.parse(path.read_text(), filename=str(path))
     out = []
 
     def visit(node, in_fn: bool):
         for child in ast.iter_child_nodes(node):
+            if node is tree and _main_guard(child):
+                for imp in ast.walk(child):
+                    names = ([a.name for a in imp.names] if isinstance(imp, ast.Import) else
+                             [f"{imp.module}.{a.name}" for a in imp.names]
+                             if isinstance(imp, ast.ImportFrom) and imp.module else [])
+                    out.extend((n, imp.lineno, False) for n in names
+                               if not n.startswith("dense_cf.cli."))
+                continue
             fn = in_fn or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 out.extend((a.name, child.lineno, in_fn) for a in child.names)

@@ -35,7 +35,7 @@ from absl import flags, logging
 from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
-from dense_cf.eval import aar_math, stats
+from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import report as report_lib
 from dense_cf.files import workdir_lock
@@ -223,7 +223,7 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
         gold_index = np.asarray(triplets.gold_index or range(len(triplets.questions)), np.int64)
         # Per-triplet outcomes for paired comparisons (dense_cf.eval.compare pairs triplets by
         # gold record and checks the question texts).
-        with report_lib.atomic_open(os.path.join(out_dir, f"aar_scores_{strategy}.npz"), "wb") as f:
+        with report_lib.atomic_open(os.path.join(out_dir, outcomes.aar_scores_name(strategy)), "wb") as f:
             np.savez(f, pos=s["pos"], cf=s["cf"], index=s["index"],
                      gold_index=gold_index[s["index"]],
                      questions=np.asarray(s["questions"], dtype=str))
@@ -239,7 +239,7 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
         aar_math.histogram_plot({f"{cfg.method} ({k})": v for k, v in diffs.items()},
                                 os.path.join(out_dir, "aar_hist.png"),
                                 title=f"sim(q,p+) - sim(q,p*) — {cfg.method}, step {run.step}")
-    report_lib.write_json(os.path.join(out_dir, "aar.json"), result)
+    report_lib.write_json(os.path.join(out_dir, outcomes.AAR), result)
     rows = []
     for strategy, e in result["strategies"].items():
         sd = e.get("score_diff", {})

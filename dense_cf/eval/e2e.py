@@ -16,7 +16,7 @@ Writes to ``READER/e2e/step_N/`` (or ``out_dir``):
   scores, EM and F1;
 * ``<label>/e2e.json``: EM and F1 at each k with 95 % intervals (Wilson for EM, percentile
   bootstrap for F1), EM by question type, the answer-bearing rate of the first k passages, the
-  retriever's AAR / AA score when its ``aar.json`` is beside the results, and the per-question
+  retriever's AAR / AA score when its answer-awareness report is beside the results, and the per-question
   outcomes (``questions``, ``em_outcomes``, ``f1_outcomes``) that ``python -m
   dense_cf.eval.compare A B`` pairs;
 * ``e2e.json`` / ``e2e.md``: every retriever's figures in PiCL's Table 3 layout (EM per
@@ -27,7 +27,6 @@ Writes to ``READER/e2e/step_N/`` (or ``out_dir``):
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Sequence
 
@@ -36,9 +35,8 @@ from absl import app, flags, logging
 
 from dense_cf import app as _app
 from dense_cf.datasets.formats import SkipReport, iter_retrieval_results
-from dense_cf.eval import compare as compare_lib
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
 from dense_cf.eval.aar_math import QUESTION_TYPES
 from dense_cf.files import workdir_lock
 from dense_cf.text.answers import question_type
@@ -72,7 +70,7 @@ def _results_path(spec: str, step: int | None = None) -> str:
         return spec
     if os.path.isfile(os.path.join(spec, RESULTS_FILE)) and step is None:
         return os.path.join(spec, RESULTS_FILE)
-    d = compare_lib.find_eval_dir(spec, step)
+    d = outcomes.find_eval_dir(spec, step)
     path = os.path.join(d, RESULTS_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{spec}: no {RESULTS_FILE} in {d}; run `python -m "
@@ -81,11 +79,10 @@ def _results_path(spec: str, step: int | None = None) -> str:
 
 
 def _aar(eval_dir: str) -> dict[str, Any] | None:
-    path = os.path.join(eval_dir, "aar.json")
-    if not os.path.isfile(path):
+    aar = outcomes.read_aar(eval_dir)
+    if aar is None:
         return None
-    with open(path) as f:
-        strategies = json.load(f).get("strategies", {})
+    strategies = aar.get("strategies", {})
     return {s: {"aar": e["aar"], "aar_ci": e.get("aar_ci")} for s, e in strategies.items()
             if "aar" in e}
 
@@ -110,10 +107,8 @@ def load_retriever(spec: str, *, step: int | None = None, max_ks: int = 0,
         report.log()
     eval_dir = os.path.dirname(os.path.abspath(path))
     method = run_step = None
-    rep_path = os.path.join(eval_dir, "report.json")
-    if os.path.isfile(rep_path):
-        with open(rep_path) as f:
-            rep = json.load(f)
+    rep = outcomes.read_report(eval_dir)
+    if rep is not None:
         method, run_step = rep.get("method"), rep.get("step")
     label = method or os.path.basename(os.path.normpath(spec)).replace(".json", "")
     return RetrieverResults(path, label, questions, answers, contexts, report.total, method,
@@ -169,8 +164,8 @@ def paired_rows(a: dict[str, Any], b: dict[str, Any], *, seed: int = 0,
     """Two retrievers' EM@k (exact McNemar) and F1@k (paired bootstrap) on the questions both
     were read on (``score_predictions`` summaries; paired by question text)."""
     names = (a["retriever"], b["retriever"])
-    ia, ib = compare_lib.pair_questions(a["questions"], b["questions"], a["results_file"],
-                                        b["results_file"])
+    ia, ib = outcomes.pair_questions(a["questions"], b["questions"], a["results_file"],
+                                     b["results_file"])
     rows = []
     for k in sorted(set(a["em_outcomes"]) & set(b["em_outcomes"])):
         ea, eb = np.asarray(a["em_outcomes"][k], bool)[ia], np.asarray(b["em_outcomes"][k], bool)[ib]
@@ -229,7 +224,7 @@ def evaluate_e2e(retrievers: Sequence[str], reader: str, *, ks: Sequence[int] = 
                        reader_step=run.step)
         sub = os.path.join(out_dir, label)
         os.makedirs(sub, exist_ok=True)
-        report_lib.write_json(os.path.join(sub, "e2e.json"), summary)
+        report_lib.write_json(os.path.join(sub, outcomes.E2E), summary)
         report_lib.write_json(os.path.join(sub, "predictions.json"), records)
         summaries.append(summary)
         logging.info("e2e %s: EM %s", label, {k: round(v, 2) for k, v in summary["em"].items()})
@@ -246,7 +241,7 @@ def evaluate_e2e(retrievers: Sequence[str], reader: str, *, ks: Sequence[int] = 
     result = {"reader": os.path.abspath(reader), "reader_method": method.name,
               "reader_step": run.step, "ks": ks, "mode": mode, "retrievers": light,
               "paired": paired, "out_dir": os.path.abspath(out_dir), "units": report_lib.JSON_UNITS}
-    report_lib.write_json(os.path.join(out_dir, "e2e.json"), result)
+    report_lib.write_json(os.path.join(out_dir, outcomes.E2E), result)
     text = markdown(result)
     with report_lib.atomic_open(os.path.join(out_dir, "e2e.md")) as f:
         f.write(text)
@@ -286,7 +281,7 @@ def markdown(result: dict[str, Any]) -> str:
             row[f"answer in top-{k}"] = r["answer_in_top_k"].get(k)
             row[f"EM@{k}"] = r["em"].get(k)
         vs.append(row)
-    parts.append("## EM against AAR (answer-awareness of the retriever, its aar.json)\n\n"
+    parts.append(f"## EM against AAR (answer-awareness of the retriever, its {outcomes.AAR})\n\n"
                  + report_lib.markdown_table(vs, list(vs[0]))
                  + "\n\n`answer in top-k`: questions with an answer-bearing passage (has_answer) "
                    "among the k passages the reader read.")

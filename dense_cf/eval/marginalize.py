@@ -58,6 +58,12 @@ from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve
 from dense_cf.train.run import RunDir, build_model, file_tag, load_config, load_run
 
 DEFAULT_KS = (1, 5, 20, 100)
+REPORT_NAME = "report.json"  # beside report.md and heatmap.png in the output directory
+
+
+def report_path(out_dir: str) -> str:
+    """Where :func:`marginalize_many` writes a test set's JSON report in ``out_dir``."""
+    return os.path.join(out_dir, REPORT_NAME)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,7 +354,7 @@ def marginalize_many(workdirs: Sequence[str], test_sets: Sequence[TestSet], *,
         os.makedirs(out_dir, exist_ok=True)
         report["out_dir"], report["units"] = os.path.abspath(out_dir), report_lib.JSON_UNITS
         title = ts.title or f"Encoder marginalisation on {os.path.basename(ts.test)}"
-        report_lib.write_json(os.path.join(out_dir, "report.json"), report)
+        report_lib.write_json(report_path(out_dir), report)
         report_lib.write_markdown(os.path.join(out_dir, "report.md"), title,
                                   markdown_sections(names, mats, attr, d_idx, report)
                                   + [("Heat-map", "![top-k of every encoder pair](heatmap.png)")])

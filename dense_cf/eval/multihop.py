@@ -55,7 +55,7 @@ from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import RetrievedPassage
 from dense_cf.datasets.hotpotqa import HotpotExample, bridge_order, read_hotpot
-from dense_cf.eval import aar_math, stats
+from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.files import workdir_lock
@@ -285,7 +285,7 @@ def read_chains(reader: str, chain_records: Sequence[dict[str, Any]], corpus: Co
     for rec, r in zip(records, results):
         rec.update(id=r["id"], type=r["type"])
     os.makedirs(out_dir, exist_ok=True)
-    report_lib.write_json(os.path.join(out_dir, "e2e.json"), summary)
+    report_lib.write_json(os.path.join(out_dir, outcomes.E2E), summary)
     report_lib.write_json(os.path.join(out_dir, "predictions.json"), records)
     out = {"status": "done", "reader": summary["reader"], "reader_method": method.name,
            "reader_step": reader_run.step, "mode": mode, "ks": ks, "n": len(results),
@@ -338,7 +338,7 @@ def add_reader(eval_dir: str, reader: str, corpus: Corpus, *, ks: Sequence[int] 
                ) -> dict[str, Any]:
     """Runs :func:`read_chains` on an evaluation already on disk (its ``chains.json``) and
     rewrites its ``report.json`` / ``report.md`` with the reader's Table 5; no search again."""
-    with open(os.path.join(eval_dir, "report.json")) as f:
+    with open(os.path.join(eval_dir, outcomes.REPORT)) as f:
         rep = json.load(f)
     with open(os.path.join(eval_dir, "chains.json")) as f:
         chain_records = json.load(f)
@@ -350,7 +350,7 @@ def add_reader(eval_dir: str, reader: str, corpus: Corpus, *, ks: Sequence[int] 
                       reader_run=reader_run, answer_mode=answer_mode, batch_size=batch_size,
                       label=rep.get("method"))
     rep["reader"] = out
-    report_lib.write_json(os.path.join(eval_dir, "report.json"), rep)
+    report_lib.write_json(os.path.join(eval_dir, outcomes.REPORT), rep)
     _int_keys(rep["multihop"]["tables"])
     _int_keys(rep["multihop"]["by_type"])
     _write_markdown(os.path.join(eval_dir, "report.md"), rep["workdir"], rep,
@@ -517,7 +517,7 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
                          score_diff=float(np.mean(aar_math.score_diffs(pos, cf))))
             aware = ~aar_math.mismatches(pos, cf)
             entry["aar_ci"] = list(stats.wilson_interval(int(aware.sum()), int(aware.size)))
-            with report_lib.atomic_open(os.path.join(out_dir, f"aar_scores_{hop}.npz"), "wb") as f:
+            with report_lib.atomic_open(os.path.join(out_dir, outcomes.aar_scores_name(hop)), "wb") as f:
                 np.savez(f, pos=pos, cf=cf, gold_index=idx,
                          questions=np.asarray([questions[i] for i in idx], dtype=str))
         aar_out[hop] = entry
@@ -574,7 +574,7 @@ def evaluate_multihop(workdir: str, *, qa_path: str | None = None,
         "out_dir": os.path.abspath(out_dir), "units": dict(report_lib.JSON_UNITS,
                                                            recall="percent (0-100)"),
     }
-    report_lib.write_json(os.path.join(out_dir, "report.json"), dict(
+    report_lib.write_json(os.path.join(out_dir, outcomes.REPORT), dict(
         summary, questions=questions, first_hit_rank=chain_rank,
         per_question={"id": [ex.id for ex in examples], "type": types,
                       "chain_rank": chain_rank, "union_rank": union_rank,

@@ -40,9 +40,9 @@ from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import model_flags as _model_flags
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
-from dense_cf.eval import stats
 from dense_cf.files import workdir_lock
 from dense_cf.retrieval.corpus import StoredCorpus, load_qa, open_corpus
 from dense_cf.retrieval.retriever import retriever_for_run
@@ -94,7 +94,7 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
                "units": report_lib.JSON_UNITS}
     # Per-question outcomes, in question order, so that runs can be compared afterwards
     # (dense_cf.eval.compare pairs questions by text).
-    report_lib.write_json(os.path.join(out_dir, "report.json"),
+    report_lib.write_json(os.path.join(out_dir, outcomes.REPORT),
                           dict(summary, questions=list(questions),
                                first_hit_rank=rep["first_hit_rank"]))
     row = {"method": cfg.method, "step": run.step, **{f"top-{kk}": rep["top_k"][kk] for kk in ks},

@@ -8,7 +8,7 @@ examples without a positive the reader skips and counts, or ``test_file``: a qa 
 ``RUN/reader_data/step_N/<split>/`` and retrieved there exactly as the retrieval evaluation does
 (:func:`dense_cf.eval.retrieval.evaluate_run`: the run's export and index are reused), giving
 ``retrieval.json`` (DPR's results format, the reader's ``config.reader.<split>_file``) with
-``report.json`` / ``report.md`` (the retriever's top-k on those questions). Stages talk through
+the retrieval reports (the retriever's top-k on those questions). Stages talk through
 files: the reader never imports the retriever.
 
 A two-hop retriever (``Method.hops == 2``: MDR; docs/multihop.md, "Reader") gives chains instead:

@@ -1,7 +1,7 @@
 """Training-data statistics of a DPR biencoder file (docs/method.md §7; encoder attribution paper §6).
 
 ``python -m dense_cf.cli.stats --input biencoder.json[.gz] [--threshold 2] [--alpha 1.3]
-[--fractions 0.1,0.25,...,1.0] [--seed 0] [--positives first|all] [--out report.json]``
+[--fractions 0.1,0.25,...,1.0] [--seed 0] [--positives first|all] [--out stats.json]``
 
 For the whole file and for uniform random subsets of it (the data-efficiency setting):
 
@@ -160,7 +160,7 @@ def markdown(stats: dict[str, Any]) -> str:
 USAGE = """Corpus coverage / positive passage overlap / unique passage coverage (docs/method.md §7).
 
     python -m dense_cf.cli.stats --input biencoder.json[.gz] [--threshold 2] [--alpha 1.3] \
-        [--fractions 0.1,0.25,...,1.0] [--seed 0] [--positives first|all] [--out report.json]
+        [--fractions 0.1,0.25,...,1.0] [--seed 0] [--positives first|all] [--out stats.json]
 
 Prints a markdown table for the whole file and its nested random subsets (the subsets that
 ``config.data.train_fraction`` / ``train_fraction_seed`` train on); ``--out`` also writes the

@@ -11,7 +11,7 @@ budget set here: ``configs.studies.ablation_row_config``) into ``DIR/<row>``
 with answer p*; robustness off), then writes ``DIR/ablation.md`` and ``DIR/ablation.json``:
 
 * one table: row | top-1 | top-5 | top-20 | MRR | AAR | gap | AA | AA gap, each with the
-  95 % interval saved in the run's ``report.json`` / ``aar.json`` (Wilson for rates, percentile
+  95 % interval saved in the run's retrieval and AAR reports (Wilson for rates, percentile
   bootstrap for MRR and the mean gap sim(q,p+) − sim(q,p*); ``gap`` with sentence p*,
   ``AA gap`` with answer p*);
 * with several seeds, mean ± std [min, max] over seeds;
@@ -28,7 +28,6 @@ earlier row's (``sentence`` = ``picl``) reuses that run.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Sequence
@@ -39,8 +38,8 @@ from absl import flags
 from dense_cf import app as _app
 from dense_cf.configs.ablation import ROWS
 from dense_cf.configs.studies import ablation_row_config
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
 from dense_cf.files import atomic_open, make_dir, write_json
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
@@ -50,17 +49,16 @@ __all__ = ["DEFAULT_ROWS", "METRICS", "REFERENCES", "run_ablation", "run_metrics
 DEFAULT_ROWS = ("dpr", "picl", "dpr_cpp", "dpr_chn", "cpp_chn", "answer", "window")
 REFERENCES = ("dpr", "picl")  # every paired table compares against these; always trained
 METRICS = ("top-1", "top-5", "top-20", "MRR", "AAR", "gap", "AA", "AA gap")
-# compare_lib row label -> table column
-PAIRED_METRICS = {"top-1": "top-1", "top-5": "top-5", "top-20": "top-20", "MRR (×100)": "MRR",
-                  "AAR": "AAR", "mean sim(q,p+) − sim(q,p*) (sentence)": "gap",
-                  "AA score": "AA", "mean sim(q,p+) − sim(q,p*) (answer)": "AA gap"}
+# paired row's metric id (eval.outcomes) -> table column
+PAIRED_METRICS = {"retrieval.top1": "top-1", "retrieval.top5": "top-5",
+                  "retrieval.top20": "top-20", "retrieval.mrr": "MRR", "aar.sentence": "AAR",
+                  "aar.sentence.gap": "gap", "aar.answer": "AA", "aar.answer.gap": "AA gap"}
 
 
 def run_metrics(eval_dir: str) -> dict[str, Any]:
     """One run's figures and 95 % intervals from its saved reports: ``{metric: value}`` and
     ``{metric + " ci": [lo, hi]}`` (percent for rates, ×100 for MRR, raw for the gaps)."""
-    with open(os.path.join(eval_dir, "report.json")) as f:
-        rep = json.load(f)
+    rep = outcomes.read_report(eval_dir, required=True)
     out: dict[str, Any] = {}
     for k in (1, 5, 20):
         out[f"top-{k}"] = float(rep["top_k"][str(k)])
@@ -68,8 +66,7 @@ def run_metrics(eval_dir: str) -> dict[str, Any]:
     out["MRR"] = 100 * float(rep["mrr"])
     out["MRR ci"] = [100 * float(x) for x in rep["mrr_ci"]]
     out["questions"] = int(rep["n_questions"])
-    with open(os.path.join(eval_dir, "aar.json")) as f:
-        aar = json.load(f)
+    aar = outcomes.read_aar(eval_dir, required=True)
     for strategy, rate, gap in (("sentence", "AAR", "gap"), ("answer", "AA", "AA gap")):
         e = aar["strategies"].get(strategy, {})
         out[f"{rate} triplets"] = int(e.get("triplets", 0))
@@ -128,7 +125,7 @@ def _paired(ref: str, row: str, res: dict[str, Any]) -> dict[str, Any]:
         long_rows.append({"row": row, "metric": r["metric"], "n": r["n"], "reference": r[ref],
                           "row value": r[row], "B − A": r["B − A"], "test": r["test"],
                           "p": r["p"], "significant at 0.05": r[f"significant at {stats.ALPHA:g}"]})
-        col = PAIRED_METRICS.get(r["metric"])
+        col = PAIRED_METRICS.get(r.get("id", ""))
         if col:
             s = r["stats"]
             scale = 1.0 if "gap" in col else 100.0

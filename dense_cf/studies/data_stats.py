@@ -223,7 +223,7 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
                          "passages": passages, "test_questions": test_questions,
                          "batch": batch, "lr": lr, "seed": seed, "ks": list(ks),
                          "threshold": threshold, "alpha": alpha},
-              "report": os.path.join(out, "marginalize", "report.json")}
+              "report": mg.report_path(os.path.join(out, "marginalize"))}
     result["table_markdown"] = markdown(result)
     say("\n" + result["table_markdown"])
     for r in claim_rows:

@@ -24,7 +24,7 @@ from absl import flags, logging
 from dense_cf import methods
 from dense_cf.configs.base import base_config, resolve_paths
 from dense_cf.eval import compare as compare_lib
-from dense_cf.eval import stats
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
@@ -161,7 +161,7 @@ def with_new_defaults(saved: Any, defaults: Any) -> Any:
 
 
 def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
-                      required: Sequence[str] = ("report.json", "aar.json")) -> str | None:
+                      required: Sequence[str] = (outcomes.REPORT, outcomes.AAR)) -> str | None:
     """The eval directory of a run in ``workdir`` that finished ``config``'s steps and was
     evaluated (the ``required`` reports are there); None when it must (still) be trained or
     evaluated. Raises when ``workdir`` holds a run of another config."""
@@ -188,15 +188,14 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     if summary.get("step") != config.train.num_steps or "eval" not in summary:
         return None
     d = rd.eval(summary["step"])
-    ok = all(os.path.exists(os.path.join(d, f)) for f in required)
-    return d if ok else None
+    return d if outcomes.evaluated(d, required) else None
 
 
 Trainer = Callable[[ml_collections.ConfigDict, str], dict[str, Any]]
 
 
 def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
-                   required: Sequence[str] = ("report.json", "aar.json"),
+                   required: Sequence[str] = (outcomes.REPORT, outcomes.AAR),
                    train: Trainer = train_and_evaluate) -> tuple[str, bool]:
     """``(eval directory, trained here?)`` of ``config``'s run in ``workdir``: a run that finished
     and was evaluated (:func:`finished_eval_dir`) is read back, not touched; otherwise
@@ -233,7 +232,7 @@ class StudyRun:
 
     name: str
     config: Callable[[int], ml_collections.ConfigDict]
-    required: tuple[str, ...] = ("report.json", "aar.json")
+    required: tuple[str, ...] = (outcomes.REPORT, outcomes.AAR)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -162,7 +162,7 @@ def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1
               "params": {"model": model, "steps": steps, "worlds": worlds, "qpp": qpps,
                          "passages": passages, "test_questions": test_questions,
                          "batch": batch, "lr": lr, "seed": seed},
-              "reports": {n: os.path.join(out, "marginalize", n, "report.json") for n in names}}
+              "reports": {n: mg.report_path(os.path.join(out, "marginalize", n)) for n in names}}
     write_json(os.path.join(out, "summary.json"), result)
     return result
 

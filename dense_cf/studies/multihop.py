@@ -42,8 +42,8 @@ from dense_cf import app as _app
 from dense_cf.configs.presets import MDR_READER, mdr_reader_config
 from dense_cf.configs.studies import mdr_config
 from dense_cf.eval import e2e as e2e_lib
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
 from dense_cf.eval.multihop import add_reader, evaluate_multihop
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import make_dir
@@ -111,10 +111,9 @@ def _outcomes(report: dict[str, Any]) -> dict[str, Any]:
 def _aar(eval_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     out = {}
     for hop in ("hop1", "hop2"):
-        p = os.path.join(eval_dir, f"aar_scores_{hop}.npz")
-        if os.path.exists(p):
-            with np.load(p) as z:
-                out[hop] = (z["gold_index"].astype(np.int64), z["pos"] > z["cf"])
+        z = outcomes.read_aar_scores(eval_dir, hop)
+        if z is not None:
+            out[hop] = (z["gold_index"], z["pos"] > z["cf"])
     return out
 
 
@@ -153,7 +152,7 @@ def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, A
                  corpus_path: str, *, steps: int, questions: int, seed: int) -> dict[str, Any]:
     """Trains the reader on ``mdr_dir``'s train chains (reused when there) and reads every
     report's saved test chains with it (module docstring); returns its set-up, each run's
-    Table 5 figures and ``e2e.json`` summaries (the per-question outcomes)."""
+    Table 5 figures and end-to-end summaries (the per-question outcomes)."""
     t0 = time.perf_counter()
     files = split_files(mdr_dir, mdr_run, {"train": questions,
                                            "dev": MDR_READER["dev_questions"]},
@@ -171,8 +170,7 @@ def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, A
     for m, rep in reports.items():
         figures[m] = add_reader(rep["out_dir"], reader_dir, corpus, ks=MDR_READER["eval_ks"],
                                 reader_run=run)
-        with open(os.path.join(rep["out_dir"], "e2e.json")) as f:
-            e2e[m] = json.load(f)
+        e2e[m] = outcomes.read_json(rep["out_dir"], outcomes.E2E, required=True)
     return {"dir": reader_dir, "step": summary.get("step"), "data": summary.get("data", {}),
             "dev": summary.get("dev", {}), "figures": figures, "e2e": e2e,
             "minutes": round((time.perf_counter() - t0) / 60, 1)}
@@ -234,8 +232,7 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
         summaries[method] = {**t.summary, "run": t.run}
         minutes[method] = round(t.seconds / 60, 1)
         ev = summaries[method]["eval"]["multihop"]
-        with open(os.path.join(ev["out_dir"], "report.json")) as f:
-            reports[method] = json.load(f)
+        reports[method] = outcomes.read_report(ev["out_dir"], required=True)
         logging.info("%s: chain R@k %s in %.1f min", method, ev["top_k"], minutes[method])
     if zero_shot:  # MiniLM as published: its own (mean, normalised) pooling
         cfg = mdr_config("mdr", data_dir, **kw)
@@ -245,8 +242,7 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
         workdir = model_workdir(cfg, harness.run_dir(out, "zero-shot", seed))
         ev = evaluate_multihop(workdir, run=pretrained_run(cfg))
         minutes["zero-shot"] = round((time.perf_counter() - t0) / 60, 1)
-        with open(os.path.join(ev["out_dir"], "report.json")) as f:
-            reports["zero-shot"] = json.load(f)
+        reports["zero-shot"] = outcomes.read_report(ev["out_dir"], required=True)
 
     names = (NAMES["mdr"], NAMES["mdr-eadpr"])
     reader_res: dict[str, Any] = {}
