@@ -11,6 +11,12 @@ Cache identity has two forms:
   derived from one input file (the tokenised training cache, evidence annotations);
 - :func:`content_sha256` / :func:`sha256_hex`: content itself, for artifacts shared across files
   or hosts (embedding exports keyed by the corpus rows, BM25 indexes keyed by their corpus).
+
+Integrity (docs/reliability.md, "What we promise"): a producer records the sha256 of the files
+it wrote in a checksum file in ``sha256sum`` format (:func:`write_sums`: ``SHA256SUMS`` for a
+directory, ``<file>.sha256`` beside one file), and a consumer checks it before trusting them
+(:func:`verify_sums`): a mismatch is :class:`IntegrityError`, one line naming the file and how
+to rebuild it. ``sha256sum -c SHA256SUMS`` in the directory checks the same by hand.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "at
            "sha256_hex", "tmp_path", "to_jsonable", "write_json", "LOCK_NAME", "UserError", "WorkdirLockedError",
            "DiskFullError", "is_disk_full", "human_bytes", "tree_bytes",
            "workdir_lock", "unwritable_error", "STAGING_MARKER", "make_dir", "staging_dir",
-           "remove_stale_staging", "build_dir_atomically"]
+           "remove_stale_staging", "build_dir_atomically", "SUMS_NAME", "SIDECAR_SUFFIX",
+           "IntegrityError", "file_sha256", "write_sums", "read_sums", "check_sums",
+           "verify_sums", "sidecar"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -369,6 +377,113 @@ def content_sha256(chunks: Iterable[bytes]) -> str:
     for c in chunks:
         h.update(c)
     return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------ integrity
+SUMS_NAME = "SHA256SUMS"      # a directory's checksum file (``sha256sum -c`` reads it)
+SIDECAR_SUFFIX = ".sha256"    # one file's checksum file: ``<file>.sha256``
+_HASH_CHUNK = 1 << 22
+
+
+class IntegrityError(UserError):
+    """A file's content differs from the sha256 its producer recorded: it changed after it was
+    written (a flipped bit, a partial overwrite, an edit)."""
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes, read in 4 MB chunks (constant memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sidecar(path: str | os.PathLike) -> str:
+    """The checksum file of one file: ``<path>.sha256``."""
+    return os.fspath(path) + SIDECAR_SUFFIX
+
+
+def write_sums(sums_path: str | os.PathLike, paths: Iterable[str | os.PathLike],
+               known: dict[str, str] | None = None) -> dict[str, str]:
+    """Hashes ``paths`` (files in or under the directory of ``sums_path``) and writes
+    ``<sha256>  <relative path>`` lines, sorted, atomically; a relative path in ``known`` takes
+    the hash given there (checked already) instead of a read. Returns {relative path: sha256}."""
+    base = os.path.dirname(os.path.abspath(sums_path))
+    sums = {}
+    for p in paths:
+        rel = os.path.relpath(os.path.abspath(p), base)
+        if rel.startswith(os.pardir) or "\n" in rel:
+            raise ValueError(f"{p}: not a file under {base}")
+        sums[rel] = known[rel] if known and rel in known else file_sha256(p)
+    with atomic_open(sums_path) as f:
+        f.write("".join(f"{h}  {rel}\n" for rel, h in sorted(sums.items())))
+    return sums
+
+
+def read_sums(sums_path: str | os.PathLike) -> dict[str, str]:
+    """{relative path: sha256} of a checksum file; a damaged line is :class:`IntegrityError`."""
+    out = {}
+    with open(sums_path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            h, sep, rel = line.rstrip("\n").partition("  ")
+            if not sep or len(h) != 64 or any(c not in "0123456789abcdef" for c in h) or not rel:
+                raise IntegrityError(f"{os.fspath(sums_path)}: line {lineno} is not "
+                                     f"'<sha256>  <file>': the checksum file itself is damaged")
+            out[rel] = h
+    return out
+
+
+# (path, size, mtime_ns) -> sha256 of files checked in this process: a file read by several
+# consumers of one command (an export's index build, then its re-ranker) is hashed once.
+_CHECKED: dict[tuple[str, int, int], str] = {}
+
+
+def _current_sha256(path: str) -> str:
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = file_sha256(path)
+    return _CHECKED[key]
+
+
+def check_sums(sums_path: str | os.PathLike,
+               only: Iterable[str] | None = None) -> list[tuple[str, str | None]]:
+    """(path, None if intact else what is wrong) per file of a checksum file (``only``: these
+    relative paths). A damaged checksum file is one entry naming it."""
+    base = os.path.dirname(os.path.abspath(sums_path))
+    try:
+        sums = read_sums(sums_path)
+    except (IntegrityError, OSError) as e:
+        return [(os.fspath(sums_path), str(e).split(": ", 1)[-1])]
+    wanted = set(only) if only is not None else None
+    out: list[tuple[str, str | None]] = []
+    for rel, want in sorted(sums.items()):
+        if wanted is not None and rel not in wanted:
+            continue
+        path = os.path.join(base, rel)
+        try:
+            got = _current_sha256(path)
+        except FileNotFoundError:
+            out.append((path, f"missing (listed in {sums_path})"))
+            continue
+        except OSError as e:
+            out.append((path, f"unreadable: {e.strerror or e}"))
+            continue
+        out.append((path, None if got == want else
+                    f"content does not match the sha256 recorded in {sums_path} (recorded "
+                    f"{want[:12]}…, now {got[:12]}…): it changed after it was written"))
+    return out
+
+
+def verify_sums(sums_path: str | os.PathLike, rebuild: str,
+                only: Iterable[str] | None = None) -> None:
+    """Raises :class:`IntegrityError` for the first file of ``sums_path`` (``only``: these
+    relative paths) whose content is not what was recorded: one line naming the file, what is
+    wrong and ``rebuild`` (how to make it again)."""
+    for path, problem in check_sums(sums_path, only):
+        if problem is not None:
+            raise IntegrityError(f"{path}: {problem}; {rebuild}")
 
 
 # --------------------------------------------------------------------------------- workdir lock

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from helpers import child_pythonpath, tiny_synthetic_config
 
+from dense_cf import files
 from dense_cf.synthetic import generate as synthetic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,8 +111,11 @@ def test_kill9_during_export_then_rerun_is_identical(world, run_dir, tmp_path):
     np.testing.assert_array_equal(export.load_embeddings(killed), export.load_embeddings(clean))
     assert export.load_passage_ids(killed) == export.load_passage_ids(clean) == corpus.ids
     for name in sorted(os.listdir(clean)):
-        if name != "manifest.json":
+        if name not in ("manifest.json", "SHA256SUMS"):  # the manifest has this run's timing
             assert _read(os.path.join(killed, name)) == _read(os.path.join(clean, name)), name
+    sums = [{k: v for k, v in files.read_sums(os.path.join(d, "SHA256SUMS")).items()
+             if k != "manifest.json"} for d in (killed, clean)]
+    assert sums[0] == sums[1] and len(sums[0]) == 12  # 3 shards x 4 files
     drop = ("encoded_this_run", "skipped_done", "passages_per_s", "seconds", "timing")
     assert ({k: v for k, v in again.items() if k not in drop}
             == {k: v for k, v in full.items() if k not in drop})

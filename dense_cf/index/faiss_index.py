@@ -480,6 +480,9 @@ class DenseIndex:
                     "dim": self.dim, "ntotal": self.ntotal, "spec": self.spec.to_dict(),
                     "shards": shards, "faiss_version": faiss.__version__}
         files.write_json(os.path.join(directory, MANIFEST_NAME), manifest)
+        # Checksums last: a reader checks every shard and the manifest against them.
+        files.write_sums(os.path.join(directory, files.SUMS_NAME),
+                         [os.path.join(directory, n) for n in [MANIFEST_NAME, *(x["file"] for x in shards)]])
         keep = {x["file"] for x in shards}
         for name in os.listdir(directory):  # shards of an earlier, larger save; killed writers'
             if (re.fullmatch(r"shard-\d+\.faiss", name) and name not in keep) or \
@@ -495,6 +498,10 @@ class DenseIndex:
         path = os.path.join(directory, MANIFEST_NAME)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no {MANIFEST_NAME} in {directory} (not a saved DenseIndex)")
+        sums = os.path.join(directory, files.SUMS_NAME)
+        if os.path.exists(sums):  # indexes saved before checksums have none: read unverified
+            files.verify_sums(sums, f"delete {directory} and run the same command again to "
+                                    "rebuild the index from its export")
         with open(path) as f:
             manifest = json.load(f)
         if manifest.get("format") != _FORMAT or manifest.get("version") != _FORMAT_VERSION:

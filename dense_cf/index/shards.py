@@ -8,8 +8,10 @@ and re-ranking indexes read them through :class:`ExportShards`. Layout (module d
     ids-00000.npy          int64 [n_k]
     ...                    (pids-K.txt, spids-K.npy, shard-K.json: the writer's own)
     manifest.json          written last; its ``count`` is the rows of a complete export
+    SHA256SUMS             sha256 of every shard file and the manifest (``files.write_sums``)
 
-Shards are read through memory maps: only the rows asked for are paged in.
+Shards are read through memory maps: only the rows asked for are paged in. Before an export is
+read its files are checked against ``SHA256SUMS`` (:func:`verify_export`, once per process).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
+from dense_cf import files
+
 __all__ = ["EMBEDDINGS_RE", "MANIFEST", "SHARD_FILE_RE", "ExportShards", "check_ids",
-           "check_unique", "check_vectors", "list_shards", "shard_name"]
+           "check_unique", "check_vectors", "list_shards", "shard_name", "verify_export",
+           "REBUILD_EXPORT_FILE"]
 
 MANIFEST = "manifest.json"
 EMBEDDINGS_RE = re.compile(r"^embeddings-(\d+)\.npy$")
@@ -33,6 +38,23 @@ SHARD_FILE_RE = re.compile(r"(?:embeddings|ids|pids|spids|shard)-(\d{5})\.(?:npy
 def shard_name(kind: str, k: int, ext: str = "npy") -> str:
     """``<kind>-<k:05d>.<ext>``, e.g. ``embeddings-00003.npy``."""
     return f"{kind}-{k:05d}.{ext}"
+
+
+# How to rebuild a damaged export file: its shard is re-encoded (a shard with a file missing is
+# not done), or, for manifest.json, every shard is checked again and the manifest rewritten.
+REBUILD_EXPORT_FILE = ("delete that file and run the same command again (its shard is "
+                       "re-encoded; other shards are kept)")
+
+
+def verify_export(emb_dir: str, only: Iterable[str] | None = None) -> bool:
+    """Checks an export's files (``only``: these names) against its ``SHA256SUMS``; raises
+    :class:`~dense_cf.files.IntegrityError` naming the first changed file. False when the
+    export has no ``SHA256SUMS`` (written before checksums): nothing to check."""
+    sums = os.path.join(emb_dir, files.SUMS_NAME)
+    if not os.path.exists(sums):
+        return False
+    files.verify_sums(sums, REBUILD_EXPORT_FILE, only)
+    return True
 
 
 def list_shards(emb_dir: str) -> list[tuple[str, str]]:
@@ -93,6 +115,7 @@ class ExportShards:
     def __init__(self, emb_dir: str):
         self.dir = emb_dir
         self.files = list_shards(emb_dir)  # raises on an empty or missing directory
+        verify_export(emb_dir)
         counts, self.dim, first, all_ids = [], None, None, []
         for emb_path, ids_path in self.files:
             arr = np.load(emb_path, mmap_mode="r")  # the header only; no data is read

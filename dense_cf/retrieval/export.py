@@ -31,6 +31,11 @@ not fooled by two corpora with the same ids and size (synthetic corpora number p
 and costs one sha256 pass over the text (~13 GB for psgs_w100: tens of seconds, against hours
 of encoding); it is computed while the rows stream past, so there is no extra read.
 
+Integrity: ``SHA256SUMS`` (``files.write_sums``) holds the sha256 of every shard file and of the
+manifest, written when the export finishes. A shard is reused only after its files match it,
+and every reader checks the export first (``index.shards.verify_export``): a changed file is
+refused with one line naming it (delete it and rerun to re-encode its shard).
+
 A directory whose manifest records a *complete* export of another corpus is never overwritten:
 the export stops with an error naming both corpora at the first shard whose rows differ, before
 overwriting it (re-exporting in place would destroy hours of encoding; a fresh sibling
@@ -60,7 +65,7 @@ from flax import linen as nn
 from jax.experimental import multihost_utils
 
 from dense_cf import files
-from dense_cf.index.shards import MANIFEST, SHARD_FILE_RE, shard_name
+from dense_cf.index.shards import MANIFEST, SHARD_FILE_RE, shard_name, verify_export
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
 from dense_cf.parallel import jit_cache
@@ -344,6 +349,8 @@ class _ShardedExport:
                             "verified against this corpus and are re-encoded", out_dir)
             previous = None
         self.previous = previous  # a complete export of a known corpus: never overwritten
+        self.sums = self._recorded_sums()  # {file name: sha256} of the last finished export
+        self.reused: set[str] = set()      # names of the shard files kept (checked) this run
         first = _read_json(self.path(shard_name("shard", 0, "json"))) or {}
         kept = (previous or {}).get("shard_size") or first.get("shard_size")
         if kept and int(kept) != shard_size:
@@ -358,6 +365,17 @@ class _ShardedExport:
 
     def path(self, name: str) -> str:
         return os.path.join(self.out_dir, name)
+
+    def _recorded_sums(self) -> dict[str, str]:
+        if not os.path.exists(self.path(files.SUMS_NAME)):
+            return {}
+        sums = files.read_sums(self.path(files.SUMS_NAME))
+        if self.previous is not None and MANIFEST in sums:  # trusted for reuse and conflicts
+            verify_export(self.out_dir, [MANIFEST])
+        return sums
+
+    def _write_sums(self, names: Iterable[str], known: dict[str, str]) -> dict[str, str]:
+        return files.write_sums(self.path(files.SUMS_NAME), [self.path(n) for n in names], known)
 
     def shards(self, rows: Iterable[tuple[str, str, str]]):
         return enumerate(_chunks(rows, self.shard_size))
@@ -380,13 +398,23 @@ class _ShardedExport:
                   "first_passage": self.passages, "shard_size": self.shard_size,
                   "settings": self.settings}
         self.passages += len(chunk)
-        stored, code = None, 0
+        stored, code, damaged = None, 0, ""
         if self.writer:
             stored, code = self._decide(k, record, names)
+            if code == 1:  # a kept shard's files must be the ones its export recorded
+                try:
+                    verify_export(self.out_dir, [n for n in names.values() if n in self.sums])
+                except files.IntegrityError as e:
+                    code, damaged = 3, str(e)
         if jax.process_count() > 1:
             code = int(multihost_utils.broadcast_one_to_all(np.asarray(code, np.int32)))
             if code == 1 and stored is None:  # other hosts read the record host 0 accepted
                 stored = _read_json(self.path(names["record"]))
+        if code == 3:
+            raise files.IntegrityError(damaged or f"shard {k} of {self.out_dir} is damaged "
+                                       "(process 0 names the file)")
+        if code == 1:
+            self.reused.update(names.values())
         if code == 2:
             raise ValueError(self._conflict(f"differs from it in passages {record['first_passage']}"
                                             f"-{self.passages - 1} (shard {k})"))
@@ -430,6 +458,9 @@ class _ShardedExport:
             files.remove_if_exists(self.path(MANIFEST))
             self._incomplete = True
         files.remove_if_exists(self.path(names["embeddings"]))  # a crash below: not "done"
+        if any(n in self.sums for n in names.values()):  # their recorded hashes are stale now
+            self.sums = {n: h for n, h in self.sums.items() if n not in names.values()}
+            self._write_sums(self.sums, self.sums)
         for key, arr in arrays.items():
             files.atomic_save_npy(self.path(names[key]), arr)
         for key, text in texts.items():
@@ -457,7 +488,14 @@ class _ShardedExport:
                 m = SHARD_FILE_RE.fullmatch(name)
                 if (m and int(m.group(1)) >= len(shards)) or files.is_tmp_name(name):
                     files.remove_if_exists(self.path(name))
+            # Checksums of the shards before the manifest marks the export complete; a shard
+            # kept this run has the hash it was checked against, a new one is read back.
+            names = [n for sh in shards for n in sh.values()
+                     if isinstance(n, str) and SHARD_FILE_RE.fullmatch(n)]
+            known = {n: self.sums[n] for n in self.reused if n in self.sums}
+            known = self._write_sums(names, known)
             files.write_json(self.path(MANIFEST), manifest)
+            self._write_sums(names + [MANIFEST], known)
         return manifest
 
 
@@ -621,6 +659,7 @@ def export_sentences(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
 
 def load_sentence_passages(out_dir: str) -> np.ndarray:
     """int64 [sentences]: the passage row (corpus order) of every exported sentence row."""
+    verify_export(out_dir)
     with open(os.path.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     if manifest.get("unit") != "sentence":
@@ -631,6 +670,7 @@ def load_sentence_passages(out_dir: str) -> np.ndarray:
 
 def load_passage_ids(out_dir: str) -> list[str]:
     """Corpus ids in row order, from an export directory."""
+    verify_export(out_dir)
     with open(os.path.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     out: list[str] = []
@@ -642,6 +682,7 @@ def load_passage_ids(out_dir: str) -> list[str]:
 
 def load_embeddings(out_dir: str) -> np.ndarray:
     """All embeddings (float32) of an export, in row order (small corpora/tests)."""
+    verify_export(out_dir)
     with open(os.path.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     return np.concatenate([np.load(os.path.join(out_dir, s["embeddings"])).astype(np.float32)

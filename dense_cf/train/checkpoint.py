@@ -4,10 +4,22 @@ Saves are asynchronous; ``restore`` puts arrays straight into the mesh using the
 the abstract target, so no host ever holds the full state when it is sharded. Resuming from an
 unreadable newest checkpoint (a truncated file, a crash mid-save) falls back to the newest intact
 one; the unreadable step directories are moved aside, not deleted.
+
+Every finished step is sealed: process 0 hashes its files into ``<step>/SHA256SUMS``
+(``files.write_sums``), with the training inputs' hashes in ``<step>/inputs.json`` when the
+trainer gives them. A restore checks the step against it first, so a step whose bytes changed
+after it was written (a flipped bit, an overwrite that keeps the size) is unreadable like a
+truncated one. A step without ``SHA256SUMS`` (older runs, or a kill between the save and its
+seal) is restored unverified, with a warning.
+
+A save that fails (a full disk, an I/O error) removes its ``*.orbax-checkpoint-tmp`` directory
+before the error is raised; so does :meth:`Checkpointer.abandon` when training stops on another
+error while a save is in flight.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import logging as py_logging
@@ -22,9 +34,11 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
+from dense_cf import files
 from dense_cf.files import DiskFullError, UserError, is_disk_full
 
 TMP_CHECKPOINT_MARK = ".orbax-checkpoint-tmp"  # orbax's name for a step still being written
+INPUTS_NAME = "inputs.json"  # beside a step's items: sha256 of the files it was trained from
 
 
 class CheckpointError(UserError):
@@ -120,7 +134,9 @@ class Checkpointer:
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
             enable_async_checkpointing=async_save, create=True,
             cleanup_tmp_directories=True)  # a save cut short (kill, full disk) is never "valid"
+        self._async = async_save
         self._pending: tuple[int, int] | None = None  # (step, bytes) of the save in flight
+        self.inputs: dict[str, Any] | None = None  # recorded in each sealed step (inputs.json)
         if remove_partial:  # a save cut short by a kill: orbax leaves it on some paths
             self._remove_partial_saves()
         _quiet_orbax_failures()
@@ -140,20 +156,81 @@ class Checkpointer:
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=force))
         if saved:
             logging.info("checkpoint: saving step %d to %s (async)", step, self.directory)
+        if not self._async:  # written already: seal it now
+            self.wait()
         return saved
 
     def _guard(self, fn: Any) -> Any:
-        """``fn()``, with a full disk turned into one clear error (the partial save removed)."""
+        """``fn()``; when it fails the partial save is removed first, and a full disk becomes
+        one clear error."""
         try:
             return fn()
         except Exception as e:
-            if not is_disk_full(e):
-                raise
             step, nbytes = self._pending or (None, 0)
             self._remove_partial_saves()
+            if not is_disk_full(e):
+                raise
             raise DiskFullError.for_path(self.directory, nbytes,
                                          what=f"checkpoint step {step} to {self.directory}",
                                          estimate=True) from e
+
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def _seal(self, step: int) -> None:
+        """Process 0 writes ``<step>/SHA256SUMS`` over the finished step's files (and
+        ``inputs.json`` first, when the trainer recorded its inputs)."""
+        d = self.step_dir(step)
+        sums = os.path.join(d, files.SUMS_NAME)
+        if jax.process_index() != 0 or not os.path.isdir(d) or os.path.exists(sums):
+            return
+        try:
+            if self.inputs is not None:
+                files.write_json(os.path.join(d, INPUTS_NAME), self.inputs)
+            paths = [os.path.join(r, n) for r, _, ns in os.walk(d) for n in ns
+                     if n != files.SUMS_NAME and not files.is_tmp_name(n)]
+            files.write_sums(sums, paths)
+        except Exception as e:
+            files.remove_if_exists(sums)
+            if is_disk_full(e):
+                raise DiskFullError.for_path(sums, 4096, what=f"the checksums of checkpoint step "
+                                             f"{step} in {self.directory}", estimate=True) from e
+            raise
+
+    def verify_step(self, step: int) -> bool:
+        """Raises :class:`~dense_cf.files.IntegrityError` naming the first file of ``step``
+        whose bytes differ from its ``SHA256SUMS``; False when the step has none (unverified)."""
+        sums = os.path.join(self.step_dir(step), files.SUMS_NAME)
+        if not os.path.exists(sums):
+            return False
+        files.verify_sums(sums, f"checkpoint step {step} in {self.directory} is damaged")
+        return True
+
+    def _checked(self, step: int) -> None:
+        if not self.verify_step(step):
+            logging.warning("checkpoint: step %d in %s has no %s (written before checksums, or "
+                            "killed right after its save): restored unverified", step,
+                            self.directory, files.SUMS_NAME)
+
+    @contextlib.contextmanager
+    def abandon_on_error(self):
+        """Around the training loop: an error there (not a second signal, which stops at once)
+        abandons (:meth:`abandon`) the save in flight before it propagates."""
+        try:
+            yield self
+        except Exception:
+            self.abandon()
+            raise
+
+    def abandon(self) -> None:
+        """After training failed on another error: waits for a save in flight (its own error is
+        dropped: the first error is the one reported) and removes what it left half-written."""
+        with contextlib.suppress(Exception):
+            self.manager.wait_until_finished()
+        self._pending = None
+        self._remove_partial_saves()
+        with contextlib.suppress(Exception):
+            self.manager.close()
 
     def _remove_partial_saves(self) -> None:
         if jax.process_index() != 0 or not os.path.isdir(self.directory):
@@ -199,6 +276,7 @@ class Checkpointer:
             f"away to train from scratch")
 
     def _restore(self, abstract_state: Any, step: int) -> tuple[Any, dict[str, Any], int]:
+        self._checked(step)
         out = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
         logging.info("checkpoint: restored step %d from %s", step, self.directory)
@@ -211,6 +289,7 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        self._checked(step)  # evaluating a damaged step is refused, not replaced by another
         target = {"params": abstract_params}
         out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
@@ -236,6 +315,8 @@ class Checkpointer:
 
     def wait(self) -> None:
         self._guard(self.manager.wait_until_finished)
+        if self._pending is not None:
+            self._seal(self._pending[0])
         self._pending = None
 
     def check(self) -> None:

@@ -173,7 +173,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
                         save_interval_steps=config.train.checkpoint_every,
                         async_save=config.train.async_checkpoint, remove_partial=True)
     chunks = int(config.train.grad_cache_chunks)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    # An error in the loop removes a save's half-written step before it propagates.
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules), ckpt.abandon_on_error():
         state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
         hf_params = None
         it = method.inputs.batch_iterator(

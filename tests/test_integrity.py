@@ -1,0 +1,199 @@
+"""Issue 49: nothing silently wrong. Every artefact a later stage trusts carries the sha256 its
+producer recorded (``files.write_sums``), and its consumer checks it: a checkpoint step whose
+bytes changed falls back to the newest intact step with a warning; a changed export shard,
+index file, negatives file or HF export is refused with one line naming the file."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dense_cf import files
+from dense_cf.train.checkpoint import Checkpointer, abstract_like
+
+
+def flip_byte(path: str, at: float = 0.5) -> None:
+    """Overwrites one byte in the middle of ``path`` (size unchanged): bit rot, a stray write."""
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(int(size * at))
+        b = f.read(1)
+        f.seek(int(size * at))
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+# ------------------------------------------------------------------------------ the helpers
+def test_sums_detect_a_changed_byte_and_name_the_file(tmp_path):
+    a, b = tmp_path / "a.bin", tmp_path / "sub" / "b.bin"
+    b.parent.mkdir()
+    a.write_bytes(os.urandom(10_000))
+    b.write_bytes(b"x" * 100)
+    sums = tmp_path / files.SUMS_NAME
+    files.write_sums(sums, [a, b])
+    assert files.read_sums(sums) == {"a.bin": files.file_sha256(a), "sub/b.bin": files.file_sha256(b)}
+    files.verify_sums(sums, "rebuild it")
+    flip_byte(str(a))
+    with pytest.raises(files.IntegrityError, match=r"a\.bin: content does not match .*; rebuild it$"):
+        files.verify_sums(sums, "rebuild it")
+    files.verify_sums(sums, "x", only=["sub/b.bin"])  # only the files asked for
+    os.remove(b)
+    assert [p for p, problem in files.check_sums(sums) if problem] == [str(a), str(b)]
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def _state(shift: float):
+    p = {"w": jnp.arange(4096.0).reshape(64, 64) + shift, "b": jnp.full((64,), shift)}
+    return {"params": p, "opt": optax.adam(1e-3).init(p)}
+
+
+def _largest_param_file(step_dir: str) -> str:
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(step_dir, "state")) for f in fs]
+    return max(paths, key=os.path.getsize)
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_flipped_byte_in_a_checkpoint_falls_back_to_the_intact_step(tmp_path, caplog, async_save):
+    """Before: the damaged step 2 restored with rc 0, no warning and other parameters."""
+    d = str(tmp_path / "checkpoints")
+    c = Checkpointer(d, async_save=async_save, save_interval_steps=1)
+    c.save(1, _state(1.0), {"pos": 1})
+    c.save(2, _state(2.0), {"pos": 2})
+    c.close()
+    assert all(os.path.exists(os.path.join(d, s, files.SUMS_NAME)) for s in ("1", "2"))
+    victim = _largest_param_file(os.path.join(d, "2"))
+    flip_byte(victim)
+    c = Checkpointer(d, async_save=False, save_interval_steps=1)
+    with pytest.raises(files.IntegrityError, match=f"{victim}: content does not match"):
+        c.restore_params(abstract_like(_state(0.0)["params"]))  # evaluation: refused
+    with caplog.at_level(logging.WARNING):
+        state, data, step = c.restore(abstract_like(_state(0.0)))
+    assert step == 1 and data == {"pos": 1}
+    np.testing.assert_array_equal(np.asarray(state["params"]["w"]),
+                                  np.asarray(_state(1.0)["params"]["w"]))
+    msgs = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("step 2" in m and "IntegrityError" in m and victim in m for m in msgs), msgs
+    assert any("newest step 2 unreadable; resumed from step 1" in m for m in msgs), msgs
+    c.close()
+
+
+# ------------------------------------------------------------------ a failed save (issue 49 §4)
+def _failing_finalize(monkeypatch, delay: float = 0.0):
+    """Orbax's last act of a save (renaming the finished temporary step into place) fails with
+    an I/O error, as on a disk that went bad; the step was fully written under its tmp name."""
+    import asyncio
+
+    from orbax.checkpoint._src.path import atomicity
+
+    async def finalize(self, *args, **kwargs):
+        await asyncio.sleep(delay)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", finalize)
+
+
+def _left(d: str) -> list[str]:
+    return sorted(os.listdir(d))
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_failed_save_removes_its_temporary_step_before_the_error(tmp_path, monkeypatch, async_save):
+    """Before: an I/O error (not a full disk) left ``2.orbax-checkpoint-tmp`` beside step 1
+    until the next start."""
+    d = str(tmp_path / "checkpoints")
+    c = Checkpointer(d, async_save=async_save, save_interval_steps=1)
+    c.save(1, _state(1.0), {"pos": 1})
+    c.wait()
+    _failing_finalize(monkeypatch)
+    with pytest.raises(Exception, match="Input/output error"):
+        c.save(2, _state(2.0), {"pos": 2})
+        c.wait()
+    assert _left(d) == ["1"]  # checked right after the failure, not after a restart
+
+
+def test_an_error_elsewhere_during_a_failing_save_removes_its_temporary_step(tmp_path, monkeypatch):
+    """Training stops on another error (the metric writer's) while an async save is in flight
+    and then fails: before, the first error propagated and the save's temporary step stayed."""
+    d = str(tmp_path / "checkpoints")
+    c = Checkpointer(d, async_save=True, save_interval_steps=1)
+    c.save(1, _state(1.0), {"pos": 1})
+    c.wait()
+    _failing_finalize(monkeypatch, delay=0.3)
+    with pytest.raises(RuntimeError, match="the metric writer failed"):
+        with c.abandon_on_error():
+            c.save(2, _state(2.0), {"pos": 2})
+            raise RuntimeError("the metric writer failed")
+    assert _left(d) == ["1"]
+
+
+# ------------------------------------------------------------------ exports and indexes
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from dense_cf.synthetic import generate as synthetic
+    d = tmp_path_factory.mktemp("world")
+    synthetic.generate(str(d), num_passages=300, seed=3)
+    return d
+
+
+@pytest.fixture(scope="module")
+def run_dir(world, tmp_path_factory):
+    from helpers import tiny_synthetic_config
+
+    from dense_cf.train import loop
+    workdir = str(tmp_path_factory.mktemp("run"))
+    loop.train(tiny_synthetic_config(world, **{"train.num_steps": 1}), workdir)
+    return workdir
+
+
+def _nan_into(path: str, row: int = 3) -> None:
+    """A few float32 NaNs written over row ``row`` of an .npy shard (size unchanged)."""
+    arr = np.load(path, mmap_mode="r")
+    offset = os.path.getsize(path) - arr.nbytes + row * arr.shape[1] * arr.itemsize
+    del arr
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(np.full(4, np.nan, np.float32).tobytes())
+
+
+def test_a_changed_export_shard_or_index_file_is_refused_naming_it(world, run_dir, tmp_path):
+    """Before: NaNs written into an export shard, then the evaluation re-run from the kept
+    export: rc 0, no warning, another report. Now the reuse, every reader of the export and the
+    saved index refuse the changed file in one line; deleting it re-encodes just its shard."""
+    from dense_cf.index.shards import ExportShards
+    from dense_cf.retrieval import export, retriever
+    from dense_cf.retrieval.corpus import load_corpus
+    from dense_cf.train.run import RunDir, load_run
+    run, corpus = load_run(run_dir), load_corpus(str(world / "psgs_synth.tsv"))
+    work = str(tmp_path / "eval")
+    kw = dict(kind="flat", batch_size=64, dtype="float32", shard_size=100)
+    retriever.ensure_index(run, corpus, work, **kw)
+    out = RunDir(work).export(run.step)
+    sums = files.read_sums(os.path.join(out, files.SUMS_NAME))
+    assert {"manifest.json", "embeddings-00002.npy", "pids-00000.txt", "shard-00001.json"} <= set(sums)
+    before = export.load_embeddings(out)
+    _, timing = retriever.ensure_index(run, corpus, work, **kw)  # intact: reused as before
+    assert timing["encoded_this_run"] == 0 and timing["index_reused"]
+
+    victim = os.path.join(out, "embeddings-00001.npy")
+    _nan_into(victim)
+    for read in (lambda: retriever.ensure_index(run, corpus, work, **kw),
+                 lambda: export.load_embeddings(out), lambda: ExportShards(out)):
+        with pytest.raises(files.IntegrityError) as e:
+            read()
+        assert str(e.value).startswith(f"{victim}: content does not match the sha256 recorded")
+        assert "delete that file and run the same command again" in str(e.value)
+    os.remove(victim)
+    _, timing = retriever.ensure_index(run, corpus, work, **kw)
+    assert timing["encoded_this_run"] == 100  # that shard only
+    np.testing.assert_array_equal(export.load_embeddings(out), before)
+
+    index_dir = RunDir(work).index(run.step, "flat")
+    shard = os.path.join(index_dir, "shard-00000.faiss")
+    flip_byte(shard, 0.7)
+    with pytest.raises(files.IntegrityError, match=f"{shard}: content does not match.*delete "
+                                                   f"{index_dir} and run the same command again"):
+        retriever.ensure_index(run, corpus, work, **kw)
