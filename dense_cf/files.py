@@ -48,7 +48,7 @@ __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "at
            "workdir_lock", "unwritable_error", "STAGING_MARKER", "make_dir", "staging_dir",
            "remove_stale_staging", "build_dir_atomically", "SUMS_NAME", "SIDECAR_SUFFIX",
            "IntegrityError", "file_sha256", "write_sums", "read_sums", "check_sums",
-           "verify_sums", "sidecar"]
+           "verify_sums", "sidecar", "write_sidecar", "verify_sidecar"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -484,6 +484,22 @@ def verify_sums(sums_path: str | os.PathLike, rebuild: str,
     for path, problem in check_sums(sums_path, only):
         if problem is not None:
             raise IntegrityError(f"{path}: {problem}; {rebuild}")
+
+
+def write_sidecar(path: str | os.PathLike) -> str:
+    """Writes ``<path>.sha256`` for one finished file; returns its sha256."""
+    return write_sums(sidecar(path), [path])[os.path.basename(path)]
+
+
+def verify_sidecar(path: str | os.PathLike, rebuild: str) -> bool:
+    """Checks ``path`` against its ``<path>.sha256`` when it has one (False when not: a file
+    from elsewhere, nothing to check); a mismatch is :class:`IntegrityError` ending in
+    ``rebuild``, or in deleting the checksum file when the change was meant."""
+    if not os.path.exists(sidecar(path)):
+        return False
+    verify_sums(sidecar(path), f"{rebuild} (if you changed it on purpose, delete "
+                               f"{sidecar(path)})", [os.path.basename(path)])
+    return True
 
 
 # --------------------------------------------------------------------------------- workdir lock

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -197,3 +198,55 @@ def test_a_changed_export_shard_or_index_file_is_refused_naming_it(world, run_di
     with pytest.raises(files.IntegrityError, match=f"{shard}: content does not match.*delete "
                                                    f"{index_dir} and run the same command again"):
         retriever.ensure_index(run, corpus, work, **kw)
+
+
+# ------------------------------------------------------------------ mined negatives
+def test_changed_mined_negatives_are_refused_by_the_reader(world, tmp_path):
+    """Before: a BM25 negatives file changed after mining was trained on as it was. Now the
+    biencoder reader (every trainer reads through it) refuses it in one line; deleting the
+    checksum file is the way to use a file changed on purpose."""
+    from dense_cf.cli import mine_bm25
+    from dense_cf.datasets import formats
+    out = str(tmp_path / "bm25-negs.json")
+    mine_bm25.run_cli(["--input", str(world / "biencoder-synth-train.json"),
+                       "--corpus", str(world / "psgs_synth.tsv"), "--num_negatives", "3",
+                       "--top_k", "10", "--output", out])
+    assert files.read_sums(out + ".sha256") == {"bm25-negs.json": files.file_sha256(out)}
+    n = len(formats.read_biencoder(out))
+    text = open(out, encoding="utf-8").read()
+    at = text.index('"text": "') + len('"text": "')
+    with open(out, "r+b") as f:  # one letter of a passage changed: still valid JSON
+        f.seek(len(text[:at].encode()))
+        f.write(b"Q")
+    with pytest.raises(files.IntegrityError, match=f"{out}: content does not match .*rebuild it "
+                       f"with the command that wrote it .*delete {out}.sha256"):
+        formats.read_biencoder(out)
+    os.remove(out + ".sha256")
+    assert len(formats.read_biencoder(out)) == n
+
+
+# ------------------------------------------------------------------ the HF export
+def test_a_changed_hf_export_is_refused_before_its_weights_are_used(run_dir, tmp_path):
+    """Before: bytes changed inside an exported ``model.safetensors`` (size unchanged) loaded
+    as other weights, silently. Now every tower directory has its SHA256SUMS and the one
+    safetensors reader checks it."""
+    from dense_cf.models import checkpoints
+    from dense_cf.retrieval import model_export
+    from dense_cf.train.run import load_run
+    out = str(tmp_path / "hf")
+    model_export.export_run(run_dir, out)
+    config = load_run(run_dir).model.config
+    source = checkpoints.tower_source(out, "question")
+    weights = os.path.join(source.model_dir, "model.safetensors")
+    assert "model.safetensors" in files.read_sums(os.path.join(source.model_dir, files.SUMS_NAME))
+    intact = checkpoints.load_tower(source, config)
+    size = os.path.getsize(weights)
+    flip_byte(weights, 0.9)  # inside the tensor data, past the header
+    assert os.path.getsize(weights) == size
+    with pytest.raises(files.IntegrityError, match=f"{weights}: content does not match.*export it "
+                                                   "again .*export_hf --overwrite"):
+        checkpoints.load_tower(source, config)
+    os.remove(os.path.join(source.model_dir, files.SUMS_NAME))  # the old code's view: no check
+    changed = checkpoints.load_tower(source, config)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(intact),
+                                                        jax.tree.leaves(changed)))

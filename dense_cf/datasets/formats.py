@@ -166,6 +166,8 @@ def iter_biencoder_records(path: PathLike, *, skip_bad: bool = True,
     """
     file = os.fspath(path)
     seen = valid = 0
+    # Mined negatives carry <file>.sha256 (mining/negatives.py): a file changed since is refused.
+    files.verify_sidecar(file, f"rebuild it with the command that wrote it (see {file}.meta.json)")
     with local_report(report) as rep, open_bytes(path) as fp:
         stream = JsonStream(fp, file, chunk_size)
         for index, obj, duplicate in stream.iter_array():
@@ -332,6 +334,8 @@ def iter_retrieval_results(path: PathLike, *, skip_bad: bool = True,
     """
     file = os.fspath(path)
     seen = valid = 0
+    # Mined negatives carry <file>.sha256 (mining/negatives.py): a file changed since is refused.
+    files.verify_sidecar(file, f"rebuild it with the command that wrote it (see {file}.meta.json)")
     with local_report(report) as rep, open_bytes(path) as fp:
         stream = JsonStream(fp, file, chunk_size)
         for index, obj, duplicate in stream.iter_array():
@@ -586,6 +590,8 @@ def read_gold_info(path: PathLike, *, skip_bad: bool = True, report: SkipReport 
     """
     file = os.fspath(path)
     seen = valid = 0
+    # Mined negatives carry <file>.sha256 (mining/negatives.py): a file changed since is refused.
+    files.verify_sidecar(file, f"rebuild it with the command that wrote it (see {file}.meta.json)")
     with local_report(report) as rep, open_bytes(path) as fp:
         stream = JsonStream(fp, file, chunk_size)
         stream.expect("{", "'{' (a JSON object with a \"data\" list)")

@@ -38,6 +38,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from absl import logging
 
+from dense_cf import files
 from dense_cf.datasets import formats
 from dense_cf.datasets.formats import BiencoderExample, SkipReport
 from dense_cf.index.bm25 import ANSERINI, BM25Index
@@ -275,6 +276,7 @@ def mine_file(input_path: str, output: str, *, rank: RankFn,
                "stats": stats.as_dict(), "settings": settings}
     if writer:
         written = parts.assemble(output, num_shards)
+        files.write_sidecar(output)  # the trainer checks it before reading the negatives
         summary["written"] = written
         write_meta_json(f"{output}.meta.json", summary)
         if not keep_parts:

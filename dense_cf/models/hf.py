@@ -22,7 +22,7 @@ from absl import logging
 from safetensors.numpy import load_file
 from safetensors.numpy import save as safetensors_bytes
 
-from dense_cf.files import UserError, atomic_open, write_json
+from dense_cf.files import SUMS_NAME, UserError, atomic_open, verify_sums, write_json
 from dense_cf.models.bert import BertConfig, BertEncoder
 
 MINILM_ALIASES = frozenset(
@@ -163,6 +163,10 @@ def read_safetensors(model_dir: str) -> dict[str, np.ndarray]:
             if bins else ""
         )
         raise FileNotFoundError(f"no model.safetensors in {model_dir!r}.{hint}")
+    sums = os.path.join(model_dir, SUMS_NAME)
+    if os.path.isfile(sums):  # written by dense_cf's export_hf: weights changed since are refused
+        verify_sums(sums, "export it again (python -m dense_cf.cli.export_hf --overwrite) from "
+                          "the run it came from, or restore the directory from a copy")
     out: dict[str, np.ndarray] = {}
     for fn in files:
         out.update(load_file(fn))

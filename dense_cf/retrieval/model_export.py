@@ -26,7 +26,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from dense_cf.files import UserError, atomic_open, build_dir_atomically, write_json
+from dense_cf.files import (
+    SUMS_NAME,
+    UserError,
+    atomic_open,
+    build_dir_atomically,
+    write_json,
+    write_sums,
+)
 from dense_cf.models import checkpoints
 from dense_cf.train.run import Run, RunDir, load_run
 
@@ -165,6 +172,10 @@ def write_export(run: Run, out_dir: str, *, fmt: str = "hf", workdir: str | None
                 checkpoints.sentence_transformers_files(
                     d, run.model.pooling, run.model.normalize, run.model.config.hidden_size,
                     run.config.data.max_p_len)
+            # Each tower directory stands alone (it may be uploaded by itself): its checksums
+            # beside its files, checked by hf.read_safetensors before the weights are used.
+            write_sums(os.path.join(d, SUMS_NAME), [os.path.join(r, n) for r, _, ns in os.walk(d)
+                                                    for n in ns if n != SUMS_NAME])
         with atomic_open(os.path.join(tmp, "README.md")) as f:
             f.write(_card(run, workdir, fmt, towers))
         write_json(os.path.join(tmp, checkpoints.EXPORT_MANIFEST), manifest)
