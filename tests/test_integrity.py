@@ -250,3 +250,56 @@ def test_a_changed_hf_export_is_refused_before_its_weights_are_used(run_dir, tmp
     changed = checkpoints.load_tower(source, config)
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(intact),
                                                         jax.tree.leaves(changed)))
+
+
+# ------------------------------------------------------------------ inputs changed under a run
+def _own_copy(world, run_dir, tmp_path):
+    """A copy of the run whose config names a copy of the world: its corpus is the run's own
+    (evaluated in the run directory, where the store and export are reused)."""
+    import shutil
+    w, r = tmp_path / "world", tmp_path / "run"
+    shutil.copytree(world, w)
+    shutil.copytree(run_dir, r, ignore=shutil.ignore_patterns("*.lock"))
+    cfg = r / "config.json"
+    cfg.write_text(cfg.read_text().replace(str(world), str(w)))
+    return w, str(r)
+
+
+def _swap_lines(path, i: int, j: int) -> None:
+    lines = open(path, encoding="utf-8").read().split("\n")
+    lines[i], lines[j] = lines[j], lines[i]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+
+
+def test_an_evaluation_against_a_changed_corpus_is_refused_or_rebuilt_on_request(world, run_dir,
+                                                                                  tmp_path):
+    """Before: a passage edited (same size) or rows reordered after the export: rc 0, no
+    warning, the old passages and vectors used. Now refused in one line naming the file; with
+    ``rebuild_changed_corpus`` the store is rebuilt and only the changed shards re-encoded."""
+    from dense_cf.eval.retrieval import evaluate_run
+    from dense_cf.index.passage_store import CorpusChangedError
+    w, work = _own_copy(world, run_dir, tmp_path)
+    corpus = w / "psgs_synth.tsv"
+    first = evaluate_run(work)
+    assert first["timing"]["encoded_this_run"] == 300
+    again = evaluate_run(work)  # unchanged: all reused
+    assert again["timing"]["encoded_this_run"] == 0 and again["timing"]["index_reused"]
+
+    original = corpus.read_bytes()
+    text = original.decode()
+    at = text.index("violinist from") + 1  # one letter of row 1's text, size unchanged
+    corpus.write_bytes((text[:at] + ("X" if text[at] != "X" else "Y") + text[at + 1:]).encode())
+    with pytest.raises(CorpusChangedError, match=f"{corpus} changed since .*corpus_store was "
+                                                 r"built .*\(sha256 .* recorded, now .*"
+                                                 "--rebuild_changed_corpus"):
+        evaluate_run(work)
+    corpus.write_bytes(original)
+    _swap_lines(corpus, 5, 250)  # rows reordered: same bytes, other order
+    with pytest.raises(CorpusChangedError):
+        evaluate_run(work)
+
+    rebuilt = evaluate_run(work, rebuild_changed_corpus=True)
+    # Rows 4 and 249 moved: the two shards (128 passages each) holding them are re-encoded.
+    assert rebuilt["timing"]["encoded_this_run"] == 256 and not rebuilt["timing"]["index_reused"]
+    assert evaluate_run(work)["timing"]["encoded_this_run"] == 0  # and now it is the corpus

@@ -43,31 +43,50 @@ from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
-from dense_cf.files import workdir_lock
+from dense_cf.files import remove_if_exists, workdir_lock
+from dense_cf.index.shards import MANIFEST
 from dense_cf.retrieval.corpus import StoredCorpus, load_qa, open_corpus
 from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.train.run import RunDir, load_run
 
 
-def run_corpus(workdir: str, cfg, corpus_path: str | None = None) -> tuple[RunDir, StoredCorpus]:
+def run_corpus(workdir: str, cfg, corpus_path: str | None = None, *,
+               rebuild_changed: bool = False) -> tuple[RunDir, StoredCorpus]:
     """The directories of a run's artifacts for a corpus (``corpus_path``, default the config's)
     and the corpus, streamed through its passage store (``eval.corpus_store``, default in those
-    directories): a 21M-passage corpus is never held in memory."""
+    directories): a 21M-passage corpus is never held in memory. A corpus changed since its
+    store was built is refused; ``rebuild_changed`` rebuilds the store instead."""
     corpus_file = resolve_data_file(cfg.data, "corpus_file", corpus_path)
     rd = RunDir(workdir).for_corpus(cfg, corpus_file)  # another corpus: its own directories
-    return rd, open_corpus(corpus_file, cfg.eval.corpus_store or rd.corpus_store())
+    return rd, open_corpus(corpus_file, cfg.eval.corpus_store or rd.corpus_store(),
+                           rebuild_changed=rebuild_changed)
+
+
+def _forget_export_of_changed_corpus(rd: RunDir, step: int) -> None:
+    """With --rebuild_changed_corpus: the export's manifest goes, so the export re-checks every
+    shard by the hash of its rows (unchanged shards kept, changed ones re-encoded in place) and
+    the index, which records the export's corpus, is rebuilt if that changed."""
+    path = os.path.join(rd.export(step), MANIFEST)
+    if os.path.exists(path):
+        logging.warning("--rebuild_changed_corpus: re-checking the export in %s shard by shard",
+                        rd.export(step))
+        remove_if_exists(path)
 
 
 def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str | None = None,
                  index_kind: str | None = None, k: int | None = None, run=None,
-                 out_dir: str | None = None) -> dict[str, Any]:
-    """The full retrieval evaluation of a run; returns the report dict (also written to disk)."""
+                 out_dir: str | None = None, rebuild_changed_corpus: bool = False) -> dict[str, Any]:
+    """The full retrieval evaluation of a run; returns the report dict (also written to disk).
+    A corpus changed since its store and export were made is refused, or with
+    ``rebuild_changed_corpus`` they are rebuilt from it."""
     run = run or load_run(workdir)
     cfg = run.config
     kind = index_kind or cfg.eval.index
     k = k or cfg.eval.k
     ks = tuple(int(x) for x in cfg.eval.ks)
-    rd, corpus = run_corpus(workdir, cfg, corpus_path)
+    rd, corpus = run_corpus(workdir, cfg, corpus_path, rebuild_changed=rebuild_changed_corpus)
+    if rebuild_changed_corpus:
+        _forget_export_of_changed_corpus(rd, run.step)
     questions, answers = load_qa(resolve_data_file(cfg.data, "test_file", qa_path))
     retriever = retriever_for_run(run, corpus, rd.root, kind=kind, k=k)
     timing, extra = retriever.timing, retriever.extra
@@ -150,6 +169,10 @@ _INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq |
                              flag_values=FLAGS)
 _K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
                           flag_values=FLAGS)
+_REBUILD = flags.DEFINE_bool(
+    "rebuild_changed_corpus", False, "When the corpus file changed since its passage store and "
+    "export were made (an edited passage, reordered rows), rebuild them from it instead of "
+    "refusing (unchanged export shards are kept).", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -158,7 +181,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
         summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,
-                               index_kind=_INDEX.value, k=_K.value)
+                               index_kind=_INDEX.value, k=_K.value,
+                               rebuild_changed_corpus=_REBUILD.value)
     print(json.dumps(summary, indent=2, default=float))
     _app.say_written(summary["out_dir"])
     return summary

@@ -19,7 +19,8 @@ from dense_cf.datasets import formats
 from dense_cf.datasets.formats import SkipReport
 from dense_cf.progress import Progress
 
-__all__ = ["PassageStore", "corpus_fingerprint", "check_fingerprint", "build_atomically",
+__all__ = ["PassageStore", "CorpusChangedError", "corpus_fingerprint", "check_fingerprint",
+           "build_atomically",
            "open_store", "write_meta_json", "INDEX_FORMAT"]
 
 # Version of the on-disk layout of stores and BM25 indexes (meta.json / store.json "format").
@@ -96,22 +97,40 @@ class PassageStore:
         return len(offsets) - 1
 
 
+class CorpusChangedError(files.UserError, ValueError):
+    """The corpus file differs from the one a store (or BM25 index) was built from."""
+
+
 def corpus_fingerprint(path: str) -> dict[str, Any]:
-    """What identifies a corpus file cheaply: name and size (content is checked by row count)."""
-    return {"name": os.path.basename(path), "bytes": os.path.getsize(path)}
+    """What identifies a corpus file: name, size, mtime and the sha256 of its bytes."""
+    st = os.stat(path)
+    return {"name": os.path.basename(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "sha256": files.file_sha256(path)}
 
 
 def check_fingerprint(directory: str, meta: Mapping[str, Any], corpus: str | None) -> None:
-    """Raises if ``directory`` was built from a corpus of another size than ``corpus``."""
+    """Raises :class:`CorpusChangedError` if ``directory`` was built from a corpus of other
+    content than ``corpus`` (an edited passage, rows reordered: same size, other bytes). The
+    file is hashed only when its size or mtime differ from the recorded ones; a record without
+    a sha256 (older stores) is checked by size alone."""
     if corpus is None or not meta.get("corpus"):  # built from in-memory rows: nothing to check
         return
-    want, have = corpus_fingerprint(corpus), meta["corpus"]
-    if want["bytes"] != have["bytes"]:
-        raise ValueError(
-            f"{directory} was built from {have['name']} ({have['bytes']} bytes), not {corpus} "
-            f"({want['bytes']} bytes): pass another --index_dir or delete it to rebuild")
-    if want["name"] != have["name"]:
-        logging.warning("%s was built from a file named %s; using it for %s (same size)",
+    have, st = meta["corpus"], os.stat(corpus)
+    changed = st.st_size != have["bytes"]
+    now = None
+    if not changed and have.get("sha256") and st.st_mtime_ns != have.get("mtime_ns"):
+        now = files.file_sha256(corpus)
+        changed = now != have["sha256"]
+    if changed:
+        what = (f"{have['bytes']} bytes recorded, now {st.st_size}" if now is None else
+                f"sha256 {have['sha256'][:12]}… recorded, now {now[:12]}…")
+        raise CorpusChangedError(
+            f"{corpus} changed since {directory} was built from {have['name']} ({what}): the "
+            f"passages there, and any export or index made from them, are of the old file. "
+            f"Rebuild them from the new file (dense_cf.cli.eval_retrieval --rebuild_changed_corpus, "
+            f"or delete {directory}), or restore the old corpus")
+    if os.path.basename(corpus) != have["name"]:
+        logging.warning("%s was built from a file named %s; using it for %s (same content)",
                         directory, have["name"], corpus)
 
 
@@ -125,15 +144,24 @@ def build_atomically(directory: str, build: Callable[[str], None]) -> None:
 
 
 def open_store(corpus: str, directory: str, *, skip_bad: bool = True,
-               report: SkipReport | None = None) -> PassageStore:
-    """The passage store of ``corpus`` in ``directory``, built on first use.
+               report: SkipReport | None = None, rebuild_changed: bool = False) -> PassageStore:
+    """The passage store of ``corpus`` in ``directory``, built on first use. A store of a
+    changed corpus is :class:`CorpusChangedError`, or rebuilt with ``rebuild_changed``.
 
     ``directory`` may also be a :class:`BM25Index` directory (it holds the same store).
     """
     meta_path = os.path.join(directory, "store.json")
     if os.path.exists(os.path.join(directory, "meta.json")):  # a BM25 index dir holds a store
         meta_path = os.path.join(directory, "meta.json")
-    if not os.path.exists(meta_path):
+    stale = False
+    if rebuild_changed and os.path.exists(meta_path) and meta_path.endswith("store.json"):
+        try:
+            with open(meta_path) as f:
+                check_fingerprint(directory, json.load(f), corpus)
+        except CorpusChangedError as e:
+            logging.warning("%s; rebuilding it", str(e).split(": the passages there")[0])
+            stale = True
+    if stale or not os.path.exists(meta_path):
         def build(tmp: str) -> None:
             rep = report if report is not None else SkipReport()
             n = PassageStore.write(tmp, formats.read_corpus_tsv(corpus, skip_bad=skip_bad,
@@ -145,7 +173,10 @@ def open_store(corpus: str, directory: str, *, skip_bad: bool = True,
                          "passages": n, "skipped_rows": rep.count(corpus),
                          "skipped_by_reason": {r: k for (f, r), k in sorted(rep.counts.items())
                                                if f == os.fspath(corpus)}})
-        build_atomically(directory, build)
+        if stale:  # the old store is swapped out once the new one is complete
+            files.build_dir_atomically(directory, build, replace=True)
+        else:
+            build_atomically(directory, build)
     with open(meta_path) as f:
         check_fingerprint(directory, json.load(f), corpus)
     return PassageStore(directory)

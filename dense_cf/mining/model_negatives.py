@@ -90,7 +90,9 @@ def mine_model(workdir: str, input_path: str, output: str, *, corpus: str | None
 
     settings = {"kind": "model", "workdir": os.path.abspath(workdir), "step": int(run.step),
                 "k": k, "index": kind, "embedding_dtype": cfg.eval.embedding_dtype,
-                "corpus": corpus_fingerprint(corpus), "corpus_passages": len(store)}
+                "corpus": {key: v for key, v in corpus_fingerprint(corpus).items()
+                           if key != "mtime_ns"},  # content, not when it was last touched
+                "corpus_passages": len(store)}
     summary = mine_file(input_path, output, rank=rank, lookup=store.get, settings=settings,
                         num_negatives=num_negatives, answer_mode=answer_mode, existing=existing,
                         min_score=None, skip_top=skip_top, shard_size=shard_size,

@@ -78,12 +78,15 @@ def load_corpus(path: str) -> Corpus:
     return Corpus(ids, texts, titles, path=os.path.abspath(path), skipped=skipped)
 
 
-def open_corpus(path: str, store_dir: str, *, skip_bad: bool = True) -> StoredCorpus:
+def open_corpus(path: str, store_dir: str, *, skip_bad: bool = True,
+                rebuild_changed: bool = False) -> StoredCorpus:
     """The corpus TSV ``path`` through its passage store in ``store_dir``, written on first use in
     one streamed pass (bad rows skipped, counted and logged; ``skip_bad=False`` raises naming the
-    file, line and field). A store of a file of another name or size is an error."""
+    file, line and field). A store of a file of other content is an error
+    (``index.passage_store.CorpusChangedError``), or rebuilt with ``rebuild_changed``."""
     report = SkipReport()
-    store = open_store(path, store_dir, skip_bad=skip_bad, report=report)
+    store = open_store(path, store_dir, skip_bad=skip_bad, report=report,
+                       rebuild_changed=rebuild_changed)
     if report.total:
         report.log()
     # A reused store's skip counts are in its record, not in this call's (empty) report.
