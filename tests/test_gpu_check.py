@@ -52,3 +52,26 @@ def test_check_script_runs_every_stage_on_the_cpu_without_tensorflow(tmp_path):
     export = json.loads((out / "c_export.json").read_text())
     assert export["passages"] == 64 and export["passages_per_s"] > 0
     assert (out / "d_search.json").exists()
+    d = json.loads((out / "d_search.json").read_text())["rows"]
+    assert {row["select"] for row in d if "select" in row} == {"sort", "chunked", "bmc"}
+    for row in d:
+        if row.get("exact_vs_sort"):
+            assert row["exact_vs_sort"]["ids"] == 1.0 and row["exact_vs_sort"]["scores"] == 1.0
+    # The RAFT flag is probed in a subprocess: either pass ran or the script said why not.
+    assert ("is not accepted by this XLA" in r.stdout) != (out / "d_search_raft.json").exists()
+
+
+def test_stage_d_with_an_accepted_flag_runs_its_second_pass(tmp_path):
+    """Stage d alone with D_RAFT_FLAG set to a flag every XLA knows: the probe accepts it and
+    the second pass (sort and bmc under the flag) runs and writes its figures."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), CHECK_SIZE="tiny", CHECK_STAGES="d",
+               CHECK_WORK=str(tmp_path / "work"), CHECK_CARRY=str(tmp_path / "no_carry"),
+               JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(1), PYTHON=sys.executable,
+               D_RAFT_FLAG="--xla_force_host_platform_device_count=1")
+    r = subprocess.run(["bash", "tools/gpu/check.sh"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "rc=0 (d_search.log)" in r.stdout and "rc=0 (d_raft.log)" in r.stdout, r.stdout[-3000:]
+    rows = json.loads((out / "d_search_raft.json").read_text())["rows"]
+    assert {r["select"] for r in rows if "select" in r} == {"sort", "bmc"}

@@ -19,11 +19,13 @@ import pytest
 from jax.sharding import Mesh
 
 from dense_cf.index.jax_search import (
+    AUTO_SELECT,
     JaxSearchSpec,
     auto_query_batch,
     build_jax_index,
     build_jax_index_from_dir,
     chunked_applies,
+    resolve_select,
 )
 
 N, D, NQ = 3001, 8, 24  # 3001: not a multiple of 8 devices, of 32-row chunks, of blocks
@@ -112,7 +114,7 @@ def test_random_corpus_rarely_needs_a_rescan():
                          select="chunked")
     index = build_jax_index(x, spec=spec, mesh=mesh)
     auto = dataclasses.replace(spec, select="auto")
-    for platform in ("gpu", "cpu"):  # auto is sort: chunked lost to it on an H200 too
+    for platform in ("gpu", "cpu"):  # auto is never chunked: it lost to sort on an H200 too
         assert not chunked_applies(auto, index._block, 100, platform)
     assert chunked_applies(spec, index._block, 100, "cpu")
     stats = _check(index, x, q, ks=(100,))
@@ -208,3 +210,99 @@ def test_float16_export_streams_into_a_16bit_corpus(tmp_path, dtype):
                                      progress=False)
     assert index._corpus.dtype == np.uint16 and len(os.listdir(tmp_path)) == 6
     _check(index, x, q, ks=(17, 100))
+
+
+# ---- bin-max certificate (select="bmc") ------------------------------------------------------
+
+BMC = JaxSearchSpec(select="bmc", block_rows=256, chunk_rows=32, bin_rows=8, query_batch_size=16)
+
+
+def _one_device() -> Mesh:
+    return Mesh(np.array(jax.devices()[:1]), ("data",))
+
+
+def _check_bmc(index, x, q, ks=KS, **kw) -> dict[int, str]:
+    """``_check`` per k, and the program's own counter says which selection ran: bmc blocks
+    exactly when ``index.selection`` says bmc. Returns {k: selection}."""
+    ran = {}
+    for k in ks:
+        stats = _check(index, x, q, ks=(k,), **kw)
+        ran[k] = index.selection(k, **kw)
+        assert (stats["bmc_blocks"] > 0) == (ran[k] == "bmc"), (k, ran[k], stats)
+    return ran
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered", "ties", "one_chunk", "duplicates"])
+@pytest.mark.parametrize("devices", [1, None], ids=["one_device", "all_devices"])
+def test_bmc_equals_brute_force(kind, devices):
+    """Bins of 8 rows: every k the blocks have bins for runs bmc (the rest sort), ids and
+    scores equal numpy brute force, on one device and on all (8 simulated on the CPU)."""
+    x, q = _corpus(kind)
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
+    index = build_jax_index(x, spec=BMC, mesh=mesh)
+    ran = _check_bmc(index, x, q)
+    assert ran[1] == ran[16] == ran[17] == "bmc" and ran[2048] == "sort"
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "duplicates"])
+@pytest.mark.parametrize("bin_rows", [1, 2, 8])
+def test_bmc_large_k(kind, bin_rows):
+    """One device, one block of 3,008 rows: bins of 1 and 2 rows give bmc up to k = 2048 and
+    1000 (bins of 8: up to 376); a k with fewer bins than k takes sort, exactly."""
+    x, q = _corpus(kind, seed=3)
+    spec = dataclasses.replace(BMC, block_rows=4096, bin_rows=bin_rows)
+    index = build_jax_index(x, spec=spec, mesh=_one_device())
+    assert index._block == 3008
+    ran = _check_bmc(index, x, q)
+    assert ran == {k: ("bmc" if 3008 // bin_rows >= k else "sort") for k in KS}
+
+
+def test_bmc_padding_never_wins_a_bin():
+    """All scores negative and the last block mostly padding (zero rows score 0.0): a bin's
+    max must be taken after the padding is set to -inf, else padding bins would displace the
+    real rows of the last block."""
+    rng = np.random.default_rng(23)
+    n = 778  # one device, blocks of 224 rows: the last block holds 106 real rows, 118 padding
+    x = np.abs(_dyadic(rng, (n, D))) + 0.25
+    q = -np.abs(_dyadic(rng, (NQ, D))) - 0.25
+    index = build_jax_index(x, spec=BMC, mesh=_one_device())
+    assert index._block == 224 and index._corpus.shape[0] == 896
+    assert set(_check_bmc(index, x, q, ks=(1, 17, 28)).values()) == {"bmc"}
+
+
+def test_bmc_best_rows_in_one_bin():
+    """The one_chunk corpus's 32 best rows (1600..1631) are exactly one bin of 32 rows: the
+    top 17 all come from that bin, the rest of the top 100 from the bins around."""
+    x, q = _corpus("one_chunk")
+    spec = dataclasses.replace(BMC, block_rows=4096, bin_rows=32)
+    index = build_jax_index(x, spec=spec, mesh=_one_device())
+    assert index.selection(17) == index.selection(94) == "bmc"
+    assert index.selection(95) == "sort"  # 3,008 / 32 = 94 bins
+    s, i = index.search(q, 17)
+    assert np.all((i >= 1600) & (i < 1632))
+    _check_bmc(index, x, q, ks=(1, 17, 32, 33, 94, 100))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_bmc_16bit_integer_corpus_is_exact(dtype):
+    x, q = _corpus("ties", seed=5)
+    index = build_jax_index(x, spec=dataclasses.replace(BMC, dtype=dtype))
+    assert _check_bmc(index, x, q, ks=(1, 17, 100))[17] == "bmc"
+
+
+def test_auto_resolves_from_the_measured_table():
+    """``auto`` runs the platform's entry of AUTO_SELECT (bmc, with its bin size) where the
+    blocks have enough bins, else sort; an explicit bin_rows overrides the table's."""
+    x, q = _corpus("random")
+    spec = JaxSearchSpec(block_rows=65_536, query_batch_size=16)  # bins of 128 (table)
+    assert resolve_select(spec, 65_536, 100, "cpu") == AUTO_SELECT["cpu"][0]
+    assert resolve_select(spec, 65_536, 100, "gpu") == AUTO_SELECT["gpu"][0]
+    assert resolve_select(spec, 65_536, 513, "cpu") == "sort"  # 512 bins of 128 < k
+    assert resolve_select(dataclasses.replace(spec, bin_rows=64), 65_536, 513, "cpu") == "bmc"
+    assert resolve_select(dataclasses.replace(spec, approx=True), 65_536, 100, "cpu") == "sort"
+    index = build_jax_index(x, spec=dataclasses.replace(spec, bin_rows=8), mesh=_one_device())
+    assert index.selection(17, select="sort") == "sort"
+    assert _check_bmc(index, x, q, ks=(17, 100)) == {17: "bmc", 100: "bmc"}
+    assert _check_bmc(index, x, q, ks=(17,), select="sort") == {17: "sort"}
+    with pytest.raises(ValueError, match="bin_rows"):
+        JaxSearchSpec(bin_rows=-1)

@@ -39,7 +39,6 @@ the backend reports it, measured peak bytes in use. :func:`time_search` and
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import os
@@ -64,7 +63,6 @@ from dense_cf.index.jax_search import (
     JaxSearchSpec,
     build_jax_index,
     build_jax_index_generated,
-    chunked_applies,
     memory_per_device,
 )
 
@@ -89,8 +87,12 @@ _CHUNK_ROWS = flags.DEFINE_string("chunk_rows", "1024", "JaxSearchSpec.chunk_row
 _CHUNK_K = flags.DEFINE_integer("chunk_k", 16, "JaxSearchSpec.chunk_k.", flag_values=FLAGS)
 _RESCAN = flags.DEFINE_integer("rescan_chunks", 4, "JaxSearchSpec.rescan_chunks.",
                                flag_values=FLAGS)
-_SELECT = flags.DEFINE_string("select", "auto", "JaxSearchSpec.select of the timed searches, "
-                              "comma-separated (auto, chunked, sort).", flag_values=FLAGS)
+_SELECT = flags.DEFINE_string("select", "auto,bmc,sort", "JaxSearchSpec.select of the timed "
+                              "searches, comma-separated (auto, bmc, chunked, sort).",
+                              flag_values=FLAGS)
+_BIN_ROWS = flags.DEFINE_string("bin_rows", "128", "JaxSearchSpec.bin_rows of bmc; several "
+                                "(comma-separated): all are timed at the first N, the fastest "
+                                "is kept for the others.", flag_values=FLAGS)
 _BANDWIDTH = flags.DEFINE_float("bandwidth_gbs", 0.0, "Device memory bandwidth, GB/s (0: "
                                 "datasheet for known GPUs, else measured).", flag_values=FLAGS)
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Device matmul peak, TFLOP/s (0: datasheet for "
@@ -269,8 +271,8 @@ def _compare(s: np.ndarray, i: np.ndarray, ref_s: np.ndarray, ref_i: np.ndarray
 
 
 def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq: int,
-             ncheck: int, limits: dict[str, Any], chunks: list[int], selects: list[str]
-             ) -> list[dict[str, Any]]:
+             ncheck: int, limits: dict[str, Any], chunks: list[int], selects: list[str],
+             bins: list[int]) -> list[dict[str, Any]]:
     """Every measurement of one corpus size (module docstring), printed as it is taken; the
     layout is built for the largest of ``chunks`` (powers of two: the others divide it)."""
     rows: list[dict[str, Any]] = []
@@ -307,37 +309,26 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
         cb = min(batches[0], ncheck)
         sort_t, sort_s, sort_i = time_search(index, check, k, cb, compile_first=True,
                                              select="sort")
-        chk_s, chk_i = index.search(check, k, batch_size=cb, select="chunked")
-        exact = _compare(chk_s, chk_i, sort_s, sort_i)
         proj = memory_per_device(n, dim, index.num_shards, _spec(dtype, max(batches)))
         _say(f"n={n} {dtype}: loaded in {load_s:.1f}s, {human_bytes(index.device_bytes)} on "
              f"{index.num_shards} device(s) (projected per device: corpus "
              f"{human_bytes(proj['corpus_bytes'])} + scores {human_bytes(proj['scores_bytes'])} "
              f"at batch {max(batches)}); select=sort at batch {cb}: {sort_t['qps']:.1f} q/s; "
-             f"chunked vs sort: ids {exact['ids']:.4f} scores {exact['scores']:.4f} "
-             f"(max |diff| {exact['max_abs_score_diff']:.1e})")
-        plan = []  # (batch, chunk_rows, select): a select that resolves to sort runs once
-        for batch in batches:
-            for select in selects:
-                for chunk in chunks:
-                    over = dataclasses.replace(index.spec, chunk_rows=chunk, select=select)
-                    step = ((batch, chunk, "chunked")
-                            if chunked_applies(over, index._block, k, index.platform)
-                            else (batch, None, "sort"))
-                    if step not in plan:  # auto may resolve to either
-                        plan.append(step)
-        for batch, chunk, select in plan:
+             f"select=auto runs {index.selection(k, select='auto')} here")
+        auto = index.selection(k, select="auto")
+        for batch, over in _plan(index, k, batches, selects, chunks, bins):
             stats: dict[str, int] = {}
-            over = {"select": select, "chunk_rows": chunk or index.spec.chunk_rows}
             timing = time_budgeted(index, queries[:nq], k, batch, **over)
             s_check, ids_check = index.search(check, k, batch_size=batch, stats=stats,
                                               **over)  # counters on the check queries
+            ran = index.selection(k, **over)
             row = _row(n, dim, k, dtype, batch, timing["queries"], index, timing, stats, limits,
-                       chunk)
-            if batch == cb:  # the same matmul shapes as the sort run
-                exact = _compare(s_check, ids_check, sort_s, sort_i)
+                       ran, over)
+            # The same matmul shapes as the sort run at the check batch: ids and scores equal.
+            exact = (_compare(s_check, ids_check, sort_s, sort_i) if batch == cb else None)
             row.update({"load_s": load_s, "sort_qps": sort_t["qps"], "sort_batch": cb,
-                        "exact_vs_sort": exact if batch == cb else None,
+                        "auto_runs": auto,
+                        "exact_vs_sort": exact,
                         f"recall@{k}_vs_float32": recall_at(ids_check, ref, k),
                         "projected_per_device": proj, "peak_bytes_in_use": _peak_bytes_in_use()})
             rows.append(row)
@@ -345,6 +336,34 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
         del index
         gc.collect()
     return rows
+
+
+def _plan(index: Any, k: int, batches: list[int], selects: list[str], chunks: list[int],
+          bins: list[int]) -> list[tuple[int, dict[str, Any]]]:
+    """(batch, search overrides) to time: per batch, each asked selection once per chunk size
+    (chunked) or bin size (bmc) it resolves to; one that resolves to sort (``auto`` may, and
+    bmc or chunked where the blocks are too small) runs once as sort."""
+    plan: list[tuple[int, dict[str, Any]]] = []
+    seen: set[tuple] = set()
+    for batch in batches:
+        for select in selects:
+            for chunk in chunks:
+                for b in bins:
+                    over = {"select": select, "chunk_rows": chunk, "bin_rows": b}
+                    ran = index.selection(k, **over)
+                    key = (batch, ran, chunk if ran == "chunked" else None,
+                           b if ran == "bmc" else None)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if ran == "sort":
+                        over = {"select": "sort"}
+                    elif ran == "chunked":
+                        over = {"select": "chunked", "chunk_rows": chunk}
+                    else:
+                        over = {"select": "bmc", "bin_rows": b}
+                    plan.append((batch, over))
+    return plan
 
 
 def time_budgeted(index: Any, queries: np.ndarray, k: int, batch: int, **search_kw: Any
@@ -363,20 +382,32 @@ def time_budgeted(index: Any, queries: np.ndarray, k: int, batch: int, **search_
     return {**timing, "compile_s": first_s, "queries": min(len(queries), fit)}
 
 
+def bound_s_per_query(n: int, dim: int, batch: int, dtype: str, devices: int,
+                      limits: dict[str, Any]) -> float:
+    """The least time one query can take on these devices: the larger of the GEMM at the
+    matmul peak and the memory traffic a selection cannot avoid (the float32 scores written
+    once and read once, plus the corpus read once per query batch) at the memory bandwidth."""
+    gemm = 2.0 * n * dim / (limits["peak"][dtype] * devices)
+    traffic = (8.0 * n + n * dim * jnp.dtype(dtype).itemsize / batch)
+    return max(gemm, traffic / (limits["bandwidth"] * devices))
+
+
 def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
-         timing: dict[str, Any], stats: dict[str, int], limits: dict[str, Any], chunk: int
-         ) -> dict[str, Any]:
+         timing: dict[str, Any], stats: dict[str, int], limits: dict[str, Any], ran: str,
+         over: dict[str, Any]) -> dict[str, Any]:
     batches = -(-nq // batch)
     bytes_s = batches * index.device_bytes / timing["search_s"]  # all devices together
     flops = 2.0 * n * dim * nq / timing["search_s"]
     devices = index.num_shards
-    chunked = chunk is not None
     q = max(stats.get("queries", 1), 1)
+    bound = bound_s_per_query(n, dim, batch, dtype, devices, limits)
     return {"n": n, "dim": dim, "k": k, "dtype": dtype, "batch": batch, "queries": nq,
-            "devices": devices, "select": "chunked" if chunked else "sort",
-            "chunk_rows": chunk if chunked else None, **timing,
+            "devices": devices, "select": ran,
+            "chunk_rows": over.get("chunk_rows") if ran == "chunked" else None,
+            "bin_rows": over.get("bin_rows") if ran == "bmc" else None, **timing,
             "gbs": bytes_s / 1e9, "bandwidth_frac": bytes_s / devices / limits["bandwidth"],
             "tflops": flops / 1e12, "peak_frac": flops / devices / limits["peak"][dtype],
+            "bound_us_per_query": bound * 1e6, "bound_frac": bound * timing["qps"],
             "unsafe_chunk_frac": stats["unsafe_chunks"] / max(stats["chunks"] * q, 1),
             "counters": stats}
 
@@ -384,12 +415,15 @@ def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
 def _line(r: dict[str, Any]) -> str:
     c = r["counters"]
     k = r["k"]
-    sel = f"chunked/{r['chunk_rows']}" if r["chunk_rows"] else r["select"]
+    sel = (f"chunked/{r['chunk_rows']}" if r["chunk_rows"] else
+           f"bmc/{r['bin_rows']}" if r.get("bin_rows") else r["select"])
     return (f"n={r['n']} {r['dtype']} k={k} batch={r['batch']} select={sel}: "
             f"{r['qps']:,.0f} q/s over {r['queries']} (first batch {r['compile_s']:.1f}s), "
             f"{r['gbs']:,.1f} GB/s "
             f"({100 * r['bandwidth_frac']:.1f}% of bandwidth), {r['tflops']:.3f} TFLOP/s "
-            f"({100 * r['peak_frac']:.1f}% of peak); on {c['queries']} check queries: unsafe "
+            f"({100 * r['peak_frac']:.1f}% of peak), {100 * r['bound_frac']:.1f}% of the "
+            f"bound ({r['bound_us_per_query']:.2f} us/query); on {c['queries']} check "
+            f"queries: bmc blocks {c['bmc_blocks']}, unsafe "
             f"chunks {c['unsafe_chunks']}/{c['chunks'] * c['queries']} (re-scanned by gather "
             f"{c['rescanned_chunks']}), full-sort blocks {c['fallback_blocks']}/"
             f"{c['blocks'] * c['batches']}; R@{k} vs float32 {r[f'recall@{k}_vs_float32']:.4f}"
@@ -446,17 +480,52 @@ def main(argv: list[str]) -> None:
     for s in selects:
         if s not in SELECTS:
             raise ValueError(f"--select: {s!r} is not one of {SELECTS}")
+    bins = _ints(_BIN_ROWS.value)
     for i, n in enumerate(_ints(_N.value)):
         rows += run_size(n, _DIM.value, _K.value, dtypes, batches, _QUERIES.value,
-                         min(_CHECK.value, _QUERIES.value), limits, chunks, selects)
+                         min(_CHECK.value, _QUERIES.value), limits, chunks, selects, bins)
         timed = [r for r in rows if r.get("chunk_rows")]
         if i == 0 and len(chunks) > 1 and timed:
             chunks = [max(timed, key=lambda r: r["qps"])["chunk_rows"]]
             _say(f"chunk_rows={chunks[0]} was fastest at n={n}: kept for the other sizes")
+        timed = [r for r in rows if r.get("bin_rows")]
+        if i == 0 and len(bins) > 1 and timed:
+            bins = [max(timed, key=lambda r: r["qps"])["bin_rows"]]
+            _say(f"bin_rows={bins[0]} was fastest at n={n}: kept for the other sizes")
         if _JSON.value:  # after every size: a later out-of-memory keeps the earlier figures
             with open(_JSON.value, "w") as f:
                 json.dump({"env": env, "rows": rows}, f, indent=2)
+    for line in summary(rows):
+        _say(line)
     _say(f"total {time.perf_counter() - t_start:.0f}s")
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Per (n, dtype, batch): each selection's best q/s, and its ratio to sort and to the faiss
+    Flat peer (where it ran at that batch), as measured in this run."""
+    out = []
+    peers = {(r["n"], r["batch"]): r["qps"] for r in rows if r.get("peer") == "faiss-flat"}
+    keys = sorted({(r["n"], r["dtype"], r["batch"]) for r in rows if "select" in r})
+    for n, dtype, batch in keys:
+        best: dict[str, float] = {}
+        auto = ""
+        for r in rows:
+            if (r.get("n"), r.get("dtype"), r.get("batch")) == (n, dtype, batch):
+                best[r["select"]] = max(best.get(r["select"], 0.0), r["qps"])
+                auto = r["auto_runs"]
+        peer = peers.get((n, batch))
+        parts = []
+        for sel, qps in sorted(best.items(), key=lambda kv: -kv[1]):
+            part = f"{sel} {qps:,.1f} q/s"
+            if "sort" in best and sel != "sort":
+                part += f" ({qps / best['sort']:.2f}x sort"
+                part += f", {qps / peer:.2f}x faiss Flat)" if peer else ")"
+            elif peer:
+                part += f" ({qps / peer:.2f}x faiss Flat)"
+            parts.append(part)
+        out.append(f"summary n={n} {dtype} batch={batch} (auto runs {auto}): " + "; ".join(parts)
+                   + (f"; faiss Flat {peer:,.1f} q/s" if peer else ""))
+    return out
 
 
 if __name__ == "__main__":

@@ -159,7 +159,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.jax.recall_target = 0.95             # approx_max_k's recall target
     c.eval.jax.query_batch_size = 256           # queries per jitted search call; 0: sized to the device
     c.eval.jax.block_rows = 65_536              # corpus rows scored at once per device
-    c.eval.jax.select = "auto"                  # auto | chunked | sort: exact top-k per block
+    c.eval.jax.select = "auto"                  # auto | bmc | chunked | sort: exact top-k per block
+    c.eval.jax.bin_rows = 0                     # bmc: rows per bin; 0: the platform's (jax_search.AUTO_SELECT)
     c.eval.jax.chunk_rows = 1024                # chunked: rows per chunk (whole chunks per block)
     c.eval.jax.chunk_k = 16                     # chunked: candidates per chunk (GPU fast top-k: <= 16)
     c.eval.jax.rescan_chunks = 4                # chunked: unsafe chunks re-scanned per query by gathering

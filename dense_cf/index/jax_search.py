@@ -16,8 +16,17 @@ devices' k-lists. Per block the selection is
 
 - ``sort``: ``lax.top_k`` over the whole [B, block] score matrix. On GPUs XLA's fast top-k
   kernel serves k <= 16 (and rows >= 1024); beyond, ``top_k`` sorts every row of the block.
-- ``chunked`` (asked for by ``select="chunked"``; ``auto`` is ``sort``, measured faster on an
-  H200): each chunk of ``chunk_rows`` rows gives its top ``chunk_k`` (a k the fast kernel
+- ``bmc`` (bin-max certificate; ``../shared/reviews/gpu-levers.md`` §3, docs/scale.md): the
+  block's scores are cut into bins of ``bin_rows`` consecutive rows (padding rows at -inf
+  first), each bin's max is taken (one read of the scores), the top k bins by max are kept and
+  sorted back into row order, their scores gathered (k · bin_rows candidates), and the carry
+  plus those candidates give the new top k. Exact by construction, with no re-scan and no
+  data-dependent branch: a row x of the block's exact top k whose bin b was not kept would
+  have k kept bins ahead of it, each holding a row that scores above x or ties it at a lower
+  row (top_k keeps the lower bin on equal maxima and bins are contiguous), so k rows precede
+  x: a contradiction. Needs ``block / bin_rows >= k`` (else the block is searched by sort).
+- ``chunked`` (asked for by ``select="chunked"``; measured slower than sort on an H200 and on
+  CPUs): each chunk of ``chunk_rows`` rows gives its top ``chunk_k`` (a k the fast kernel
   serves); the carry and the chunks' lists merge into a new
   top-k whose k-th score is m. Proof, per query and chunk: a chunk's unlisted rows score at most
   its ``chunk_k``-th score t_c; if t_c < m, none of them can enter the top k (k listed rows
@@ -30,9 +39,12 @@ devices' k-lists. Per block the selection is
 Memory per device: R·D·bytes for the corpus + query_batch·block_rows·4 for one block of scores
 (twice that in a block searched by sort: the masked copy).
 
+``auto`` picks per platform from :data:`AUTO_SELECT`, a table of what was measured fastest
+there (docs/scale.md).
+
 Ties: ``lax.top_k`` puts the lower index first, and every positional merge lays candidates out
 so that, among equal scores, position order is row order (the carry's earlier rows, then chunks
-in order, each chunk's list lower row first); the gathered re-scan sorts by (score, row). So
+or kept bins in row order, each lower row first); the gathered re-scan sorts by (score, row). So
 exact mode orders by score descending, then lower row; rows become ids and equal scores are
 re-ordered by lower id (``merge_topk``'s order, so it equals ``DenseIndex``). Of several rows
 tied at the k-th place the lowest rows are kept. faiss IndexFlatIP (1.15) keeps a
@@ -77,12 +89,12 @@ from dense_cf.progress import Progress
 
 __all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
            "build_jax_index", "build_jax_index_from_dir", "build_jax_index_generated",
-           "chunked_applies", "exact_index", "load_index", "memory_per_device"]
+           "chunked_applies", "exact_index", "load_index", "memory_per_device", "resolve_select"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-SELECTS: tuple[str, ...] = ("auto", "chunked", "sort")
+SELECTS: tuple[str, ...] = ("auto", "bmc", "chunked", "sort")
 _FORMAT = "dense_cf.jax_index"
 _FORMAT_VERSION = 1
 
@@ -96,12 +108,14 @@ class JaxSearchSpec(faiss_index.DictSpec):
     ``query_batch_size``: queries per jitted call (the last batch is padded: one compile per k);
     0: sized to the device (:func:`auto_query_batch`).
     ``block_rows``: corpus rows scored at once per device (bounds the [queries, block] score
-    matrix). ``select``: exact selection per block, ``chunked`` (chunk top-``chunk_k``, merge,
-    proven exact or re-scanned; module docstring), ``sort`` (``lax.top_k`` over the whole
-    block) or ``auto`` (= ``sort``: the chunked selection lost to it on an H200, docs/scale.md).
-    ``chunk_rows``: rows per chunk (XLA's fast GPU top-k kernel wants >= 1024); blocks are
-    whole chunks. ``rescan_chunks``: unsafe chunks per query re-scanned by gathering them;
-    a block with more falls back to ``sort`` for that block.
+    matrix). ``select``: exact selection per block, ``bmc`` (bin-max certificate: top-k bins
+    of ``bin_rows`` rows by their max, then top-k of their rows; module docstring), ``chunked``
+    (chunk top-``chunk_k``, merge, proven exact or re-scanned), ``sort`` (``lax.top_k`` over
+    the whole block) or ``auto`` (the platform's fastest as measured, :data:`AUTO_SELECT`).
+    ``bin_rows``: rows per bin of ``bmc`` (0: the platform's measured choice). ``chunk_rows``:
+    rows per chunk (XLA's fast GPU top-k kernel wants >= 1024); blocks are whole chunks.
+    ``rescan_chunks``: unsafe chunks per query re-scanned by gathering them; a block with more
+    falls back to ``sort`` for that block.
     """
 
     dtype: str = "float32"
@@ -113,6 +127,7 @@ class JaxSearchSpec(faiss_index.DictSpec):
     chunk_rows: int = 1024
     chunk_k: int = 16
     rescan_chunks: int = 4
+    bin_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -128,6 +143,9 @@ class JaxSearchSpec(faiss_index.DictSpec):
         for name in ("block_rows", "chunk_rows", "chunk_k", "rescan_chunks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"JaxSearchSpec.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.bin_rows) < 0:
+            raise ValueError(f"JaxSearchSpec.bin_rows must be >= 0 (0: the platform's), got "
+                             f"{self.bin_rows}")
         if int(self.chunk_k) >= int(self.chunk_rows):
             raise ValueError(f"JaxSearchSpec.chunk_k ({self.chunk_k}) must be < chunk_rows "
                              f"({self.chunk_rows})")
@@ -189,17 +207,48 @@ def _storage_dtype(dtype: str) -> np.dtype:
     return np.dtype(np.uint16) if jnp.dtype(dtype).itemsize == 2 else np.dtype(dtype)
 
 
+# What ``select="auto"`` runs per platform, and bmc's bin size there: measured fastest.
+#   cpu: bmc, L = 128. 2-core AMD EPYC (Zen 4, AVX-512), 262,144 x 768 float32, k = 100,
+#        batch 256 (docs/scale.md "Exact top-k by a bin-max certificate"): bmc beat sort and
+#        chunked in one run; L = 64 / 128 / 256 within a few percent.
+#   gpu: bmc, L = 128. Not yet timed on a device: chosen from the analysis in
+#        ../shared/reviews/gpu-levers.md §1-3 (sort: 21 bitonic passes over every score; bmc:
+#        one extra read and two small sorts). tools/gpu/check.sh stage d times sort, chunked
+#        and bmc side by side; replace this entry with its result.
+#   others (tpu): the same as gpu until measured.
+AUTO_SELECT: dict[str, tuple[str, int]] = {"cpu": ("bmc", 128), "gpu": ("bmc", 128)}
+_AUTO_DEFAULT = ("bmc", 128)
+
+
+def bin_rows_for(spec: JaxSearchSpec, platform: str) -> int:
+    """bmc's rows per bin: ``spec.bin_rows``, else the platform's entry of AUTO_SELECT."""
+    return int(spec.bin_rows) or AUTO_SELECT.get(platform, _AUTO_DEFAULT)[1]
+
+
+def resolve_select(spec: JaxSearchSpec, block: int, k: int, platform: str) -> str:
+    """The selection a search over blocks of ``block`` rows for ``k`` runs on ``platform``:
+    ``sort``, ``chunked`` or ``bmc``. ``auto`` takes the platform's measured choice
+    (AUTO_SELECT). ``bmc`` needs whole bins and at least k of them per block
+    (block % bin_rows == 0, block / bin_rows >= k); ``chunked`` at least two whole chunks;
+    otherwise, and with ``approx``, the block is searched by ``sort``."""
+    if spec.approx:
+        return "sort"
+    select = spec.select
+    if select == "auto":
+        select = AUTO_SELECT.get(platform, _AUTO_DEFAULT)[0]
+    if select == "bmc":
+        bins = bin_rows_for(spec, platform)
+        return "bmc" if block % bins == 0 and block // bins >= k else "sort"
+    if select == "chunked":
+        ok = block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
+        return "chunked" if ok else "sort"
+    return "sort"
+
+
 def chunked_applies(spec: JaxSearchSpec, block: int, k: int, platform: str) -> bool:
     """Whether ``spec`` searches a layout with this ``block`` chunk-wise for ``k`` on devices
-    of ``platform``: only when ``select="chunked"`` asks for it. ``auto`` is ``sort`` on every
-    platform, as measured: on an H200 (27 Nov 2026, bfloat16, k = 100, query batch 256) the
-    chunked selection ran at 0.85x sort on 2^20 rows and 0.82x on 21M (docs/scale.md); on
-    CPUs XLA's top-k is slower on many short rows than on a few long ones ([8192, 1024] k=16
-    179 ms vs [128, 65536] k=100 75 ms)."""
-    del k, platform  # kept in the signature: the choice may depend on them again once measured
-    if spec.approx or spec.select != "chunked":
-        return False
-    return block % spec.chunk_rows == 0 and block // spec.chunk_rows >= 2
+    of ``platform`` (:func:`resolve_select` is ``chunked``)."""
+    return resolve_select(spec, block, k, platform) == "chunked"
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +256,7 @@ def chunked_applies(spec: JaxSearchSpec, block: int, k: int, platform: str) -> b
 # --------------------------------------------------------------------------------------------
 
 _SEARCH_FIELDS = ("select", "chunk_rows", "chunk_k", "rescan_chunks", "approx", "recall_target",
-                  "dtype")
+                  "dtype", "bin_rows")
 _IN_FLIGHT = 4  # query batches dispatched ahead of the host's result conversion
 _NO_ROW = np.iinfo(np.int32).max  # a candidate slot that holds no row (sorts after every row)
 
@@ -227,11 +276,12 @@ def _merge_positional(cs: jax.Array, cr: jax.Array, k: int) -> tuple[jax.Array, 
 
 def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str, ...], n: int,
                 block: int, k: int, dtype: str, store: str, approx: bool, recall_target: float,
-                chunked: bool, chunk: int, chunk_k: int, rescan: int
+                mode: str, chunk: int, chunk_k: int, rescan: int, bin_rows: int
                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D], and
-    [1, 3] counters (chunks re-scanned by gathering, blocks that fell back to a full sort,
-    chunks of live queries found unsafe). ``live`` [B] marks real (not padding) queries."""
+    [1, 4] counters (chunks re-scanned by gathering, blocks that fell back to a full sort,
+    chunks of live queries found unsafe, blocks selected by bmc). ``live`` [B] marks real (not
+    padding) queries. ``mode``: the selection, ``sort`` | ``chunked`` | ``bmc``."""
     rows_here, dim = p.shape
     b = q.shape[0]
     base = jax.lax.axis_index(axes) * rows_here
@@ -240,8 +290,10 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
     q = q.astype(cdt)
     # float32 corpora are searched in float32: no TF32 / bf16 passes on GPUs and TPUs.
     precision = jax.lax.Precision.HIGHEST if cdt == jnp.float32 else None
+    chunked = mode == "chunked"
     nchunks = block // chunk if chunked else 0
     rescan = min(rescan, nchunks)
+    nbins = block // bin_rows if mode == "bmc" else 0
 
     def select(s: jax.Array) -> tuple[jax.Array, jax.Array]:
         if approx:
@@ -256,6 +308,18 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
         return _merge_positional(jnp.concatenate([best_s, ts], axis=1),
                                  jnp.concatenate([best_r, rows[ti]], axis=1), k)
 
+    def bmc(best_s, best_r, s, rows, first):
+        """The top k bins of ``bin_rows`` rows by their max (padding at -inf before the max),
+        in row order, then the top k of the carry and those bins' rows (module docstring)."""
+        s3 = jnp.where(rows[None, :] < n, s, -jnp.inf).reshape(b, nbins, bin_rows)
+        _, bins = jax.lax.top_k(jnp.max(s3, axis=2), k)  # equal maxima: the lower bin first
+        bins = jnp.sort(bins, axis=1)  # row order, for the tie rule
+        cand = jnp.take_along_axis(s3, bins[:, :, None], axis=1).reshape(b, k * bin_rows)
+        crow = (first + bins[:, :, None] * bin_rows
+                + jnp.arange(bin_rows, dtype=jnp.int32)).reshape(b, k * bin_rows)
+        return _merge_positional(jnp.concatenate([best_s, cand], axis=1),
+                                 jnp.concatenate([best_r, crow], axis=1), k)
+
     def step(carry, xs):
         best_s, best_r, counts = carry
         blk, j = xs
@@ -265,6 +329,8 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
             blk = jax.lax.bitcast_convert_type(blk, jnp.dtype(store))
         blk = blk.astype(cdt)  # a float32 search over a 16-bit corpus widens per block
         s = jnp.dot(q, blk.T, precision=precision, preferred_element_type=jnp.float32)
+        if mode == "bmc":
+            return (*bmc(best_s, best_r, s, rows, first), counts.at[3].add(1)), None
         if not chunked:
             return (*full(best_s, best_r, s, rows), counts), None
         # Each chunk's top chunk_k (raw scores: padding is masked after the selection).
@@ -309,11 +375,12 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
 
         ms, mr = jax.lax.switch(branch, (keep, gather, fallback), None)
         counts = counts + jnp.stack([jnp.where(branch == 1, jnp.sum(per_query), 0),
-                                     (branch == 2).astype(jnp.int32), jnp.sum(per_query)])
+                                     (branch == 2).astype(jnp.int32), jnp.sum(per_query),
+                                     jnp.int32(0)])
         return (ms, mr, counts), None
 
     init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32),
-            jnp.zeros((3,), jnp.int32))
+            jnp.zeros((4,), jnp.int32))
     blocks = p.reshape(rows_here // block, block, dim)
     (s, r, counts), _ = jax.lax.scan(
         step, init, (blocks, jnp.arange(rows_here // block, dtype=jnp.int32)))
@@ -322,13 +389,13 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
 
 @functools.lru_cache(maxsize=64)  # indexes of one shape share programs (and their compiles)
 def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, store: str,
-                    approx: bool, recall_target: float, chunked: bool, chunk: int,
-                    chunk_k: int, rescan: int
+                    approx: bool, recall_target: float, select: str, chunk: int,
+                    chunk_k: int, rescan: int, bin_rows: int
                     ) -> Callable[[jax.Array, jax.Array, jax.Array], Any]:
     axes = tuple(mesh.axis_names)
     local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, store=store,
-                    approx=approx, recall_target=recall_target, chunked=chunked, chunk=chunk,
-                    chunk_k=chunk_k, rescan=rescan)
+                    approx=approx, recall_target=recall_target, mode=select, chunk=chunk,
+                    chunk_k=chunk_k, rescan=rescan, bin_rows=bin_rows)
     per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P()),
                                out_specs=(P(None, axes), P(None, axes), P(axes)),
                                check_vma=False)  # the scan carry starts replicated
@@ -469,6 +536,12 @@ class JaxIndex:
             free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
         return auto_query_batch(self.platform, self._block, free)
 
+    def selection(self, k: int, **overrides: Any) -> str:
+        """The per-block selection a ``search(..., k, **overrides)`` runs: ``sort``,
+        ``chunked`` or ``bmc`` (:func:`resolve_select`)."""
+        spec = dataclasses.replace(self.spec, **overrides) if overrides else self.spec
+        return resolve_select(spec, self._block, int(k), self.platform)
+
     def _program(self, batch: int, k: int, spec: JaxSearchSpec | None = None) -> Callable:
         spec = spec or self.spec
         key = (batch, k, spec)
@@ -477,9 +550,9 @@ class JaxIndex:
                 self.mesh, n=self._n, block=self._block, k=k, dtype=spec.dtype,
                 approx=spec.approx, recall_target=float(spec.recall_target),
                 store=self.spec.dtype,
-                chunked=chunked_applies(spec, self._block, k, self.platform),
+                select=resolve_select(spec, self._block, k, self.platform),
                 chunk=int(spec.chunk_rows), chunk_k=int(spec.chunk_k),
-                rescan=int(spec.rescan_chunks))
+                rescan=int(spec.rescan_chunks), bin_rows=bin_rows_for(spec, self.platform))
         return self._programs[key]
 
     def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None,
@@ -489,10 +562,11 @@ class JaxIndex:
 
         ``stats``: a dict that receives counts, all devices together: ``blocks`` scanned per
         batch, ``chunks`` per query; ``unsafe_chunks`` (summed over queries) that may hide a
-        better row, of which ``rescanned_chunks`` were re-scanned by gathering; and
-        ``fallback_blocks`` (summed over batches) searched by a full sort instead.
-        ``overrides``: search-time spec fields for this call (``select``, ``chunk_rows``,
-        ``chunk_k``, ``rescan_chunks``, ``approx``, ``recall_target``, ``dtype``: the queries'
+        better row, of which ``rescanned_chunks`` were re-scanned by gathering;
+        ``fallback_blocks`` (summed over batches) searched by a full sort instead; and
+        ``bmc_blocks`` (summed over batches and devices) selected by the bin-max certificate.
+        ``overrides``: search-time spec fields for this call (``select``, ``bin_rows``,
+        ``chunk_rows``, ``chunk_k``, ``rescan_chunks``, ``approx``, ``recall_target``, ``dtype``: the queries'
         and the matmul's, float32 or the corpus dtype, the stored corpus cast per block), e.g. a
         float32 reference over a bfloat16 corpus. A ``chunk_rows`` that does not divide the
         layout's blocks searches by sort."""
@@ -510,7 +584,7 @@ class JaxIndex:
         replicated = NamedSharding(self.mesh, P())
         out_s = np.empty((nq, k), np.float32)
         out_i = np.empty((nq, k), np.int64)
-        counts = np.zeros(3, np.int64)
+        counts = np.zeros(4, np.int64)
         pending: collections.deque = collections.deque()
 
         def collect() -> None:
@@ -544,7 +618,8 @@ class JaxIndex:
                             ("chunks", chunks),
                             ("rescanned_chunks", int(counts[0])),
                             ("fallback_blocks", int(counts[1])),
-                            ("unsafe_chunks", int(counts[2]))):
+                            ("unsafe_chunks", int(counts[2])),
+                            ("bmc_blocks", int(counts[3]))):
                 stats[name] = stats.get(name, 0) + v
         return out_s, out_i
 

@@ -10,8 +10,12 @@
 #      1 hard negative + 1 counterfactual, Lq 64, Lp 256, bf16; loop steps/s against the
 #      isolated step (dense_cf.bench.accelerator), MFU, input rate, checkpoint time, memory
 #   c  export of real-length passages (Wikipedia summaries) with length buckets: passages/s, MFU
-#   d  exact JAX search (dense_cf.bench.jax_search), then on a GPU its exactness tests
-#      (tests/test_jax_topk.py: the fast top-k kernel's tie order on the device)
+#   d  exact JAX search (dense_cf.bench.jax_search): every selection (sort, chunked, bmc at
+#      several bin sizes) at 2^20 and at 21,015,324 rows, q/s, share of the bound, ids/scores
+#      against sort; then, if this XLA accepts it (probed in a subprocess: an unknown flag
+#      aborts XLA), the same with XLA's stable RAFT top-k (D_RAFT_FLAG); then on a GPU the
+#      exactness tests (tests/test_jax_topk.py: the top-k kernels' tie order on the device),
+#      with the RAFT flag too where accepted
 # Environment: CHECK_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_check.py);
 # CHECK_MODE=check (default) | reference (stage a alone in float32 on this machine, writing the
 # reference file); CHECK_STAGES (default abcd); CHECK_CARRY (default .carry: what
@@ -67,7 +71,10 @@ if [ "$SIZE" = tiny ]; then
   ISO=(--shapes=small --steps=2 --warmup=1)
   C_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64)
   D_CMD=(--n=3000 --dim=16 --dtypes=bfloat16 --batches=16 --queries=32 --check_queries=16
-         --chunk_rows=64 --block_rows=1024 --data=device --max_search_s=0.2)
+         --chunk_rows=64 --block_rows=1024 --data=device --max_search_s=0.2
+         --select=sort,chunked,bmc --bin_rows=4,8)
+  D_RAFT=(--n=3000 --dim=16 --dtypes=bfloat16 --batches=16 --queries=32 --check_queries=16
+          --block_rows=1024 --data=device --max_search_s=0.2 --select=sort,bmc --bin_rows=8)
   LIMIT_A=400 LIMIT_B=300 LIMIT_ISO=120 LIMIT_C=120 LIMIT_D=120
 else
   MODEL=$W/minilm
@@ -82,14 +89,18 @@ else
           --config.train.checkpoint_every=60 --config.train.log_every=20)
   ISO=(--shapes=paper --steps=10 --warmup=2)
   C_SIZE=(--tiny=768,12,12 --passages=100000 --batch_size=512 --max_p_len=256)
-  # 2^20 and DPR's 21,015,324 x 768 bfloat16 made on the device; both chunk sizes at 2^20,
-  # the faster at 21M (docs/scale.md "Exact top-k at the bound")
-  D_CMD=(--n=1048576,21015324 --dim=768 --k=100 --dtypes=bfloat16 --batches=256,1024,4096
-         --chunk_rows=1024,4096 --queries=65536 --check_queries=256 --max_search_s=1.5
-         --data=device)
+  # 2^20 and DPR's 21,015,324 x 768 bfloat16 made on the device; every selection, three bin
+  # sizes at 2^20 and the fastest at 21M (docs/scale.md "Exact top-k by a bin-max certificate")
+  D_CMD=(--n=1048576,21015324 --dim=768 --k=100 --dtypes=bfloat16 --batches=1024,4096
+         --select=sort,chunked,bmc --chunk_rows=4096 --bin_rows=64,128,256 --queries=65536
+         --check_queries=256 --max_search_s=1.5 --data=device)
+  D_RAFT=(--n=1048576,21015324 --dim=768 --k=100 --dtypes=bfloat16 --batches=4096
+          --select=sort,bmc --bin_rows=128 --queries=65536 --check_queries=256
+          --max_search_s=1.5 --data=device)
   # Measured on an H200 (27 Nov): a 113 s; b's loop ~140 s (its first step compiles in ~60 s),
-  # isolated step 61-78 s; c ~90 s; d 102 s + tests 34 s. So two calls of ~6 min: ab, then cd.
-  LIMIT_A=200 LIMIT_B=260 LIMIT_ISO=150 LIMIT_C=200 LIMIT_D=160
+  # isolated step 61-78 s; c ~90 s; d 102 s + tests 34 s (27 Nov; d now times sort, chunked
+  # and bmc and a RAFT pass: estimated <= 4 min). So two calls of ~6 min: ab, then cd.
+  LIMIT_A=200 LIMIT_B=260 LIMIT_ISO=150 LIMIT_C=200 LIMIT_D=200
 fi
 if [ "$MODE" = reference ]; then
   PREC=(--config.model.dtype=float32)
@@ -144,16 +155,39 @@ if has c; then
   grep "passages_per_s\|mfu\|model_tflops\|padding_removed\|mean_tokens" "$LOGS/c_export.log"
 fi
 
+# XLA's stable top-k through RAFT select_k (gpu-levers.md §3.4): newer XLA only.
+D_RAFT_FLAG=${D_RAFT_FLAG:---xla_gpu_experimental_enable_raft_for_stable_topk=true}
+# accepts_flag FLAG: whether this jaxlib starts with FLAG in XLA_FLAGS (a subprocess: XLA
+# aborts the whole process on a flag it does not know).
+accepts_flag() {
+  XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }$1" timeout 120 "$PY" -c \
+    "import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()" >/dev/null 2>&1
+}
+
 if has d; then
-  say "d: exact JAX search"
+  say "d: exact JAX search, every selection"
   run d_search.log "$LIMIT_D" "$PY" -m dense_cf.bench.jax_search "${D_CMD[@]}" \
     --json_out "$OUT/d_search.json"
-  grep -v "^[IW][0-9]\{4\}" "$LOGS/d_search.log" | tail -25
+  grep -v "^[IW][0-9]\{4\}" "$LOGS/d_search.log" | grep "summary\|select=\|fastest" | tail -30
+  if accepts_flag "$D_RAFT_FLAG"; then
+    say "d: $D_RAFT_FLAG accepted: sort and bmc again with it"
+    XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }$D_RAFT_FLAG" run d_raft.log "$LIMIT_D" "$PY" \
+      -m dense_cf.bench.jax_search "${D_RAFT[@]}" --json_out "$OUT/d_search_raft.json"
+    grep -v "^[IW][0-9]\{4\}" "$LOGS/d_raft.log" | grep "summary\|select=" | tail -12
+  else
+    say "d: $D_RAFT_FLAG is not accepted by this XLA: no RAFT pass"
+  fi
   if [ "$SIZE" = full ]; then
     say "d: exactness tests on the device"
     JAX_PLATFORMS=cuda XLA_FLAGS= run d_tests.log 90 "$PY" -m pytest -q -p no:cacheprovider \
       -o addopts="" tests/test_jax_topk.py
     tail -3 "$LOGS/d_tests.log"
+    if accepts_flag "$D_RAFT_FLAG"; then
+      say "d: exactness tests with $D_RAFT_FLAG (its tie order against numpy)"
+      JAX_PLATFORMS=cuda XLA_FLAGS="$D_RAFT_FLAG" run d_tests_raft.log 90 "$PY" -m pytest -q \
+        -p no:cacheprovider -o addopts="" tests/test_jax_topk.py -k "bmc or sort or brute"
+      tail -3 "$LOGS/d_tests_raft.log"
+    fi
   fi
 fi
 say "done"
