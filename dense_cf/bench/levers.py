@@ -48,6 +48,7 @@ from absl import flags
 from flax import linen as nn
 
 from dense_cf import app as _app
+from dense_cf.bench import packing
 from dense_cf.bench.accelerator import BERT_BASE, peak_bf16_flops
 from dense_cf.models.bert import BertConfig, BertEncoder, BertLayer, remat_policy
 
@@ -541,6 +542,11 @@ def main(argv: Sequence[str]) -> None:
         run_attn(sink, shapes, steps)
     elif part == "encode":
         run_encode(sink, shapes, steps)
+    elif part == "pack":
+        # tiny: one batch per layout (the CPU smoke test); full: bench.packing's default 4
+        for fig in packing.measure(_CORPUS.value, _TOK.value, _SIZE.value,
+                                   batches=1 if _SIZE.value == "tiny" else 4):
+            sink("pack", **fig)
     elif part == "decide":
         result = decide(read_lines(_OUT.value))
         for v in result["verdicts"]:

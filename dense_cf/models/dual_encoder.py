@@ -44,6 +44,26 @@ def pool(hidden: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
     raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
 
 
+def pool_packed(hidden: jax.Array, position_ids: jax.Array, segment_ids: jax.Array,
+                starts: jax.Array, pooling: str) -> jax.Array:
+    """Packed rows (``dense_cf.inputs.packing``) [R, L, H] -> one float32 [P, H] vector per
+    passage, in passage order: "cls" at each passage's first token (``starts``, flat
+    ``row * L + column``), "mean" over its segment. A token's segment is keyed by its own start,
+    ``column - position`` (positions restart per passage), so no segment count is needed."""
+    r, length, h = hidden.shape
+    flat = hidden.astype(jnp.float32).reshape(r * length, h)
+    if pooling == "cls":
+        return flat[starts]
+    if pooling == "mean":
+        real = (segment_ids > 0).reshape(-1)
+        key = (jnp.arange(r)[:, None] * length + jnp.arange(length)[None, :] - position_ids).reshape(-1)
+        key = jnp.where(real, key, r * length)  # padding: one extra bucket, never read
+        sums = jax.ops.segment_sum(flat * real[:, None], key, num_segments=r * length + 1)
+        counts = jax.ops.segment_sum(real.astype(jnp.float32), key, num_segments=r * length + 1)
+        return sums[starts] / jnp.maximum(counts[starts], 1.0)[:, None]
+    raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
 def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
     """``hidden`` [B, L, H] at ``positions`` [B, S] (int, in [0, L)) -> float32 [B, S, H].
 
@@ -89,6 +109,15 @@ class DualEncoder(nn.Module):
 
     def encode_passage(self, ids, mask, deterministic: bool = True) -> jax.Array:
         return self._encode(self.tower if self.shared else self.passage, ids, mask, deterministic)
+
+    def encode_passage_packed(self, ids, mask, segment_ids, position_ids, starts,
+                              deterministic: bool = True) -> jax.Array:
+        """Packed passages (``dense_cf.inputs.packing.PackedBatch`` fields) -> float32 [P, H] in
+        passage order, equal to :meth:`encode_passage` of the same passages padded one per row."""
+        tower = self.tower if self.shared else self.passage
+        hidden = tower(ids, mask, deterministic=deterministic, segment_ids=segment_ids,
+                       position_ids=position_ids)
+        return self._unit(pool_packed(hidden, position_ids, segment_ids, starts, self.pooling))
 
     def encode_passage_tokens(self, ids, mask, deterministic: bool = True) -> jax.Array:
         """The passage tower's last hidden states, float32 [B, L, H] (DCSR sentence vectors)."""
