@@ -14,6 +14,9 @@ os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {S
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No results cached across runs in the user's home (studies.harness.cache_root): a test that
+# wants the cache points DENSE_CF_CACHE at its own tmp_path.
+os.environ.setdefault("DENSE_CF_CACHE", "off")
 # The suite compiles thousands of tiny programs and runs each a few times: LLVM's optimisation
 # passes are most of its time (measured: 151 s -> 105 s on gradcache + a study over two seeds,
 # cold cache). JAX reads this at import, here and in every child process. It sets XLA's

@@ -335,6 +335,39 @@ def test_demo_untrained_row(tmp_path):
     assert harness.untrained_aar(cfg, str(tmp_path)) is None
 
 
+def test_untrained_aar_is_computed_once_per_world_and_model(tmp_path, monkeypatch):
+    """The untrained AAR is cached across work directories by content (checkpoint, data files,
+    settings, code): a second demo in another workdir reads it back; another world recomputes."""
+    from dense_cf.configs.presets import demo_config
+    from dense_cf.studies import harness
+    data = tmp_path / "world"
+    data.mkdir()
+    cfg = demo_config("dpr")
+    cfg.data.data_dir = str(data)
+    (data / cfg.data.gold_file).write_text('{"data": []}')
+    (data / cfg.data.test_file).write_text("q\t['a']\n")
+    calls = []
+
+    def fake_aar(workdir, *, run, strategies):
+        calls.append(workdir)
+        return {"strategies": {"sentence": {"aar": 0.5}}, "out_dir": workdir}
+
+    monkeypatch.setattr(harness, "evaluate_aar", fake_aar)
+    monkeypatch.setattr(harness, "pretrained_run", lambda c: None)
+    monkeypatch.setenv("DENSE_CF_CACHE", str(tmp_path / "cache"))
+    first = harness.untrained_aar(cfg, str(tmp_path / "run1"))
+    again = harness.untrained_aar(cfg, str(tmp_path / "run2"))
+    assert len(calls) == 1 and first["strategies"] == again["strategies"]
+    assert again["cached_from"] == calls[0] and again["cache_file"].startswith(str(tmp_path))
+    (data / cfg.data.test_file).write_text("q\t['b']\n")  # another world: recomputed
+    harness.untrained_aar(cfg, str(tmp_path / "run3"))
+    cfg.model.pooling = "mean"  # another reading of the model: recomputed
+    harness.untrained_aar(cfg, str(tmp_path / "run4"))
+    monkeypatch.setenv("DENSE_CF_CACHE", "off")
+    harness.untrained_aar(cfg, str(tmp_path / "run5"))
+    assert len(calls) == 4
+
+
 def test_demo_stage_table_adds_up_to_the_wall_time():
     from dense_cf import demo
     s = _summary(100)

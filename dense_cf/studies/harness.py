@@ -23,13 +23,21 @@ from absl import flags, logging
 
 from dense_cf import methods
 from dense_cf.configs.base import base_config, resolve_paths
+from dense_cf.datasets.dpr import resolve_data_file
+from dense_cf.eval import aar as aar_lib
+from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import compare as compare_lib
-from dense_cf.eval import outcomes, stats
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
-from dense_cf.files import atomic_open, write_json
+from dense_cf.files import atomic_open, content_sha256, read_json, sha256_hex, write_json
+from dense_cf.inputs import cf_masks
+from dense_cf.inputs import dpr as dpr_inputs
+from dense_cf.models import bert as bert_lib
+from dense_cf.models import dual_encoder as dual_encoder_lib
+from dense_cf.models.hf import resolve_model_dir
 from dense_cf.progress import format_duration
+from dense_cf.retrieval import export as export_lib
 from dense_cf.train.run import RunDir, model_workdir, pretrained_run
 
 __all__ = ["Compared", "Study", "StudyFlags", "StudyRun", "Trained", "compare_runs",
@@ -369,15 +377,71 @@ def compare_study(study: Study, trained: Mapping[tuple[str, int], Trained],
 
 # ------------------------------------------------------------------ the untrained checkpoint
 
+UNTRAINED_STRATEGIES = ("sentence", "answer")
+# The code an untrained AAR depends on: a change to any of these files is a new cache key.
+_AAR_CODE = (aar_lib, aar_math, cf_masks, dpr_inputs, export_lib, bert_lib, dual_encoder_lib)
+
+
+def cache_root() -> str | None:
+    """Where results are cached across runs and work directories: ``$DENSE_CF_CACHE``, default
+    ``~/.cache/dense_cf``; ``DENSE_CF_CACHE=off`` turns caching off (None)."""
+    root = os.environ.get("DENSE_CF_CACHE", "")
+    if root.lower() == "off":
+        return None
+    return root or os.path.join(os.path.expanduser("~"), ".cache", "dense_cf")
+
+
+def _file_sha(path: str) -> str:
+    def chunks():
+        with open(path, "rb") as f:
+            yield from iter(lambda: f.read(1 << 20), b"")
+    return content_sha256(chunks())
+
+
+def untrained_aar_key(cfg: ml_collections.ConfigDict) -> str:
+    """The cache key of an untrained AAR (``files.sha256_hex``): the checkpoint's files and
+    the gold and test files by content, the model and data settings the AAR reads, the
+    strategies, and the source of the code that computes it (so a code change recomputes)."""
+    model_dir = resolve_model_dir(cfg.model.name_or_path)
+    weights = {os.path.relpath(os.path.join(root, name), model_dir):
+               _file_sha(os.path.join(root, name))
+               for root, _, names in os.walk(model_dir) for name in sorted(names)}
+    data = {f: _file_sha(resolve_data_file(cfg.data, f)) for f in ("gold_file", "test_file")}
+    code = {m.__name__: _file_sha(m.__file__) for m in _AAR_CODE}
+    settings = {"model": cfg.model.to_dict(), "max_q_len": cfg.data.max_q_len,
+                "max_p_len": cfg.data.max_p_len, "answer_mode": cfg.data.answer_mode,
+                "window": cfg.data.window, "strategies": UNTRAINED_STRATEGIES}
+    return sha256_hex("untrained_aar", weights, data, code, settings)
+
+
 def untrained_aar(cfg: ml_collections.ConfigDict, out: str) -> dict[str, Any] | None:
     """The AAR report (sentence p* and answer-removed: AAR and AA score) of ``cfg``'s checkpoint
     before any training, read with ``cfg``'s pooling, on its test triplets, written under
     ``out`` (``model_workdir``). A trained row below it was degraded by training (issue 32
-    item 6). ``None`` for a random ``tiny`` model, which has no checkpoint worth scoring."""
+    item 6). ``None`` for a random ``tiny`` model, which has no checkpoint worth scoring.
+
+    Computed once per world and model: the report is cached under :func:`cache_root`
+    (``untrained_aar/<untrained_aar_key>.json``) and read back by any later run with the same
+    checkpoint, data files, settings and code, whatever its work directory (``cached_from``
+    then names the first run's report directory)."""
     if cfg.model.name_or_path == "tiny" or not cfg.data.gold_file:
         return None
-    return evaluate_aar(model_workdir(cfg, out), run=pretrained_run(cfg),
-                        strategies=("sentence", "answer"))
+    root = cache_root()
+    path = (os.path.join(root, "untrained_aar", untrained_aar_key(cfg) + ".json")
+            if root else None)
+    cached = read_json(path) if path else None
+    if isinstance(cached, dict) and cached.get("strategies"):
+        logging.info("untrained AAR: cached in %s (from %s)", path, cached.get("out_dir"))
+        return {**cached, "cached_from": cached.get("out_dir"), "cache_file": path}
+    result = evaluate_aar(model_workdir(cfg, out), run=pretrained_run(cfg),
+                          strategies=UNTRAINED_STRATEGIES)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_json(path, result)
+        except OSError as e:  # a read-only home: the run goes on, uncached
+            logging.warning("untrained AAR: not cached (%s)", e)
+    return result
 
 
 # ------------------------------------------------------------------ paired comparison
