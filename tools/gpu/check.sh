@@ -99,7 +99,9 @@ else
           --max_search_s=1.5 --data=device)
   # Measured on an H200 (27 Nov): a 113 s; b's loop ~140 s (its first step compiles in ~60 s),
   # isolated step 61-78 s; c ~90 s; d 102 s + tests 34 s (27 Nov; d now times sort, chunked
-  # and bmc and a RAFT pass: estimated <= 4 min). So two calls of ~6 min: ab, then cd.
+  # and bmc and a RAFT pass: estimated 3-5 min, at most 2 x 200 s + 2 x 90 s of tests). So
+  # three calls: ab (~6 min), c (~2 min), d (<= 8 min, CHECK_STAGES=d); with 15 device-minutes
+  # a session, run d first when the search is what is to be measured.
   LIMIT_A=200 LIMIT_B=260 LIMIT_ISO=150 LIMIT_C=200 LIMIT_D=200
 fi
 if [ "$MODE" = reference ]; then
