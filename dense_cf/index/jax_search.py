@@ -311,12 +311,17 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
     def bmc(best_s, best_r, s, rows, first):
         """The top k bins of ``bin_rows`` rows by their max (padding at -inf before the max),
         in row order, then the top k of the carry and those bins' rows (module docstring)."""
-        s3 = jnp.where(rows[None, :] < n, s, -jnp.inf).reshape(b, nbins, bin_rows)
-        _, bins = jax.lax.top_k(jnp.max(s3, axis=2), k)  # equal maxima: the lower bin first
+        # The mask is applied inside the max and to the gathered candidates, not to a copy of
+        # the scores: XLA fuses it into both, so the [B, R] scores are written once, read once
+        # by the max, and only the kept bins are read again.
+        bmax = jnp.max(jnp.where(rows[None, :] < n, s, -jnp.inf).reshape(b, nbins, bin_rows),
+                       axis=2)
+        _, bins = jax.lax.top_k(bmax, k)  # equal maxima: the lower bin first
         bins = jnp.sort(bins, axis=1)  # row order, for the tie rule
-        cand = jnp.take_along_axis(s3, bins[:, :, None], axis=1).reshape(b, k * bin_rows)
+        cand = jnp.take_along_axis(s.reshape(b, nbins, bin_rows), bins[:, :, None], axis=1)
         crow = (first + bins[:, :, None] * bin_rows
                 + jnp.arange(bin_rows, dtype=jnp.int32)).reshape(b, k * bin_rows)
+        cand = jnp.where(crow < n, cand.reshape(b, k * bin_rows), -jnp.inf)
         return _merge_positional(jnp.concatenate([best_s, cand], axis=1),
                                  jnp.concatenate([best_r, crow], axis=1), k)
 
