@@ -565,9 +565,14 @@ def main(argv) -> dict[str, Any]:
                            attention_impl=_ATTN.value)
 
     threads = _THREADS.value or os.cpu_count() or 1
-    # One peer for every shape: its towers and optimizer do not depend on the lengths.
-    peer = TorchPeer(config(*shapes[0]), resolve_model_dir(_MODEL.value), threads=threads,
-                     attn=_TORCH_ATTN.value)
+
+    def fresh_peer(cfg) -> TorchPeer:
+        # A new peer per part and shape: the train rounds update its weights, and the next
+        # part's numerics check compares it with our freshly loaded model.
+        return TorchPeer(cfg, resolve_model_dir(_MODEL.value), threads=threads,
+                         attn=_TORCH_ATTN.value)
+
+    torch.set_num_threads(threads)
     out: dict[str, Any] = {
         "cpu": cpu_description(), "load_average_start": _load_average(),
         "model": _MODEL.value, "devices": jax.device_count(), "cpu_count": os.cpu_count(),
@@ -582,9 +587,9 @@ def main(argv) -> dict[str, Any]:
         print(f"=== shape {key} (questions {lq}, passages {lp}) ===", flush=True)
         res: dict[str, Any] = {}
         if "train" in parts:
-            res["train"] = _measure_train(cfg, peer)
+            res["train"] = _measure_train(cfg, fresh_peer(cfg))
         if "export" in parts:
-            res["export"] = _measure_export(cfg, peer)
+            res["export"] = _measure_export(cfg, fresh_peer(cfg))
         out["shapes"][key] = res
         gc.collect()
     out["load_average_end"] = _load_average()
