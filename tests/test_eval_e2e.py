@@ -301,3 +301,51 @@ def test_docs_define_every_report_column():
     doc = open(os.path.join(ROOT, "docs", "reports.md")).read()
     assert all(f"| {k} | {v} |" in doc for k, v in report_lib.COLUMNS.items())
     assert all(f"| `{k}` | {v} |" in doc for k, v in report_lib.JSON_UNITS.items())
+
+
+def test_aar_strategies_share_q_and_p_plus_encodings(tmp_path):
+    """Issue 46: the AAR strategies read the same q and p+ rows; each distinct row is encoded
+    once per evaluation (questions sharing a gold context: one p+), and the scores equal those
+    of each strategy encoded on its own (a real tiny model, bucketed encoder: float tolerance)."""
+    from helpers import tiny_run
+
+    from dense_cf.datasets.formats import write_qa_csv
+    from dense_cf.eval.aar import evaluate_aar, load_triplets, triplet_scores
+    from dense_cf.retrieval import export
+
+    ctx = "Ann Berg wrote Blue Hills. She lived in Oslo. The book is long and green."
+    gold = [("Who wrote Blue Hills?", "Blue Hills", ctx), ("Where did Ann Berg live?",
+                                                          "Blue Hills", ctx),
+            ("Who built the grey tower of the park?", "Tower",
+             "The tower is tall. Bo Lind built it in 1850. It is grey.")]
+    answers = [["Ann Berg"], ["Oslo"], ["Bo Lind"]]
+    gold_path, qa_path = tmp_path / "gold.json", tmp_path / "qa.csv"
+    gold_path.write_text(json.dumps({"data": [{"question": q, "title": t, "context": c}
+                                              for q, t, c in gold]}))
+    write_qa_csv(qa_path, [(q, a) for (q, _, _), a in zip(gold, answers)])
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.rows = inner, {"q": 0, "p": 0}
+
+        def questions(self, ids, mask):
+            self.rows["q"] += len(ids)
+            return self.inner.questions(ids, mask)
+
+        def passages(self, ids, mask):
+            self.rows["p"] += len(ids)
+            return self.inner.passages(ids, mask)
+
+    run = tiny_run("picl")
+    enc = Counting(export.Encoder(run, 4))
+    res = evaluate_aar(str(tmp_path), gold_path=str(gold_path), qa_path=str(qa_path), run=run,
+                       encoder=enc, strategies=("sentence", "answer"), out_dir=str(tmp_path / "o"))
+    assert [res["strategies"][s]["triplets"] for s in ("sentence", "answer")] == [3, 3]
+    # 3 questions once; p+: 2 distinct contexts once; p*: 3 per strategy (all distinct texts).
+    assert enc.rows == {"q": 3, "p": 2 + 3 + 3}
+    trip = load_triplets(str(gold_path), str(qa_path))
+    for strategy in ("sentence", "answer"):
+        alone = triplet_scores(run, trip, strategy, encoder=export.Encoder(run, 4))
+        saved = np.load(tmp_path / "o" / f"aar_scores_{strategy}.npz")
+        np.testing.assert_allclose(saved["pos"], alone["pos"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(saved["cf"], alone["cf"], rtol=1e-4, atol=1e-5)

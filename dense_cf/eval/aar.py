@@ -117,10 +117,30 @@ def load_triplets(gold_path: str, qa_path: str) -> Triplets:
     return out
 
 
+def _encode_once(fn, side: str, ids: np.ndarray, mask: np.ndarray, memo: dict, *, encoder,
+                 progress: Progress) -> np.ndarray:
+    """``fn(ids, mask)`` row by row, but each distinct input row encoded once: ``memo`` maps
+    ``(side, ids bytes, mask bytes)`` to its vector, across the calls that share it (the
+    strategies of one AAR evaluation read the same q and p+ rows; questions sharing a gold
+    context, the same p+). Identical inputs, so the vectors are those of encoding every row
+    (within float tolerance: a bucketed encoder pads a row by its batch)."""
+    keys = [(side, i.tobytes(), m.tobytes()) for i, m in zip(ids, mask)]
+    todo = list({k: r for r, k in enumerate(keys) if k not in memo}.values())
+    progress.update(len(keys) - len(todo))
+    if todo:
+        rows = np.asarray(todo)
+        for k, v in zip((keys[r] for r in todo),
+                        export.encode_in_slices(fn, ids[rows], mask[rows], encoder=encoder,
+                                                progress=progress)):
+            memo[k] = v
+    return np.stack([memo[k] for k in keys])
+
+
 def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
-                   batch_size: int = 128) -> dict[str, Any]:
+                   batch_size: int = 128, memo: dict | None = None) -> dict[str, Any]:
     """sim(q, p+) and sim(q, p*) of every triplet scored under ``strategy``, and the fate of
     every gold record (``fates``: ``aar_math.AAR_FATES`` counts, summing to the gold records).
+    ``memo`` (kept by the caller) shares encodings between calls (:func:`_encode_once`).
 
     A triplet is scored when its answer matches the gold context (DPR rules, ``answer_mode``),
     an answer token lies within the max_p_len word pieces the encoder sees of p+, and p* exists
@@ -169,11 +189,13 @@ def triplet_scores(run, triplets: Triplets, strategy: str, *, encoder=None,
     idx = np.flatnonzero(valid)
     if len(idx):
         encoder = encoder or export.Encoder(run, batch_size)
+        memo = {} if memo is None else memo
         with Progress(f"AAR {strategy}: encoding q, p+ and p*", 3 * len(idx), unit="vectors") as progress:
-            q, pos, cf = (export.encode_in_slices(fn, arr[f"{key}_ids"][valid], arr[f"{key}_mask"][valid],
-                                                  encoder=encoder, progress=progress)
-                          for fn, key in ((encoder.questions, "q"), (encoder.passages, "pos"),
-                                          (encoder.passages, "cf")))
+            q, pos, cf = (_encode_once(fn, side, arr[f"{key}_ids"][valid], arr[f"{key}_mask"][valid],
+                                       memo, encoder=encoder, progress=progress)
+                          for fn, side, key in ((encoder.questions, "q", "q"),
+                                                (encoder.passages, "p", "pos"),
+                                                (encoder.passages, "p", "cf")))
         pos_s, cf_s = np.einsum("bd,bd->b", q, pos), np.einsum("bd,bd->b", q, cf)
     else:
         pos_s = cf_s = np.zeros(0, np.float32)
@@ -207,8 +229,9 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
                               "units": report_lib.JSON_UNITS}
     diffs = {}
     fates: dict[str, aar_math.ReasonCounts] = {}
+    memo: dict = {}  # the strategies share q and p+ encodings: each row is encoded once
     for strategy in strategies:
-        s = triplet_scores(run, triplets, strategy, encoder=encoder)
+        s = triplet_scores(run, triplets, strategy, encoder=encoder, memo=memo)
         fates[strategy] = s["fates"]
         entry = {"triplets": int(len(s["pos"])), "no_counterfactual": s["no_counterfactual"],
                  "triplet_fates": s["fates"].counts,
