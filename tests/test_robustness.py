@@ -270,3 +270,19 @@ def test_heldout_family_next_to_unchanged_pstar(robust, tmp_path):
                                n_resamples=100)
     metrics = [r["metric"] for r in res["rows"]]
     assert "K=3 distractors: top-1" in metrics and "K=3 held-out distractors: top-1" in metrics
+
+
+def test_table_is_unchanged_when_the_export_is_reused(robust, tmp_path):
+    """Issue 46: robustness encodes only the distractors and questions when the run's export
+    exists (the retrieval evaluation's); the table equals the one whose export it made itself."""
+    from dense_cf.eval.robustness import evaluate_robustness
+    workdir, run, result = robust
+    assert result["export"]["encoded_this_run"] == 300     # the fixture's call made the export
+    again = evaluate_robustness(workdir, counts=COUNTS, max_distractors=3, run=run, k=K_DEPTH,
+                                ks=KS, out_dir=str(tmp_path))
+    assert again["export"]["encoded_this_run"] == 0        # ...this one reads it back
+    assert again["timing"]["export_s"] < result["timing"]["export_s"]
+    for K in COUNTS:
+        a, b = result["table"][K], again["table"][K]
+        assert b["top_k"] == a["top_k"] and b["mrr"] == pytest.approx(a["mrr"], abs=1e-12)
+        assert again["first_hit_rank"][K] == result["first_hit_rank"][K]
