@@ -2,7 +2,8 @@
 
 ``train_and_evaluate(config, workdir)`` generates the synthetic benchmark when the config asks
 for it and it is absent, trains (or resumes) the run, and, with ``config.eval.after_training``,
-evaluates the final checkpoint in the same process. Entry points (``dense_cf.main``, the demo)
+evaluates the final checkpoint in the same process with the evaluators it chooses
+(``config.eval.evaluators``, else the method's own set; ``eval.evaluators``). Entry points (``dense_cf.main``, the demo)
 call it; libraries never do.
 """
 
@@ -17,7 +18,7 @@ import ml_collections
 from absl import logging
 
 from dense_cf.configs.base import resolve_paths
-from dense_cf.eval.after_training import evaluate_after_training
+from dense_cf.eval import evaluators as evaluators_lib
 from dense_cf.files import workdir_lock, write_json
 from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
 from dense_cf.synthetic import generate as synthetic
@@ -67,13 +68,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     """
     config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
     validate(config, check_files=not config.data.synthetic.generate)  # generated below if so
+    # An unknown evaluator fails now, not after training.
+    evaluators = evaluators_lib.chosen(config) if config.eval.after_training else []
     lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
     with lock:  # refuse at once; train and evaluation under one lock, no evaluator in between
-        return _train_and_evaluate(config, workdir)
+        return _train_and_evaluate(config, workdir, evaluators)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                        evaluators: list[evaluators_lib.Evaluator]) -> dict[str, Any]:
     maybe_generate_synthetic(config)
     summary, run = train(config, workdir)
     finished = summary["step"] == summary["total_steps"]
@@ -85,7 +89,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         logging.warning("eval.after_training %s", msg)
         summary["eval"] = {"skipped": msg}
     elif config.eval.after_training and finished:
-        summary["eval"] = evaluate_after_training(run, workdir)
+        summary["eval"] = evaluators_lib.run_evaluators(run, workdir, evaluators)
         # The evaluation's numbers beside the training curves, at the final step.
         writer = MetricWriter(workdir)
         writer.tensorboard_scalars(summary["step"], flatten_numbers(summary["eval"], "eval"))

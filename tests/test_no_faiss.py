@@ -20,7 +20,7 @@ FAISS_FREE_MODULES = [
     "dense_cf.index.rerank",
     "dense_cf.retrieval.retriever",
     "dense_cf.eval.retrieval",
-    "dense_cf.eval.after_training",
+    "dense_cf.eval.evaluators",
     "dense_cf.eval.robustness",
     "dense_cf.bench.jax_search",
     "dense_cf.bench.accelerator",

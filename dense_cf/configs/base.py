@@ -151,6 +151,8 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.eval = ml_collections.ConfigDict()
     c.eval.after_training = False               # run retrieval + AAR evaluation when training ends
+    c.eval.evaluators = ""                      # comma-separated eval.evaluators names (or
+                                                # "pkg.module:ATTR"); "": the method's own set
     c.eval.index = "flat"                       # flat | hnsw | ivfpq | sq8 | ivfsq (faiss) | jax
     # eval.index=jax: search in JAX on the device mesh (index/jax_search.py, docs/scale.md).
     c.eval.jax = ml_collections.ConfigDict()

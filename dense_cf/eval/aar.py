@@ -38,12 +38,13 @@ from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, rea
 from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import report as report_lib
+from dense_cf.eval.base import Evaluator
 from dense_cf.files import workdir_lock
 from dense_cf.inputs import dpr as pipeline
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.text.answers import find_answer_spans
-from dense_cf.train.run import RunDir, load_run
+from dense_cf.train.run import Run, RunDir, load_run
 
 
 @dataclasses.dataclass
@@ -290,6 +291,19 @@ def evaluate_aar(workdir: str, *, gold_path: str | None = None, qa_path: str | N
     sections.append(report_lib.columns_section(["triplets", "AAR", "AA score", "mean diff", "95% CI"]))
     report_lib.write_markdown(os.path.join(out_dir, "aar.md"), f"Answer-awareness: {workdir}", sections)
     return result
+
+
+def _after_training(run: Run, workdir: str) -> dict[str, Any] | None:
+    if not run.config.data.get("gold_file"):  # no triplets to score
+        return None
+    return evaluate_aar(workdir, run=run)
+
+
+# AAR and the AA score (per-triplet scores of each strategy beside the report).
+EVALUATOR = Evaluator("aar", _after_training,
+                      metrics=tuple(outcomes.metric(m) for m in (
+                          "aar.sentence", "aar.sentence.gap", "aar.answer", "aar.answer.gap")),
+                      report=outcomes.AAR)
 
 
 # The binary ``python -m dense_cf.eval.aar`` (alias ``dense_cf.cli.eval_aar``); its --help text:

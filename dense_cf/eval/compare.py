@@ -47,7 +47,7 @@ def compare_outcome_sets(a: RunOutcomes, b: RunOutcomes, *, seed: int = 0,
     rows = []
     for p in paired:
         m = p.metric
-        row = stats.compare_outcomes(m.label, p.a, p.b, kind="binary" if m.kind == "rate" else "mean",
+        row = stats.compare_outcomes(m.label, p.a, p.b, kind=outcomes_lib.TESTS[m.kind],
                                      scale=m.scale, digits=m.digits, seed=seed,
                                      n_resamples=n_resamples, names=names)
         rows.append({**row, "id": m.id})

@@ -58,6 +58,7 @@ from dense_cf.datasets.hotpotqa import HotpotExample, bridge_order, read_hotpot
 from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
+from dense_cf.eval.base import Evaluator
 from dense_cf.files import workdir_lock
 from dense_cf.inputs.multihop import drop_sentences, passage_table_rows
 from dense_cf.inputs.tokens import encode_texts, hop2_query_row, pad_rows, question_row, special_ids
@@ -66,7 +67,7 @@ from dense_cf.retrieval.corpus import Corpus, load_corpus
 from dense_cf.retrieval.multihop import Hop2Queries, drop_first_hop, two_hop_search
 from dense_cf.retrieval.retriever import retriever_for_run
 from dense_cf.text.answers import has_answer
-from dense_cf.train.run import RunDir, load_run
+from dense_cf.train.run import Run, RunDir, load_run
 
 __all__ = ["HOPS", "READER_KS", "YES_NO", "aar_triplets", "add_reader", "answer_ranks",
            "chain_passage", "chain_ranks", "chain_results", "evaluate_multihop", "list_ranks",
@@ -641,6 +642,16 @@ def _write_markdown(path: str, workdir: str, s: dict[str, Any], ks: Sequence[int
                                                 "hop-2 R@k", "answer R@k", "AAR (hop)",
                                                 "95% CI"]))
     report_lib.write_markdown(path, f"Multi-hop retrieval: {workdir}", sections)
+
+
+def _after_training(run: Run, workdir: str) -> dict[str, Any]:
+    return evaluate_multihop(workdir, run=run)
+
+
+# Chain / per-hop / answer recall of a two-hop retriever, with AAR per hop.
+EVALUATOR = Evaluator("multihop", _after_training,
+                      metrics=(outcomes.metric("retrieval.top1"), outcomes.metric("retrieval.mrr")),
+                      report=outcomes.REPORT)
 
 
 # The binary ``python -m dense_cf.eval.multihop`` (alias ``dense_cf.cli.eval_multihop``); its --help text:

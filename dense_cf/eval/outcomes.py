@@ -35,7 +35,7 @@ from dense_cf.files import write_json
 from dense_cf.train.run import RunDir
 
 __all__ = ["AAR", "E2E", "KINDS", "METRICS", "Metric", "Outcomes", "Paired", "REPORT",
-           "RESULTS", "ROBUSTNESS", "RunOutcomes", "aar_scores_name", "evaluated",
+           "RESULTS", "ROBUSTNESS", "TESTS", "RunOutcomes", "aar_scores_name", "evaluated",
            "find_eval_dir", "metric", "outcomes_name", "pair", "pair_questions", "read",
            "read_aar", "read_aar_scores", "read_json", "read_report", "write"]
 
@@ -72,6 +72,9 @@ def _glob(eval_dir: str, affix: tuple[str, str]) -> list[str]:
 # ------------------------------------------------------------------ metrics
 
 KINDS = ("rate", "mean", "rank")
+_VALUE_TYPES = {"rate": bool, "mean": float, "rank": None}  # per-item values of each kind
+# The paired test of each kind (stats.compare_outcomes; a rank is paired as rates and a mean).
+TESTS = {"rate": "binary", "mean": "mean"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -523,14 +526,13 @@ def _pair_generic(a: RunOutcomes, b: RunOutcomes, notes: list[str]) -> list[Pair
             if m.id not in shared:
                 continue
             va, vb = oa.values[m.id], ob.values[m.id]
-            if m.kind == "rank":
+            dtype = _VALUE_TYPES[m.kind]
+            if dtype is None:  # a rank: its top-k rates and MRR
                 prefix = m.id[:-len(".rank")] if m.id.endswith(".rank") else m.id
                 out += _rank_pairs(prefix, f"{m.label}: ", _ranks(va)[ia], _ranks(vb)[ib],
                                    _shared_ks(oa.ks, ob.ks, depth), depth)
-            elif m.kind == "rate":
-                out.append(Paired(m, np.asarray(va, bool)[ia], np.asarray(vb, bool)[ib]))
             else:
-                out.append(Paired(m, np.asarray(va, float)[ia], np.asarray(vb, float)[ib]))
+                out.append(Paired(m, np.asarray(va, dtype)[ia], np.asarray(vb, dtype)[ib]))
         notes.append(f"{name}: {len(ia)} items paired"
                      + ("" if list(oa.keys) == list(ob.keys) else " (by key)"))
     return out

@@ -43,11 +43,12 @@ from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
+from dense_cf.eval.base import Evaluator
 from dense_cf.files import remove_if_exists, workdir_lock
 from dense_cf.index.shards import MANIFEST
 from dense_cf.retrieval.corpus import StoredCorpus, load_qa, open_corpus
 from dense_cf.retrieval.retriever import retriever_for_run
-from dense_cf.train.run import RunDir, load_run
+from dense_cf.train.run import Run, RunDir, load_run
 
 
 def run_corpus(workdir: str, cfg, corpus_path: str | None = None, *,
@@ -141,6 +142,17 @@ def evaluate_run(workdir: str, *, corpus_path: str | None = None, qa_path: str |
     logging.info("retrieval %s step %d: %s MRR=%.4f", cfg.method, run.step,
                  {kk: round(v, 2) for kk, v in rep["top_k"].items()}, rep["mrr"])
     return summary
+
+
+def _after_training(run: Run, workdir: str) -> dict[str, Any]:
+    return evaluate_run(workdir, run=run)
+
+
+# Top-k and MRR of the run's test questions (per-question first-hit ranks in its report).
+EVALUATOR = Evaluator("retrieval", _after_training,
+                      metrics=tuple(outcomes.metric(f"retrieval.{m}")
+                                    for m in ("top1", "top5", "top20", "top100", "mrr")),
+                      report=outcomes.REPORT)
 
 
 # The binary ``python -m dense_cf.eval.retrieval`` (alias ``dense_cf.cli.eval_retrieval``); its --help text:

@@ -69,10 +69,11 @@ from absl import flags, logging
 
 from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
-from dense_cf.eval import aar, aar_math, stats
+from dense_cf.eval import aar, aar_math, outcomes, stats
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import report as report_lib
+from dense_cf.eval.base import Evaluator
 from dense_cf.files import workdir_lock
 from dense_cf.index.jax_search import exact_index
 from dense_cf.progress import Progress
@@ -81,7 +82,7 @@ from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.synthetic.distractors import HELDOUT_KINDS, heldout_variants, namesake_index
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.counterfactuals import distractor_variants
-from dense_cf.train.run import RunDir, load_run
+from dense_cf.train.run import Run, RunDir, load_run
 
 __all__ = ["DEFAULT_COUNTS", "FAMILIES", "ROBUSTNESS_FATES", "DistractorSet", "build_distractors",
            "evaluate_robustness", "plot_runs", "robustness_table"]
@@ -541,6 +542,20 @@ def plot_runs(results_by_run: Mapping[str, Mapping[str, Any]], path: str,
         {name: {K: e["top_k"] for K, e in _norm_table(r).items()}
          for name, r in results_by_run.items()}, path,
         title=title or "Top-k vs. near-duplicate distractors per question (EADPR Fig. 5)")
+
+
+def _after_training(run: Run, workdir: str) -> dict[str, Any] | None:
+    counts = tuple(int(c) for c in run.config.eval.robustness_counts)
+    if not counts or not run.config.data.get("gold_file"):  # off, or no triplets to perturb
+        return None
+    return evaluate_robustness(workdir, run=run, counts=counts, max_distractors=max(counts))
+
+
+# Top-k and MRR with K near-duplicate distractors per question (config.eval.robustness_counts).
+EVALUATOR = Evaluator("robustness", _after_training,
+                      metrics=tuple(outcomes.metric(f"robustness.k5.{m}")
+                                    for m in ("top1", "top5", "top20", "mrr")),
+                      report=outcomes.ROBUSTNESS)
 
 
 # The binary ``python -m dense_cf.eval.robustness`` (alias ``dense_cf.cli.eval_robustness``); its --help text:

@@ -244,6 +244,18 @@ class SentenceIndex:
     retrieve_sentences: int
 
 
+def default_evaluators(method: "Method") -> tuple[str, ...]:
+    """What applies to a method of this kind: a passage retriever gets retrieval, AAR and
+    robustness (the last two run when the config has a gold file / distractor counts); a
+    sentence-unit retriever retrieval alone (AAR is defined over passage vectors, docs/dcsr.md);
+    a two-hop retriever the multi-hop evaluation (AAR per hop inside it); a reader none."""
+    if method.kind != "retriever":
+        return ()
+    if method.hops == 2:
+        return ("multihop",)
+    return ("retrieval",) if method.unit == "sentence" else ("retrieval", "aar", "robustness")
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     """One method (module docstring)."""
@@ -268,8 +280,13 @@ class Method:
     config_block: str = ""
     config_problems: Callable[[Any], list[str]] = lambda config: []
     sentence_index: Callable[[Any], SentenceIndex | None] = lambda config: None
+    # The evaluations a run gets after training unless config.eval.evaluators names others
+    # (eval.evaluators); None: what applies to its kind (default_evaluators).
+    evaluators: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.evaluators is None:
+            object.__setattr__(self, "evaluators", default_evaluators(self))
         if self.hops not in (1, 2):
             raise ValueError(f"method {self.name}: hops must be 1 or 2, got {self.hops!r}")
         if self.kind not in KINDS:

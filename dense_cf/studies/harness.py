@@ -27,6 +27,7 @@ from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import aar as aar_lib
 from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import compare as compare_lib
+from dense_cf.eval import evaluators as evaluators_lib
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
@@ -168,10 +169,16 @@ def with_new_defaults(saved: Any, defaults: Any) -> Any:
     return out
 
 
+def _report_of(required: str) -> str:
+    """The file that says ``required`` ran: an evaluator's report, or a file name itself
+    (``studies.replicate`` still names files, until it moves onto this harness)."""
+    return required if required.endswith((".json", ".npz")) else evaluators_lib.get(required).report
+
+
 def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
-                      required: Sequence[str] = (outcomes.REPORT, outcomes.AAR)) -> str | None:
+                      required: Sequence[str] = ("retrieval", "aar")) -> str | None:
     """The eval directory of a run in ``workdir`` that finished ``config``'s steps and was
-    evaluated (the ``required`` reports are there); None when it must (still) be trained or
+    evaluated (the reports of the ``required`` evaluators are there); None when it must (still) be trained or
     evaluated. Raises when ``workdir`` holds a run of another config."""
     rd = RunDir(workdir)
     if not os.path.exists(rd.config):
@@ -196,14 +203,14 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     if summary.get("step") != config.train.num_steps or "eval" not in summary:
         return None
     d = rd.eval(summary["step"])
-    return d if outcomes.evaluated(d, required) else None
+    return d if outcomes.evaluated(d, [_report_of(n) for n in required]) else None
 
 
 Trainer = Callable[[ml_collections.ConfigDict, str], dict[str, Any]]
 
 
 def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
-                   required: Sequence[str] = (outcomes.REPORT, outcomes.AAR),
+                   required: Sequence[str] = ("retrieval", "aar"),
                    train: Trainer = train_and_evaluate) -> tuple[str, bool]:
     """``(eval directory, trained here?)`` of ``config``'s run in ``workdir``: a run that finished
     and was evaluated (:func:`finished_eval_dir`) is read back, not touched; otherwise
@@ -235,12 +242,12 @@ def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
 @dataclasses.dataclass(frozen=True)
 class StudyRun:
     """One run of a study: its ``name`` (its directory: :func:`run_dir`) and its config at a
-    seed (a function of ``dense_cf.configs.studies``); ``required``: the reports in its eval
-    directory that make a finished run reusable (:func:`finished_eval_dir`)."""
+    seed (a function of ``dense_cf.configs.studies``); ``required``: the evaluators whose
+    reports in its eval directory make a finished run reusable (:func:`finished_eval_dir`)."""
 
     name: str
     config: Callable[[int], ml_collections.ConfigDict]
-    required: tuple[str, ...] = (outcomes.REPORT, outcomes.AAR)
+    required: tuple[str, ...] = ("retrieval", "aar")
 
 
 @dataclasses.dataclass(frozen=True)
