@@ -13,7 +13,7 @@ from dense_cf.bench import levers
 from dense_cf.models.hf import resolve_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = "layer,flags,hlo,attn,encode,pack,decide"
+PARTS = "layer,flags,hlo,attn,encode,pack,export,decide"
 
 
 def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
@@ -47,6 +47,9 @@ def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
     pack = {x["layout"]: x for x in by["pack"]}
     assert pack["packed"]["fill"] > pack["padded"]["fill"] and pack["packed"]["real_tokens_per_s"] > 0
     assert pack["compare"]["packed_vs_padded"] > 0
+    exp = by["export"][0]
+    assert exp["passages"] == 64 and exp["shard_size"] == 32 and exp["token_table_equal"]
+    assert exp["passages_per_s"] > 0 and exp["encode_only_passages_per_s"] > 0
     assert by["decide"][0]["baseline_ms"] == layer["baseline"]["ms"]
     assert "ADOPT" in r.stdout or "keep " in r.stdout
 

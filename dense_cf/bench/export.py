@@ -6,6 +6,12 @@ every padded length has compiled), tokenisation share, padding removed and peak 
 come from ``--corpus`` (a DPR corpus TSV, e.g. ``python -m dense_cf.cli.wiki_corpus``'s real
 lengths) or, by default, a synthetic benchmark.
 
+``--token_table`` exports from the pre-tokenised corpus (``retrieval.token_table``, built once
+beside the TSV; its open/build and lookup times are printed apart), ``--shard_size`` sets the
+shard rows, ``--replicate`` repeats a small corpus (ids rewritten) up to ``--passages``. Besides
+the end-to-end rate it prints ``encode_only_*``: the encoder over the same rows already
+tokenised in memory (no tokenisation, no shard files), with its MFU.
+
 ``--compare`` times full padding (``eval.length_buckets=()``, every row at ``--max_p_len``)
 against length buckets (``--length_buckets``) in one command, alternating A/B ``--repeats``
 times, and prints both medians, their ratio, the largest difference between the two exports'
@@ -29,12 +35,13 @@ from dense_cf import app as _app
 from dense_cf.bench import accelerator as accel
 from dense_cf.bench.rss import peak_rss_mb
 from dense_cf.configs.base import base_config
+from dense_cf.datasets.formats import write_corpus_tsv
 from dense_cf.files import write_json
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.tokenizer import load_tokenizer
 from dense_cf.parallel import mesh as mesh_lib
-from dense_cf.retrieval import export
+from dense_cf.retrieval import export, token_table
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.train import run as loop
@@ -60,6 +67,14 @@ _TINY = flags.DEFINE_list("tiny", [], "With --model=tiny: hidden,layers,heads of
 _ATTN = flags.DEFINE_string("attention_impl", "", "model.attention_impl ('' = the base "
                             "config's).", flag_values=FLAGS)
 _JSON = flags.DEFINE_string("out", "", "Also write the result as JSON here.", flag_values=FLAGS)
+_SHARD = flags.DEFINE_integer("shard_size", 1024, "Rows per export shard (production: 100k; "
+                             "small shards add per-shard host work).", flag_values=FLAGS)
+_TABLE = flags.DEFINE_bool("token_table", False, "Export from the pre-tokenised table beside the "
+                           "corpus (retrieval.token_table; built first if missing, its build "
+                           "time reported apart).", flag_values=FLAGS)
+_REPLICATE = flags.DEFINE_bool("replicate", False, "When the corpus has fewer than --passages "
+                               "rows, repeat it with ids rewritten (id~k) up to --passages.",
+                               flag_values=FLAGS)
 _TRAIN_BATCH = flags.DEFINE_integer("train_rows", 48, "--compare: passage rows of a training "
                                     "batch (global_batch x (1 + hard + cf)) for the training "
                                     "padding share.", flag_values=FLAGS)
@@ -96,6 +111,16 @@ def train_padding_share(lengths: np.ndarray, rows: int, boundaries, max_len: int
         tokens, at_max = tokens + rows * cut, at_max + rows * max_len
     return {"padding_removed": round(bucket_lib.padding_removed(tokens, at_max), 3),
             "bucket_use": {k: used[k] for k in sorted(used)}}
+
+
+def replicate_rows(rows: list, n: int) -> list:
+    """``rows`` repeated to ``n`` rows; copy k > 0 has ids ``id~k`` (ids stay unique)."""
+    out = []
+    k = 0
+    while len(out) < n:
+        out.extend((pid if k == 0 else f"{pid}~{k}", text, title) for pid, text, title in rows)
+        k += 1
+    return out[:n]
 
 
 def _compare(run, rows, tmp: str, buckets: tuple[int, ...]) -> dict:
@@ -164,10 +189,16 @@ def main(argv) -> None:
         else:
             synthetic.generate(os.path.join(tmp, "syn"), num_passages=max(_N.value, 300), seed=0)
             corpus = load_corpus(os.path.join(tmp, "syn", "psgs_synth.tsv"))
+        corpus_path = corpus.path
         rows = list(corpus.rows())[:_N.value]
+        if _REPLICATE.value and len(rows) < _N.value:
+            rows = replicate_rows(rows, _N.value)
+            corpus_path = os.path.join(tmp, "replicated.tsv")
+            write_corpus_tsv(corpus_path, rows)
         head = {"model": _MODEL.value, "devices": jax.device_count(), "passages": len(rows),
                 "corpus": _CORPUS.value or "synthetic", "max_p_len": _LP.value,
-                "batch_size": _BATCH.value, "dtype": _DTYPE.value}
+                "batch_size": _BATCH.value, "dtype": _DTYPE.value, "shard_size": _SHARD.value,
+                "token_table": _TABLE.value, "replicated": len(rows) > len(corpus)}
         if _COMPARE.value:
             for k, v in {**head, **_compare(run, rows, tmp, buckets)}.items():
                 print(f"{k:>24}: {v}")
@@ -178,15 +209,34 @@ def main(argv) -> None:
         ids, mask = export.tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
                                              _LP.value)
         tok_s = time.perf_counter() - t0
+        tokenize, extra = None, {}
+        if _TABLE.value:
+            t0 = time.perf_counter()
+            table = token_table.open_table(corpus_path, run.tokenizer, _LP.value)
+            extra["token_table_open_s"] = round(time.perf_counter() - t0, 2)
+            t0 = time.perf_counter()
+            t_ids, t_mask = table.tokenize(rows)
+            extra["token_table_lookup_s"] = round(time.perf_counter() - t0, 3)
+            extra["token_table_equal"] = bool(np.array_equal(t_ids, ids)
+                                              and np.array_equal(t_mask, mask))
+            tokenize = table.tokenize
         t0 = time.perf_counter()
-        m = export.export_passages(run, rows, os.path.join(tmp, "out"), shard_size=1024,
-                                   encoder=encoder)
+        m = export.export_passages(run, rows, os.path.join(tmp, "out"), shard_size=_SHARD.value,
+                                   encoder=encoder, tokenize=tokenize)
         total_s = time.perf_counter() - t0
-    out = {**head, "batch_size": encoder.batch_size,
+        # Encoding alone: the same rows already tokenised in memory, no shard files.
+        t0 = time.perf_counter()
+        encoder.passages(ids, mask)
+        encode_s = time.perf_counter() - t0
+    out = {**head, **extra, "batch_size": encoder.batch_size,
            "length_buckets": bucket_lib.bucket_lengths(buckets, _LP.value),
            "padding_removed": round(m["padding_removed"], 3), "export_s": round(total_s, 2),
            "passages_per_s": round(m["count"] / total_s, 1),
-           "tokenize_share": round(tok_s / total_s, 3),
+           # the share of the export's time its tokenisation takes alone (with the table: lookups)
+           "tokenize_share": round(extra.get("token_table_lookup_s", tok_s) / total_s, 3),
+           "tokenize_s": round(tok_s, 2),
+           "encode_only_s": round(encode_s, 2),
+           "encode_only_passages_per_s": round(len(rows) / encode_s, 1),
            "mean_tokens": round(float(mask.sum(1).mean()), 1),
            "peak_rss_mb": peak_rss_mb()}
     # Model FLOPs at each row's bucket length (what length-bucketed encoding must compute; rows
@@ -198,7 +248,9 @@ def main(argv) -> None:
     peak, peak_name = accel.peak_bf16_flops(jax.devices()[0].device_kind)
     out.update({"device": jax.devices()[0].device_kind, "model_tflops_per_s":
                 round(flops / total_s / 1e12, 2),
-                "mfu": round(flops / total_s / peak, 4) if peak else None, "peak": peak_name})
+                "mfu": round(flops / total_s / peak, 4) if peak else None, "peak": peak_name,
+                "encode_only_model_tflops_per_s": round(flops / encode_s / 1e12, 2),
+                "encode_only_mfu": round(flops / encode_s / peak, 4) if peak else None})
     for k, v in out.items():
         print(f"{k:>18}: {v}", flush=True)
     if _JSON.value:

@@ -502,11 +502,14 @@ class _ShardedExport:
 def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
                     shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
                     max_p_len: int | None = None, encoder: Encoder | None = None,
-                    source: str | None = None, num_rows: int | None = None) -> dict:
+                    source: str | None = None, num_rows: int | None = None,
+                    tokenize: Any = None) -> dict:
     """Encodes ``rows`` = (id, text, title) into shards in ``out_dir``; reuses finished shards
     of the same rows and settings (module docstring). ``source`` names the corpus (e.g. its
     path) in the manifest and in errors; ``num_rows`` (the row count, when ``rows`` is a stream)
-    only gives progress lines their ETA.
+    only gives progress lines their ETA. ``tokenize`` (rows -> padded ids, mask) replaces
+    ``tokenize_passages``, e.g. ``retrieval.token_table.TokenTable.tokenize``; it must give the
+    same arrays (the shard key does not record it).
 
     Returns the manifest. float16 halves disk and RAM (scores change by ~1e-3 relative); use
     float32 for exact reproducibility of scores.
@@ -529,11 +532,12 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     progress = Progress("export passages", num_rows if num_rows is not None else _len_or_none(rows),
                         unit="passages", enabled=exp.writer)
 
-    def tokenize(chunk):
+    def tokenize_rows(chunk):
         return tokenize_passages(run.tokenizer, [r[2] for r in chunk], [r[1] for r in chunk],
                                  max_p_len)
 
-    for k, chunk, names, stored, record, tokens in _shards_ahead(exp, rows, tokenize):
+    for k, chunk, names, stored, record, tokens in _shards_ahead(exp, rows,
+                                                                 tokenize or tokenize_rows):
         shards.append(dict(names, count=len(chunk), rows_sha256=record["rows_sha256"]))
         if stored is not None:
             logging.info("export: shard %d already done, skipped", k)

@@ -79,8 +79,8 @@ has encode && part encode "$L_ENCODE" "${L[@]}" --part=encode
 has pack && part pack "$L_PACK" "${L[@]}" --part=pack --corpus="$CORPUS" --tokenizer="$TOK"
 if has export; then
   part export "$L_EXPORT" "$PY" -m dense_cf.bench.export --model=tiny --tokenizer="$TOK" \
-    --corpus="$CORPUS" --attention_impl=dot_product --token_table=true "${EXPORT_SIZE[@]}" \
-    --replicate_to="${EXPORT_SIZE[2]#*=}" --out="$W/export.json"
+    --corpus="$CORPUS" --attention_impl=dot_product --token_table --replicate "${EXPORT_SIZE[@]}" \
+    --out="$W/export.json"
   [ -f "$W/export.json" ] && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1]));
 d.update(part='export'); print(json.dumps(d, sort_keys=True, default=float))" "$W/export.json" \
     | tee -a "$J"
