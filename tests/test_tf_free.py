@@ -32,6 +32,10 @@ TF_FREE_MODULES = [
     "dense_cf.bench.common",
     "dense_cf.bench.peak",
     "dense_cf.bench.accelerator",
+    "dense_cf.bench.levers",
+    "dense_cf.bench.packing",
+    "dense_cf.inputs.packing",
+    "dense_cf.retrieval.token_table",
 ]
 # The project's export encoder (a class with ``passages(ids, mask)``), as "module:attribute".
 ENCODER = "dense_cf.retrieval.export:Encoder"
