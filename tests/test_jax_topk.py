@@ -246,15 +246,21 @@ def test_bmc_equals_brute_force(kind, devices):
 
 @pytest.mark.parametrize("kind", ["random", "ties", "duplicates"])
 @pytest.mark.parametrize("bin_rows", [1, 2, 8])
-def test_bmc_large_k(kind, bin_rows):
-    """One device, one block of 3,008 rows: bins of 1 and 2 rows give bmc up to k = 2048 and
-    1000 (bins of 8: up to 376); a k with fewer bins than k takes sort, exactly."""
+@pytest.mark.parametrize("devices", [1, None], ids=["one_device", "all_devices"])
+def test_bmc_large_k(kind, bin_rows, devices):
+    """Blocks as large as the layout allows: on one device one block of 3,008 rows, so bins of
+    1 and 2 rows give bmc up to k = 2048 and 1000 (bins of 8: up to 376); on 8 simulated
+    devices blocks of 384 rows (bmc up to k = 384 with bins of 1). A k with fewer bins than k
+    takes sort, exactly."""
     x, q = _corpus(kind, seed=3)
     spec = dataclasses.replace(BMC, block_rows=4096, bin_rows=bin_rows)
-    index = build_jax_index(x, spec=spec, mesh=_one_device())
-    assert index._block == 3008
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
+    index = build_jax_index(x, spec=spec, mesh=mesh)
+    block = index._block
+    per = -(-N // mesh.devices.size)  # rows per device, in whole 32-row chunks
+    assert block == -(-per // 32) * 32
     ran = _check_bmc(index, x, q)
-    assert ran == {k: ("bmc" if 3008 // bin_rows >= k else "sort") for k in KS}
+    assert ran == {k: ("bmc" if block // bin_rows >= k else "sort") for k in KS}
 
 
 def test_bmc_padding_never_wins_a_bin():
