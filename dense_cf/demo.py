@@ -5,7 +5,7 @@ end-to-end QA with a small extractive reader.
 interrupted runs from their checkpoints. The report compares retrieval (top-k, MRR),
 answer-awareness (AAR, AA score) and robustness to near-duplicate distractors, each figure with
 its 95 % interval, and pairs the first method with each other one on the same test items
-(``dense_cf.eval.compare``), saying whether each difference is significant at 0.05.
+(``dense_cf.analysis.compare``), saying whether each difference is significant at 0.05.
 ``--seeds 0,1,2`` trains every method once per seed (seed N > 0 in ``<method>_seedN``) and adds
 the mean ± std [min, max] over seeds; the paired tables are then per seed.
 
@@ -27,11 +27,11 @@ from typing import Any
 from absl import app, flags, logging
 
 from dense_cf import app as _app
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.presets import DEMO_READER, demo_config, reader_demo_config
 from dense_cf.console import quiet_library_logs
 from dense_cf.eval import aar_math, outcomes, stats
 from dense_cf.eval import claims as claims_lib
-from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import e2e as e2e_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.claims import Check
@@ -164,7 +164,7 @@ PICL_CLAIMS = (("AAR up (PiCL §3.3, Fig. 2)", Check("AAR")),
 
 def paired_sections(compared: list[tuple[str, str, dict[str, Any] | Exception]]) -> str:
     """Markdown: each compared ``(A, B, result or error)`` (``harness.compare_study`` with
-    ``catch``, its runs labelled) on the same test items (``dense_cf.eval.compare``: McNemar on
+    ``catch``, its runs labelled) on the same test items (``dense_cf.analysis.compare``: McNemar on
     top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean score gap), each row
     saying whether the difference is significant at 0.05; a pair that could not be compared
     says why."""

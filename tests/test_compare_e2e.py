@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import compare_pairs, tiny_synthetic_config
 
-from dense_cf.eval import compare as compare_lib
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.synthetic import generate as synthetic
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import compare_pairs
 
-from dense_cf.eval import compare as compare_lib
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.eval import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,8 +8,8 @@ import os
 import numpy as np
 from helpers import tiny_mdr_config, write_hotpot_world
 
+from dense_cf.analysis import compare
 from dense_cf.cli import eval_multihop
-from dense_cf.eval import compare
 from dense_cf.experiment import train_and_evaluate
 
 

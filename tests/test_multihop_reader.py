@@ -103,8 +103,8 @@ def test_reader_data_from_chains(runs):
 
 
 def test_eval_multihop_with_reader_and_compare(runs):
+    from dense_cf.analysis import compare
     from dense_cf.cli import eval_multihop
-    from dense_cf.eval import compare
     from dense_cf.eval.multihop import add_reader
     from dense_cf.retrieval.corpus import load_corpus
 

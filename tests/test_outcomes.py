@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dense_cf.eval import compare as compare_lib
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.eval import outcomes
 
 

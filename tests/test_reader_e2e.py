@@ -131,7 +131,7 @@ def test_e2e_binary_on_two_retrievers(reader, retriever, tmp_path):
     assert a5 == b5
     rows = top["paired"][0]["rows"]
     assert rows[0]["metric"] == "EM@1" and rows[0]["test"].startswith("McNemar exact")
-    from dense_cf.eval import compare as compare_lib
+    from dense_cf.analysis import compare as compare_lib
     res = compare_lib.compare(str(out / "dpr"), str(out / "flipped"), verbose=False)
     assert [row["metric"] for row in res["rows"]] == ["EM@1", "F1@1", "EM@5", "F1@5"]
     assert res["rows"][0]["stats"]["p_value"] == rows[0]["stats"]["p_value"]

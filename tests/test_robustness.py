@@ -234,7 +234,7 @@ def test_jax_index_gives_the_flat_ranks(robust, tmp_path):
 def test_heldout_family_next_to_unchanged_pstar(robust, tmp_path):
     """``heldout=True`` adds the held-out family (value swaps, paraphrases, namesakes) under
     its own key and compare-row names; the p* numbers and names stay as they were."""
-    from dense_cf.eval.compare import compare_outcome_sets, load_outcomes
+    from dense_cf.analysis.compare import compare_outcome_sets, load_outcomes
     from dense_cf.eval.robustness import evaluate_robustness
     from dense_cf.synthetic.distractors import HELDOUT_KINDS
     workdir, run, result = robust

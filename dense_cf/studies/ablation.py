@@ -15,7 +15,7 @@ with answer p*; robustness off), then writes ``DIR/ablation.md`` and ``DIR/ablat
   bootstrap for MRR and the mean gap sim(q,p+) − sim(q,p*); ``gap`` with sentence p*,
   ``AA gap`` with answer p*);
 * with several seeds, mean ± std [min, max] over seeds;
-* two paired tables from ``dense_cf.eval.compare`` (every row against ``dpr`` and against
+* two paired tables from ``dense_cf.analysis.compare`` (every row against ``dpr`` and against
   ``picl``, which are always trained): exact McNemar on top-k hits and AAR / AA outcomes, paired
   bootstrap on MRR and the mean gaps, "significant at 0.05" in words; and a compact B − A
   summary of each.

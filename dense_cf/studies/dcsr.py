@@ -14,7 +14,7 @@ rate, max lengths; both encode 2 passages per question), on
 
 then evaluates both through ``dense_cf.eval.retrieval`` (the same top-k/MRR report; DCSR ranks
 passages by HasAns over retrieved sentences) and prints one table, then per setting the paired
-comparison of ``dense_cf.eval.compare`` (95 % intervals, McNemar on top-k hits, paired
+comparison of ``dense_cf.analysis.compare`` (95 % intervals, McNemar on top-k hits, paired
 bootstrap on MRR, significance at 0.05 in words). ``--seeds`` trains every run once per seed
 (``config.seed``: initialisation of new weights, dropout, data order; runs of seed N > 0 go to
 ``<setting>_<method>_seedN``) and adds the mean ± std [min, max] over seeds. The ``many_q``
@@ -35,8 +35,8 @@ import os
 from absl import flags, logging
 
 from dense_cf import app as _app
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.studies import dcsr_config
-from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import stats
 from dense_cf.files import make_dir
 from dense_cf.studies import harness

@@ -22,11 +22,11 @@ import ml_collections
 from absl import flags, logging
 
 from dense_cf import methods
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.base import base_config, resolve_paths
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import aar as aar_lib
 from dense_cf.eval import aar_math, outcomes, stats
-from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import evaluators as evaluators_lib
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
@@ -346,7 +346,7 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
 
 @dataclasses.dataclass(frozen=True)
 class Compared:
-    """Pair ``(a, b)`` of a study at one seed: ``eval.compare``'s result, or the error that
+    """Pair ``(a, b)`` of a study at one seed: ``analysis.compare``'s result, or the error that
     stopped it (:func:`compare_study` with ``catch``)."""
 
     a: str
@@ -456,7 +456,7 @@ def untrained_aar(cfg: ml_collections.ConfigDict, out: str) -> dict[str, Any] | 
 def compare_runs(a: tuple[str, int | None], b: tuple[str, int | None], names: tuple[str, str], *,
                  n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, Any]:
     """Runs ``a`` and ``b`` (``(run directory, step)``) paired on the same test items
-    (:func:`dense_cf.eval.compare.compare`: McNemar on hits, paired bootstrap on means)."""
+    (:func:`dense_cf.analysis.compare.compare`: McNemar on hits, paired bootstrap on means)."""
     return compare_lib.compare(a[0], b[0], step_a=a[1], step_b=b[1], seed=seed, names=names,
                                n_resamples=n_resamples, verbose=False)
 

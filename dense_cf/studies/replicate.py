@@ -36,9 +36,9 @@ import ml_collections
 from absl import flags, logging
 
 from dense_cf import app as _app
+from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.presets import with_method
 from dense_cf.configs.studies import ablation_row_config, dcsr_config
-from dense_cf.eval import compare as compare_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.eval.claims import VERDICTS, Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text

@@ -1,0 +1,1 @@
+"""Analysis across evaluated runs, from their saved per-item outcomes only (never a model)."""
