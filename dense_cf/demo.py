@@ -142,24 +142,27 @@ def seed_rows(results: dict[str, dict], method_seed: dict[str, tuple[str, int]])
         if ret:
             row["MRR"] = 100 * ret["mrr"]
         strategies = ev.get("aar", {}).get("strategies", {})
-        for strategy, label in (("sentence", "AAR"), ("answer", "AA score")):
+        for strategy in ("sentence", "answer"):
             if "aar" in strategies.get(strategy, {}):
-                row[label] = 100 * strategies[strategy]["aar"]
+                row[outcomes.metric(f"aar.{strategy}").label] = 100 * strategies[strategy]["aar"]
         rows.append(row)
     return rows
 
 
 # What the PiCL paper claims against DPR (issue 16 §2, docs/replication.md), as paired checks.
 # "K distractors" is the largest K the runs were evaluated with (filled in per comparison).
-PICL_CLAIMS = (("AAR up (PiCL §3.3, Fig. 2)", Check("AAR")),
+# Checks name a paired row by its metric's label (eval.outcomes' table).
+_LABEL = {m: outcomes.metric(m).label for m in ("aar.sentence", "aar.sentence.gap", "aar.answer",
+                                                "retrieval.mrr")}
+PICL_CLAIMS = (("AAR up (PiCL §3.3, Fig. 2)", Check(_LABEL["aar.sentence"])),
                ("gap sim(q,p+) − sim(q,p*) wider (PiCL App. B, Table 5)",
-                Check("mean sim(q,p+) − sim(q,p*) (sentence)")),
-               ("AA score up (PiCL §6)", Check("AA score")),
+                Check(_LABEL["aar.sentence.gap"])),
+               ("AA score up (PiCL §6)", Check(_LABEL["aar.answer"])),
                ("robust to near-duplicate distractors (PiCL §6)", Check("K distractors: top-1")),
                ("top-1 not worse by > 2 points", claims_lib.not_worse("top-1")),
                ("top-5 not worse by > 2 points", claims_lib.not_worse("top-5")),
                ("top-20 not worse by > 2 points", claims_lib.not_worse("top-20")),
-               ("MRR not worse by > 2 points (×100)", claims_lib.not_worse("MRR (×100)")))
+               ("MRR not worse by > 2 points (×100)", claims_lib.not_worse(_LABEL["retrieval.mrr"])))
 
 
 def paired_sections(compared: list[tuple[str, str, dict[str, Any] | Exception]]) -> str:
