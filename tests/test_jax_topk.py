@@ -312,3 +312,33 @@ def test_auto_resolves_from_the_measured_table():
     assert _check_bmc(index, x, q, ks=(17,), select="sort") == {17: "sort"}
     with pytest.raises(ValueError, match="bin_rows"):
         JaxSearchSpec(bin_rows=-1)
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered", "ties", "one_chunk", "duplicates"])
+@pytest.mark.parametrize("devices", [1, None], ids=["one_device", "all_devices"])
+def test_bmc_pruned_equals_brute_force(kind, devices):
+    """Carry-threshold pruning (prune_bins = 4 of k = 16, 17 bins): blocks where the carry's
+    k-th score bounds the 4th bin max gather 4 bins, the others k; exact either way. Tie-heavy
+    corpora prune on equal maxima (the carry's lower rows win those ties)."""
+    x, q = _corpus(kind)
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
+    index = build_jax_index(x, spec=dataclasses.replace(BMC, prune_bins=4), mesh=mesh)
+    for k in (16, 17):
+        stats = _check(index, x, q, ks=(k,))
+        assert stats["bmc_blocks"] > 0 and stats["pruned_blocks"] < stats["bmc_blocks"]
+        if kind in ("ties", "duplicates") and devices == 1:
+            assert stats["pruned_blocks"] > 0, stats
+
+
+def test_bmc_pruning_on_a_random_corpus():
+    """20,000 random rows, one device, blocks of 1,024 rows in 128 bins of 8, k = 100 and
+    prune_bins = 16: once the carry has seen enough rows most blocks are pruned, and the
+    answer is exact."""
+    rng = np.random.default_rng(7)
+    x = _dyadic(rng, (20_000, D), scale=64, lim=256)
+    q = _dyadic(rng, (32, D), scale=64, lim=256)
+    spec = JaxSearchSpec(select="bmc", block_rows=1024, chunk_rows=64, bin_rows=8,
+                         prune_bins=16, query_batch_size=32)
+    index = build_jax_index(x, spec=spec, mesh=_one_device())
+    stats = _check(index, x, q, ks=(100,))
+    assert stats["bmc_blocks"] == 20 and stats["pruned_blocks"] >= 5, stats

@@ -90,6 +90,8 @@ _RESCAN = flags.DEFINE_integer("rescan_chunks", 4, "JaxSearchSpec.rescan_chunks.
 _SELECT = flags.DEFINE_string("select", "auto,bmc,sort", "JaxSearchSpec.select of the timed "
                               "searches, comma-separated (auto, bmc, chunked, sort).",
                               flag_values=FLAGS)
+_PRUNE = flags.DEFINE_string("prune_bins", "0", "JaxSearchSpec.prune_bins of bmc, comma-"
+                             "separated: each is timed (0: no pruning).", flag_values=FLAGS)
 _BIN_ROWS = flags.DEFINE_string("bin_rows", "128", "JaxSearchSpec.bin_rows of bmc; several "
                                 "(comma-separated): all are timed at the first N, the fastest "
                                 "is kept for the others.", flag_values=FLAGS)
@@ -272,7 +274,7 @@ def _compare(s: np.ndarray, i: np.ndarray, ref_s: np.ndarray, ref_i: np.ndarray
 
 def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq: int,
              ncheck: int, limits: dict[str, Any], chunks: list[int], selects: list[str],
-             bins: list[int]) -> list[dict[str, Any]]:
+             bins: list[int], prunes: list[int]) -> list[dict[str, Any]]:
     """Every measurement of one corpus size (module docstring), printed as it is taken; the
     layout is built for the largest of ``chunks`` (powers of two: the others divide it)."""
     rows: list[dict[str, Any]] = []
@@ -316,7 +318,7 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
              f"at batch {max(batches)}); select=sort at batch {cb}: {sort_t['qps']:.1f} q/s; "
              f"select=auto runs {index.selection(k, select='auto')} here")
         auto = index.selection(k, select="auto")
-        for batch, over in _plan(index, k, batches, selects, chunks, bins):
+        for batch, over in _plan(index, k, batches, selects, chunks, bins, prunes):
             stats: dict[str, int] = {}
             timing = time_budgeted(index, queries[:nq], k, batch, **over)
             s_check, ids_check = index.search(check, k, batch_size=batch, stats=stats,
@@ -339,30 +341,31 @@ def run_size(n: int, dim: int, k: int, dtypes: list[str], batches: list[int], nq
 
 
 def _plan(index: Any, k: int, batches: list[int], selects: list[str], chunks: list[int],
-          bins: list[int]) -> list[tuple[int, dict[str, Any]]]:
+          bins: list[int], prunes: list[int]) -> list[tuple[int, dict[str, Any]]]:
     """(batch, search overrides) to time: per batch, each asked selection once per chunk size
-    (chunked) or bin size (bmc) it resolves to; one that resolves to sort (``auto`` may, and
-    bmc or chunked where the blocks are too small) runs once as sort."""
+    (chunked) or bin size and pruning (bmc) it resolves to; one that resolves to sort
+    (``auto`` may, and bmc or chunked where the blocks are too small) runs once as sort."""
     plan: list[tuple[int, dict[str, Any]]] = []
     seen: set[tuple] = set()
     for batch in batches:
         for select in selects:
             for chunk in chunks:
                 for b in bins:
-                    over = {"select": select, "chunk_rows": chunk, "bin_rows": b}
-                    ran = index.selection(k, **over)
-                    key = (batch, ran, chunk if ran == "chunked" else None,
-                           b if ran == "bmc" else None)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    if ran == "sort":
-                        over = {"select": "sort"}
-                    elif ran == "chunked":
-                        over = {"select": "chunked", "chunk_rows": chunk}
-                    else:
-                        over = {"select": "bmc", "bin_rows": b}
-                    plan.append((batch, over))
+                    for prune in prunes:
+                        over = {"select": select, "chunk_rows": chunk, "bin_rows": b}
+                        ran = index.selection(k, **over)
+                        key = (batch, ran, chunk if ran == "chunked" else None,
+                               (b, prune) if ran == "bmc" else None)
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        if ran == "sort":
+                            over = {"select": "sort"}
+                        elif ran == "chunked":
+                            over = {"select": "chunked", "chunk_rows": chunk}
+                        else:
+                            over = {"select": "bmc", "bin_rows": b, "prune_bins": prune}
+                        plan.append((batch, over))
     return plan
 
 
@@ -404,7 +407,8 @@ def _row(n: int, dim: int, k: int, dtype: str, batch: int, nq: int, index: Any,
     return {"n": n, "dim": dim, "k": k, "dtype": dtype, "batch": batch, "queries": nq,
             "devices": devices, "select": ran,
             "chunk_rows": over.get("chunk_rows") if ran == "chunked" else None,
-            "bin_rows": over.get("bin_rows") if ran == "bmc" else None, **timing,
+            "bin_rows": over.get("bin_rows") if ran == "bmc" else None,
+            "prune_bins": over.get("prune_bins") if ran == "bmc" else None, **timing,
             "gbs": bytes_s / 1e9, "bandwidth_frac": bytes_s / devices / limits["bandwidth"],
             "tflops": flops / 1e12, "peak_frac": flops / devices / limits["peak"][dtype],
             "bound_us_per_query": bound * 1e6, "bound_frac": bound * timing["qps"],
@@ -416,14 +420,15 @@ def _line(r: dict[str, Any]) -> str:
     c = r["counters"]
     k = r["k"]
     sel = (f"chunked/{r['chunk_rows']}" if r["chunk_rows"] else
-           f"bmc/{r['bin_rows']}" if r.get("bin_rows") else r["select"])
+           f"bmc/{r['bin_rows']}" + (f"/prune{r['prune_bins']}" if r.get("prune_bins") else "")
+           if r.get("bin_rows") else r["select"])
     return (f"n={r['n']} {r['dtype']} k={k} batch={r['batch']} select={sel}: "
             f"{r['qps']:,.0f} q/s over {r['queries']} (first batch {r['compile_s']:.1f}s), "
             f"{r['gbs']:,.1f} GB/s "
             f"({100 * r['bandwidth_frac']:.1f}% of bandwidth), {r['tflops']:.3f} TFLOP/s "
             f"({100 * r['peak_frac']:.1f}% of peak), {100 * r['bound_frac']:.1f}% of the "
             f"bound ({r['bound_us_per_query']:.2f} us/query); on {c['queries']} check "
-            f"queries: bmc blocks {c['bmc_blocks']}, unsafe "
+            f"queries: bmc blocks {c['bmc_blocks']} (pruned {c['pruned_blocks']}), unsafe "
             f"chunks {c['unsafe_chunks']}/{c['chunks'] * c['queries']} (re-scanned by gather "
             f"{c['rescanned_chunks']}), full-sort blocks {c['fallback_blocks']}/"
             f"{c['blocks'] * c['batches']}; R@{k} vs float32 {r[f'recall@{k}_vs_float32']:.4f}"
@@ -483,7 +488,8 @@ def main(argv: list[str]) -> None:
     bins = _ints(_BIN_ROWS.value)
     for i, n in enumerate(_ints(_N.value)):
         rows += run_size(n, _DIM.value, _K.value, dtypes, batches, _QUERIES.value,
-                         min(_CHECK.value, _QUERIES.value), limits, chunks, selects, bins)
+                         min(_CHECK.value, _QUERIES.value), limits, chunks, selects, bins,
+                         _ints(_PRUNE.value))
         timed = [r for r in rows if r.get("chunk_rows")]
         if i == 0 and len(chunks) > 1 and timed:
             chunks = [max(timed, key=lambda r: r["qps"])["chunk_rows"]]
@@ -511,7 +517,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         auto = ""
         for r in rows:
             if (r.get("n"), r.get("dtype"), r.get("batch")) == (n, dtype, batch):
-                best[r["select"]] = max(best.get(r["select"], 0.0), r["qps"])
+                name = r["select"] + (f"+prune{r['prune_bins']}" if r.get("prune_bins") else "")
+                best[name] = max(best.get(name, 0.0), r["qps"])
                 auto = r["auto_runs"]
         peer = peers.get((n, batch))
         parts = []

@@ -163,6 +163,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.jax.block_rows = 65_536              # corpus rows scored at once per device
     c.eval.jax.select = "auto"                  # auto | bmc | chunked | sort: exact top-k per block
     c.eval.jax.bin_rows = 0                     # bmc: rows per bin; 0: the platform's (jax_search.AUTO_SELECT)
+    c.eval.jax.prune_bins = 0                   # bmc: carry-threshold pruning to this many bins; 0: off
     c.eval.jax.chunk_rows = 1024                # chunked: rows per chunk (whole chunks per block)
     c.eval.jax.chunk_k = 16                     # chunked: candidates per chunk (GPU fast top-k: <= 16)
     c.eval.jax.rescan_chunks = 4                # chunked: unsafe chunks re-scanned per query by gathering

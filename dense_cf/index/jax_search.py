@@ -25,6 +25,10 @@ devices' k-lists. Per block the selection is
   have k kept bins ahead of it, each holding a row that scores above x or ties it at a lower
   row (top_k keeps the lower bin on equal maxima and bins are contiguous), so k rows precede
   x: a contradiction. Needs ``block / bin_rows >= k`` (else the block is searched by sort).
+  ``prune_bins`` = c > 0 (opt-in; gpu-levers.md §3.4-2): once the carry's k-th score m is at
+  least the c-th largest bin max for every live query, only the top c bins can hold a row that
+  enters (every other row scores <= m and follows the carry's k rows in the tie order), so the
+  block gathers c bins instead of k; otherwise (``lax.cond``) the k-bin path runs.
 - ``chunked`` (asked for by ``select="chunked"``; measured slower than sort on an H200 and on
   CPUs): each chunk of ``chunk_rows`` rows gives its top ``chunk_k`` (a k the fast kernel
   serves); the carry and the chunks' lists merge into a new
@@ -112,7 +116,9 @@ class JaxSearchSpec(faiss_index.DictSpec):
     of ``bin_rows`` rows by their max, then top-k of their rows; module docstring), ``chunked``
     (chunk top-``chunk_k``, merge, proven exact or re-scanned), ``sort`` (``lax.top_k`` over
     the whole block) or ``auto`` (the platform's fastest as measured, :data:`AUTO_SELECT`).
-    ``bin_rows``: rows per bin of ``bmc`` (0: the platform's measured choice). ``chunk_rows``:
+    ``bin_rows``: rows per bin of ``bmc`` (0: the platform's measured choice). ``prune_bins``:
+    bmc's carry-threshold pruning (0: off; c < k: gather c bins where the carry proves the
+    rest cannot enter, module docstring). ``chunk_rows``:
     rows per chunk (XLA's fast GPU top-k kernel wants >= 1024); blocks are whole chunks.
     ``rescan_chunks``: unsafe chunks per query re-scanned by gathering them; a block with more
     falls back to ``sort`` for that block.
@@ -128,6 +134,7 @@ class JaxSearchSpec(faiss_index.DictSpec):
     chunk_k: int = 16
     rescan_chunks: int = 4
     bin_rows: int = 0
+    prune_bins: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -143,6 +150,9 @@ class JaxSearchSpec(faiss_index.DictSpec):
         for name in ("block_rows", "chunk_rows", "chunk_k", "rescan_chunks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"JaxSearchSpec.{name} must be >= 1, got {getattr(self, name)}")
+        if int(self.prune_bins) < 0:
+            raise ValueError(f"JaxSearchSpec.prune_bins must be >= 0 (0: off), got "
+                             f"{self.prune_bins}")
         if int(self.bin_rows) < 0:
             raise ValueError(f"JaxSearchSpec.bin_rows must be >= 0 (0: the platform's), got "
                              f"{self.bin_rows}")
@@ -256,7 +266,7 @@ def chunked_applies(spec: JaxSearchSpec, block: int, k: int, platform: str) -> b
 # --------------------------------------------------------------------------------------------
 
 _SEARCH_FIELDS = ("select", "chunk_rows", "chunk_k", "rescan_chunks", "approx", "recall_target",
-                  "dtype", "bin_rows")
+                  "dtype", "bin_rows", "prune_bins")
 _IN_FLIGHT = 4  # query batches dispatched ahead of the host's result conversion
 _NO_ROW = np.iinfo(np.int32).max  # a candidate slot that holds no row (sorts after every row)
 
@@ -276,12 +286,13 @@ def _merge_positional(cs: jax.Array, cr: jax.Array, k: int) -> tuple[jax.Array, 
 
 def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str, ...], n: int,
                 block: int, k: int, dtype: str, store: str, approx: bool, recall_target: float,
-                mode: str, chunk: int, chunk_k: int, rescan: int, bin_rows: int
-                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+                mode: str, chunk: int, chunk_k: int, rescan: int, bin_rows: int,
+                prune: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One device: top-k (scores, global rows) of q [B, D] against its rows p [R, D], and
-    [1, 4] counters (chunks re-scanned by gathering, blocks that fell back to a full sort,
-    chunks of live queries found unsafe, blocks selected by bmc). ``live`` [B] marks real (not
-    padding) queries. ``mode``: the selection, ``sort`` | ``chunked`` | ``bmc``."""
+    [1, 5] counters (chunks re-scanned by gathering, blocks that fell back to a full sort,
+    chunks of live queries found unsafe, blocks selected by bmc, of which pruned to ``prune``
+    bins). ``live`` [B] marks real (not padding) queries. ``mode``: the selection, ``sort`` |
+    ``chunked`` | ``bmc``."""
     rows_here, dim = p.shape
     b = q.shape[0]
     base = jax.lax.axis_index(axes) * rows_here
@@ -294,6 +305,7 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
     nchunks = block // chunk if chunked else 0
     rescan = min(rescan, nchunks)
     nbins = block // bin_rows if mode == "bmc" else 0
+    prune = prune if 0 < prune < k else 0
 
     def select(s: jax.Array) -> tuple[jax.Array, jax.Array]:
         if approx:
@@ -310,20 +322,37 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
 
     def bmc(best_s, best_r, s, rows, first):
         """The top k bins of ``bin_rows`` rows by their max (padding at -inf before the max),
-        in row order, then the top k of the carry and those bins' rows (module docstring)."""
+        in row order, then the top k of the carry and those bins' rows (module docstring);
+        with ``prune``, c bins where the carry proves that enough. Returns (scores, rows,
+        pruned: 0 or 1)."""
         # The mask is applied inside the max and to the gathered candidates, not to a copy of
         # the scores: XLA fuses it into both, so the [B, R] scores are written once, read once
         # by the max, and only the kept bins are read again.
         bmax = jnp.max(jnp.where(rows[None, :] < n, s, -jnp.inf).reshape(b, nbins, bin_rows),
                        axis=2)
-        _, bins = jax.lax.top_k(bmax, k)  # equal maxima: the lower bin first
-        bins = jnp.sort(bins, axis=1)  # row order, for the tie rule
-        cand = jnp.take_along_axis(s.reshape(b, nbins, bin_rows), bins[:, :, None], axis=1)
-        crow = (first + bins[:, :, None] * bin_rows
-                + jnp.arange(bin_rows, dtype=jnp.int32)).reshape(b, k * bin_rows)
-        cand = jnp.where(crow < n, cand.reshape(b, k * bin_rows), -jnp.inf)
-        return _merge_positional(jnp.concatenate([best_s, cand], axis=1),
-                                 jnp.concatenate([best_r, crow], axis=1), k)
+
+        def kept(nb: int):
+            def run(_):
+                _, bins = jax.lax.top_k(bmax, nb)  # equal maxima: the lower bin first
+                bins = jnp.sort(bins, axis=1)  # row order, for the tie rule
+                cand = jnp.take_along_axis(s.reshape(b, nbins, bin_rows), bins[:, :, None],
+                                           axis=1)
+                crow = (first + bins[:, :, None] * bin_rows
+                        + jnp.arange(bin_rows, dtype=jnp.int32)).reshape(b, nb * bin_rows)
+                cand = jnp.where(crow < n, cand.reshape(b, nb * bin_rows), -jnp.inf)
+                return _merge_positional(jnp.concatenate([best_s, cand], axis=1),
+                                         jnp.concatenate([best_r, crow], axis=1), k)
+            return run
+
+        if not prune:
+            return (*kept(k)(None), jnp.int32(0))
+        # Bins outside the top c have max <= the c-th max; where that is <= the carry's k-th
+        # score m, their rows score <= m and come after the carry's k rows (scores >= m,
+        # lower rows), so none of them can enter.
+        top_c, _ = jax.lax.top_k(bmax, prune)
+        ok = jnp.all((top_c[:, prune - 1] <= best_s[:, k - 1]) | ~live)
+        ms, mr = jax.lax.cond(ok, kept(prune), kept(k), None)
+        return ms, mr, ok.astype(jnp.int32)
 
     def step(carry, xs):
         best_s, best_r, counts = carry
@@ -335,7 +364,8 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
         blk = blk.astype(cdt)  # a float32 search over a 16-bit corpus widens per block
         s = jnp.dot(q, blk.T, precision=precision, preferred_element_type=jnp.float32)
         if mode == "bmc":
-            return (*bmc(best_s, best_r, s, rows, first), counts.at[3].add(1)), None
+            ms, mr, pruned = bmc(best_s, best_r, s, rows, first)
+            return (ms, mr, counts.at[3].add(1).at[4].add(pruned)), None
         if not chunked:
             return (*full(best_s, best_r, s, rows), counts), None
         # Each chunk's top chunk_k (raw scores: padding is masked after the selection).
@@ -381,11 +411,11 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
         ms, mr = jax.lax.switch(branch, (keep, gather, fallback), None)
         counts = counts + jnp.stack([jnp.where(branch == 1, jnp.sum(per_query), 0),
                                      (branch == 2).astype(jnp.int32), jnp.sum(per_query),
-                                     jnp.int32(0)])
+                                     jnp.int32(0), jnp.int32(0)])
         return (ms, mr, counts), None
 
     init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32),
-            jnp.zeros((4,), jnp.int32))
+            jnp.zeros((5,), jnp.int32))
     blocks = p.reshape(rows_here // block, block, dim)
     (s, r, counts), _ = jax.lax.scan(
         step, init, (blocks, jnp.arange(rows_here // block, dtype=jnp.int32)))
@@ -395,12 +425,12 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
 @functools.lru_cache(maxsize=64)  # indexes of one shape share programs (and their compiles)
 def _search_program(mesh: Mesh, *, n: int, block: int, k: int, dtype: str, store: str,
                     approx: bool, recall_target: float, select: str, chunk: int,
-                    chunk_k: int, rescan: int, bin_rows: int
+                    chunk_k: int, rescan: int, bin_rows: int, prune: int
                     ) -> Callable[[jax.Array, jax.Array, jax.Array], Any]:
     axes = tuple(mesh.axis_names)
     local = partial(_shard_topk, axes=axes, n=n, block=block, k=k, dtype=dtype, store=store,
                     approx=approx, recall_target=recall_target, mode=select, chunk=chunk,
-                    chunk_k=chunk_k, rescan=rescan, bin_rows=bin_rows)
+                    chunk_k=chunk_k, rescan=rescan, bin_rows=bin_rows, prune=prune)
     per_device = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axes), P()),
                                out_specs=(P(None, axes), P(None, axes), P(axes)),
                                check_vma=False)  # the scan carry starts replicated
@@ -557,7 +587,8 @@ class JaxIndex:
                 store=self.spec.dtype,
                 select=resolve_select(spec, self._block, k, self.platform),
                 chunk=int(spec.chunk_rows), chunk_k=int(spec.chunk_k),
-                rescan=int(spec.rescan_chunks), bin_rows=bin_rows_for(spec, self.platform))
+                rescan=int(spec.rescan_chunks), bin_rows=bin_rows_for(spec, self.platform),
+                prune=int(spec.prune_bins))
         return self._programs[key]
 
     def search(self, queries: np.ndarray, k: int, *, batch_size: int | None = None,
@@ -569,8 +600,10 @@ class JaxIndex:
         batch, ``chunks`` per query; ``unsafe_chunks`` (summed over queries) that may hide a
         better row, of which ``rescanned_chunks`` were re-scanned by gathering;
         ``fallback_blocks`` (summed over batches) searched by a full sort instead; and
-        ``bmc_blocks`` (summed over batches and devices) selected by the bin-max certificate.
+        ``bmc_blocks`` (summed over batches and devices) selected by the bin-max certificate,
+        of which ``pruned_blocks`` gathered only ``prune_bins`` bins.
         ``overrides``: search-time spec fields for this call (``select``, ``bin_rows``,
+        ``prune_bins``,
         ``chunk_rows``, ``chunk_k``, ``rescan_chunks``, ``approx``, ``recall_target``, ``dtype``: the queries'
         and the matmul's, float32 or the corpus dtype, the stored corpus cast per block), e.g. a
         float32 reference over a bfloat16 corpus. A ``chunk_rows`` that does not divide the
@@ -589,7 +622,7 @@ class JaxIndex:
         replicated = NamedSharding(self.mesh, P())
         out_s = np.empty((nq, k), np.float32)
         out_i = np.empty((nq, k), np.int64)
-        counts = np.zeros(4, np.int64)
+        counts = np.zeros(5, np.int64)
         pending: collections.deque = collections.deque()
 
         def collect() -> None:
@@ -624,7 +657,8 @@ class JaxIndex:
                             ("rescanned_chunks", int(counts[0])),
                             ("fallback_blocks", int(counts[1])),
                             ("unsafe_chunks", int(counts[2])),
-                            ("bmc_blocks", int(counts[3]))):
+                            ("bmc_blocks", int(counts[3])),
+                            ("pruned_blocks", int(counts[4]))):
                 stats[name] = stats.get(name, 0) + v
         return out_s, out_i
 

@@ -107,6 +107,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     for f in ("chunk_rows", "chunk_k", "rescan_chunks"):
         _range(out, f"eval.jax.{f}", ev.jax[f], 1)
     _range(out, "eval.jax.bin_rows", ev.jax.get("bin_rows", 0), 0)  # 0: the platform's
+    _range(out, "eval.jax.prune_bins", ev.jax.get("prune_bins", 0), 0)  # 0: off
     if all(isinstance(ev.jax[f], int) for f in ("chunk_k", "chunk_rows")) \
             and ev.jax.chunk_k >= ev.jax.chunk_rows:
         out.append(f"config.eval.jax.chunk_k={ev.jax.chunk_k} must be < "

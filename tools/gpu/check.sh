@@ -72,7 +72,7 @@ if [ "$SIZE" = tiny ]; then
   C_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64)
   D_CMD=(--n=3000 --dim=16 --dtypes=bfloat16 --batches=16 --queries=32 --check_queries=16
          --chunk_rows=64 --block_rows=1024 --data=device --max_search_s=0.2
-         --select=sort,chunked,bmc --bin_rows=4,8)
+         --select=sort,chunked,bmc --bin_rows=4,8 --prune_bins=0,16)
   D_RAFT=(--n=3000 --dim=16 --dtypes=bfloat16 --batches=16 --queries=32 --check_queries=16
           --block_rows=1024 --data=device --max_search_s=0.2 --select=sort,bmc --bin_rows=8)
   LIMIT_A=400 LIMIT_B=300 LIMIT_ISO=120 LIMIT_C=120 LIMIT_D=120
@@ -92,8 +92,8 @@ else
   # 2^20 and DPR's 21,015,324 x 768 bfloat16 made on the device; every selection, three bin
   # sizes at 2^20 and the fastest at 21M (docs/scale.md "Exact top-k by a bin-max certificate")
   D_CMD=(--n=1048576,21015324 --dim=768 --k=100 --dtypes=bfloat16 --batches=1024,4096
-         --select=sort,chunked,bmc --chunk_rows=4096 --bin_rows=64,128,256 --queries=65536
-         --check_queries=256 --max_search_s=1.5 --data=device)
+         --select=sort,chunked,bmc --chunk_rows=4096 --bin_rows=64,128,256 --prune_bins=0,16
+         --queries=65536 --check_queries=256 --max_search_s=1.5 --data=device)
   D_RAFT=(--n=1048576,21015324 --dim=768 --k=100 --dtypes=bfloat16 --batches=4096
           --select=sort,bmc --bin_rows=128 --queries=65536 --check_queries=256
           --max_search_s=1.5 --data=device)
