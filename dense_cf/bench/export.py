@@ -8,9 +8,11 @@ lengths) or, by default, a synthetic benchmark.
 
 ``--token_table`` exports from the pre-tokenised corpus (``retrieval.token_table``, built once
 beside the TSV; its open/build and lookup times are printed apart), ``--shard_size`` sets the
-shard rows, ``--replicate`` repeats a small corpus (ids rewritten) up to ``--passages``. Besides
-the end-to-end rate it prints ``encode_only_*``: the encoder over the same rows already
-tokenised in memory (no tokenisation, no shard files), with its MFU.
+shard rows, ``--token_budget`` / ``--in_flight`` / ``--background_write`` the encoder's batch
+plan, batches in flight and shard writer (retrieval.export), ``--replicate`` repeats a small
+corpus (ids rewritten) up to ``--passages``. Besides the end-to-end rate it prints
+``encode_only_*``: the encoder over the same rows already tokenised in memory (no tokenisation,
+no shard files), with its MFU.
 
 ``--compare`` times full padding (``eval.length_buckets=()``, every row at ``--max_p_len``)
 against length buckets (``--length_buckets``) in one command, alternating A/B ``--repeats``
@@ -75,6 +77,13 @@ _TABLE = flags.DEFINE_bool("token_table", False, "Export from the pre-tokenised 
 _REPLICATE = flags.DEFINE_bool("replicate", False, "When the corpus has fewer than --passages "
                                "rows, repeat it with ids rewritten (id~k) up to --passages.",
                                flag_values=FLAGS)
+_BUDGET = flags.DEFINE_integer("token_budget", 0, "Tokens per batch at each length bucket "
+                              "(export.plan_token_batches; 0: --batch_size rows at every length).",
+                              flag_values=FLAGS)
+_IN_FLIGHT = flags.DEFINE_integer("in_flight", 2, "Batches dispatched before the oldest is "
+                                  "collected.", flag_values=FLAGS)
+_BG = flags.DEFINE_bool("background_write", False, "Write shards on a background thread.",
+                        flag_values=FLAGS)
 _TRAIN_BATCH = flags.DEFINE_integer("train_rows", 48, "--compare: passage rows of a training "
                                     "batch (global_batch x (1 + hard + cf)) for the training "
                                     "padding share.", flag_values=FLAGS)
@@ -198,12 +207,15 @@ def main(argv) -> None:
         head = {"model": _MODEL.value, "devices": jax.device_count(), "passages": len(rows),
                 "corpus": _CORPUS.value or "synthetic", "max_p_len": _LP.value,
                 "batch_size": _BATCH.value, "dtype": _DTYPE.value, "shard_size": _SHARD.value,
-                "token_table": _TABLE.value, "replicated": len(rows) > len(corpus)}
+                "token_table": _TABLE.value, "replicated": len(rows) > len(corpus),
+                "token_budget": _BUDGET.value, "in_flight": _IN_FLIGHT.value,
+                "background_write": _BG.value}
         if _COMPARE.value:
             for k, v in {**head, **_compare(run, rows, tmp, buckets)}.items():
                 print(f"{k:>24}: {v}")
             return
-        encoder = export.Encoder(run, _BATCH.value, length_buckets=buckets)
+        encoder = export.Encoder(run, _BATCH.value, length_buckets=buckets,
+                                 token_budget=_BUDGET.value, in_flight=_IN_FLIGHT.value)
         _warm_up(encoder, _LP.value)  # compiles outside the timed region
         t0 = time.perf_counter()
         ids, mask = export.tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
@@ -222,7 +234,8 @@ def main(argv) -> None:
             tokenize = table.tokenize
         t0 = time.perf_counter()
         m = export.export_passages(run, rows, os.path.join(tmp, "out"), shard_size=_SHARD.value,
-                                   encoder=encoder, tokenize=tokenize)
+                                   encoder=encoder, tokenize=tokenize,
+                                   background_write=_BG.value)
         total_s = time.perf_counter() - t0
         # Encoding alone: the same rows already tokenised in memory, no shard files.
         t0 = time.perf_counter()

@@ -118,7 +118,8 @@ class Encoder:
     :meth:`sentences` gives the vectors at given marker positions.
     """
 
-    def __init__(self, run, batch_size: int, *, length_buckets: Sequence[int] | None = None):
+    def __init__(self, run, batch_size: int, *, length_buckets: Sequence[int] | None = None,
+                 token_budget: int = 0, in_flight: int = 2):
         if run.method.kind != "retriever":
             raise ValueError(f"{run.method.name} is a {run.method.kind}, not a retriever: it has "
                              "no question or passage vectors to export")
@@ -130,6 +131,9 @@ class Encoder:
             length_buckets = run.config.eval.get("length_buckets", ())
         self.length_buckets = tuple(int(b) for b in length_buckets)
         self.tokens = self.tokens_at_max = 0
+        # Export levers (issue 47), off by default: see plan_token_batches; in_flight = batches
+        # dispatched before the oldest is copied back (2: one computing while one is collected).
+        self.token_budget, self.in_flight = int(token_budget), max(2, int(in_flight))
         psh = jax.tree.map(lambda x: x.sharding, run.params)
         self._q, self._p, self._s = _encoder_fns(run.model, psh, run.mesh)
 
@@ -143,10 +147,14 @@ class Encoder:
         """
         n, full = ids.shape[0], ids.shape[1]
         buckets = bucket_lib.bucket_lengths(self.length_buckets, full)
-        plan = bucket_lib.plan_batches(bucket_lib.row_lengths(mask), buckets, self.batch_size)
+        if self.token_budget:
+            plan = plan_token_batches(bucket_lib.row_lengths(mask), buckets, self.batch_size,
+                                      self.token_budget, self.run.mesh.shape["data"])
+        else:
+            plan = [(r, length, self.batch_size) for r, length in
+                    bucket_lib.plan_batches(bucket_lib.row_lengths(mask), buckets, self.batch_size)]
         result: np.ndarray | None = None
         pending: list[tuple[np.ndarray, jax.Array]] = []
-        lo_host = jax.process_index() * self.local
 
         def collect(rows: np.ndarray, emb) -> None:
             nonlocal result
@@ -159,18 +167,20 @@ class Encoder:
                 progress.update(len(rows))
 
         with jax.set_mesh(self.run.mesh), nn.logical_axis_rules(self.run.rules):
-            for rows, length in plan:
+            for rows, length, size in plan:
                 parts = [ids[rows, :length], mask[rows, :length]] + [a[rows] for a in extra]
-                pad = self.batch_size - len(rows)
+                pad = size - len(rows)
                 if pad:  # fixed shapes: pad the tail with empty rows, dropped in collect
                     parts = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
                              for a in parts]
-                self.tokens += self.batch_size * length
-                self.tokens_at_max += self.batch_size * full
-                local = {str(j): a[lo_host:lo_host + self.local] for j, a in enumerate(parts)}
+                self.tokens += size * length
+                self.tokens_at_max += size * full
+                local_n = size // jax.process_count()
+                lo_host = jax.process_index() * local_n
+                local = {str(j): a[lo_host:lo_host + local_n] for j, a in enumerate(parts)}
                 g = mesh_lib.global_batch(local, self.run.mesh)
                 pending.append((rows, fn(self.run.params, *(g[str(j)] for j in range(len(parts))))))
-                if len(pending) > 1:
+                if len(pending) >= self.in_flight:
                     collect(*pending.pop(0))
             for item in pending:
                 collect(*item)
@@ -209,6 +219,52 @@ def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
     ids, mask = tokenize_questions(run.tokenizer, questions, run.config.data.max_q_len,
                                    prefix_id=prefix)
     return encoder.questions(ids, mask)
+
+
+def plan_token_batches(lengths: np.ndarray, buckets: Sequence[int], batch_size: int,
+                       token_budget: int, multiple: int = 1) -> list[tuple[np.ndarray, int, int]]:
+    """``[(row indices, padded length, batch rows)]``: rows longest first (as
+    ``inputs.buckets.plan_batches``), each batch as many rows as ``token_budget`` tokens allow at
+    its bucket length (at least ``batch_size``, a multiple of ``multiple``), so short buckets
+    run larger batches at a fixed token count (gpu-levers.md §5.2 lever 4). A bucket's batch
+    size is set by its longest row; the batch's bucket is then that of its own longest row."""
+    lengths = np.asarray(lengths, np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    out, lo = [], 0
+    while lo < len(order):
+        length = bucket_lib.fit_bucket(int(lengths[order[lo]]), buckets)
+        size = max(batch_size, token_budget // length // multiple * multiple)
+        rows = order[lo:lo + size]
+        out.append((rows, length, size))
+        lo += size
+    return out
+
+
+class ShardWriter:
+    """Writes shards on one background thread while the next shard encodes (gpu-levers.md
+    §5.2 lever 5); ``background=False`` writes at once. Writes keep their order; at most one
+    waits behind the one being written, and an error is raised at the next submit or wait."""
+
+    def __init__(self, background: bool) -> None:
+        self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="export-write")
+                      if background else None)
+        self._pending: list[concurrent.futures.Future] = []
+
+    def submit(self, fn, *args, **kwargs) -> None:
+        if self._pool is None:
+            fn(*args, **kwargs)
+            return
+        self._pending.append(self._pool.submit(fn, *args, **kwargs))
+        while len(self._pending) > 1:
+            self._pending.pop(0).result()
+
+    def wait(self) -> None:
+        try:
+            while self._pending:
+                self._pending.pop(0).result()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
 
 
 def encode_in_slices(fn, *arrays: np.ndarray, encoder=None, progress: Progress | None = None
@@ -503,13 +559,14 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
                     shard_size: int = 100_000, batch_size: int = 128, dtype: str = "float16",
                     max_p_len: int | None = None, encoder: Encoder | None = None,
                     source: str | None = None, num_rows: int | None = None,
-                    tokenize: Any = None) -> dict:
+                    tokenize: Any = None, background_write: bool = False) -> dict:
     """Encodes ``rows`` = (id, text, title) into shards in ``out_dir``; reuses finished shards
     of the same rows and settings (module docstring). ``source`` names the corpus (e.g. its
     path) in the manifest and in errors; ``num_rows`` (the row count, when ``rows`` is a stream)
     only gives progress lines their ETA. ``tokenize`` (rows -> padded ids, mask) replaces
     ``tokenize_passages``, e.g. ``retrieval.token_table.TokenTable.tokenize``; it must give the
-    same arrays (the shard key does not record it).
+    same arrays (the shard key does not record it). ``background_write`` writes each shard on
+    a :class:`ShardWriter` thread while the next one encodes.
 
     Returns the manifest. float16 halves disk and RAM (scores change by ~1e-3 relative); use
     float32 for exact reproducibility of scores.
@@ -532,6 +589,8 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
     progress = Progress("export passages", num_rows if num_rows is not None else _len_or_none(rows),
                         unit="passages", enabled=exp.writer)
 
+    writer = ShardWriter(background_write)
+
     def tokenize_rows(chunk):
         return tokenize_passages(run.tokenizer, [r[2] for r in chunk], [r[1] for r in chunk],
                                  max_p_len)
@@ -549,15 +608,16 @@ def export_passages(run, rows: Iterable[tuple[str, str, str]], out_dir: str, *,
         # The whole shard at once: sorting it by length fills the buckets best.
         emb = encode_rows(encoder.passages, ids, mask, encoder=encoder,
                           progress=progress).astype(dtype)
-        exp.write(names, record, emb,
-                  arrays={"ids": np.arange(total, total + len(chunk), dtype=np.int64)},
-                  texts={"pids": "".join(r[0] + "\n" for r in chunk)})
+        writer.submit(exp.write, names, record, emb,
+                      arrays={"ids": np.arange(total, total + len(chunk), dtype=np.int64)},
+                      texts={"pids": "".join(r[0] + "\n" for r in chunk)})
         total += len(chunk)
         encoded += len(chunk)
         dt = time.perf_counter() - t0
         logging.info("export: shard %d written, %d passages (%d this run) at %.1f passages/s, "
                      "%.1f%% of padded token positions not computed", k, total, encoded,
                      encoded / max(dt, 1e-9), 100 * padding_removed())
+    writer.wait()
     progress.done()
     return exp.finish(shards, {
         "count": total, "dim": settings["dim"], "dtype": dtype, "max_p_len": max_p_len,

@@ -13,12 +13,14 @@
 #   attn    dot_product_attention fwd+bwd at [384, 256, 12, 64]: XLA, cuDNN, cuDNN + padding
 #   encode  device-only passage encoding at token-budget buckets (4096x32 ... 512x256): MFU
 #   pack    real tokens/s of the passage tower, packed rows vs padded rows, on the Wikipedia corpus
-#   export  end-to-end export (dense_cf.bench.export) from the pre-tokenised table, large shards
+#   export  end-to-end export (dense_cf.bench.export) of 100k passages from the pre-tokenised
+#           table, 32k-row shards, 128K-token batches per bucket, 3 batches in flight, background
+#           shard writer; its encode-only rate and MFU apart
 #   decide  the §6 decision rules over levers.jsonl: which lever is adopted
 # Environment: LEVERS_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_levers.py);
 # LEVERS_CARRY (default .carry, from tools/gpu/prepare_carry.sh); LEVERS_TOKENIZER (tiny: a
 # vocabulary directory); LEVERS_VARIANTS (layer: a comma subset). Full size fits 8 device-minutes
-# (the limits below sum to 480 s), leaving room for one rerun of a part in a 15-minute lease.
+# (the limits below sum to 465 s), leaving room for one rerun of a part in a 15-minute lease.
 set -u
 : "${OUT:?set OUT to a folder for the results}"
 SIZE=${LEVERS_SIZE:-full}
@@ -51,16 +53,20 @@ part() {
 if [ "$SIZE" = tiny ]; then
   TOK=${LEVERS_TOKENIZER:-minilm}
   L_LAYER=120 L_FLAGS=120 L_HLO=60 L_ATTN=60 L_ENCODE=60 L_PACK=90 L_EXPORT=120
-  EXPORT_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64 --shard_size=32)
+  EXPORT_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64 --shard_size=32
+               --token_budget=1024)
 else
   TOK=$W/minilm
   [ -d "$CARRY/minilm_bf16" ] && "$PY" -m dense_cf.bench.gpu_check --mode=unpack_minilm \
     --src="$CARRY/minilm_bf16" --dst="$TOK" 2>&1 | tail -1
-  # Estimated (gpu-levers.md §6): layer ~100 s, flags ~90, hlo ~20, attn ~15, encode ~40,
-  # pack ~40, export ~60.
-  L_LAYER=120 L_FLAGS=120 L_HLO=45 L_ATTN=30 L_ENCODE=60 L_PACK=45 L_EXPORT=60
+  # Estimated (gpu-levers.md §6; compiles of ~4-8 s per layer variant, ~15 s per 12-layer
+  # step): layer ~90 s, flags ~80, hlo ~20, attn ~15, encode ~40, pack ~50 (three compiled
+  # layouts), export ~80 (table build, the buckets' compiles, 100k passages twice). Sum of the
+  # limits: 465 s, under the 8 device-minutes, with the rest for start-up and decide.
+  L_LAYER=105 L_FLAGS=95 L_HLO=40 L_ATTN=25 L_ENCODE=45 L_PACK=60 L_EXPORT=95
+  # 128K-token batches: 4096 x 32 ... 512 x 256 (gpu-levers.md §5.2 lever 4)
   EXPORT_SIZE=(--tiny=768,12,12 --passages=100000 --batch_size=512 --max_p_len=256
-               --shard_size=32768 --dtype=bfloat16)
+               --shard_size=32768 --dtype=bfloat16 --token_budget=131072)
 fi
 CORPUS="$CARRY/wiki.tsv.gz"
 if [ ! -f "$CORPUS" ]; then  # the CPU test: the installed Wikipedia summaries
@@ -79,7 +85,8 @@ has encode && part encode "$L_ENCODE" "${L[@]}" --part=encode
 has pack && part pack "$L_PACK" "${L[@]}" --part=pack --corpus="$CORPUS" --tokenizer="$TOK"
 if has export; then
   part export "$L_EXPORT" "$PY" -m dense_cf.bench.export --model=tiny --tokenizer="$TOK" \
-    --corpus="$CORPUS" --attention_impl=dot_product --token_table --replicate "${EXPORT_SIZE[@]}" \
+    --corpus="$CORPUS" --attention_impl=dot_product --token_table --replicate \
+    --in_flight=3 --background_write "${EXPORT_SIZE[@]}" \
     --out="$W/export.json"
   [ -f "$W/export.json" ] && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1]));
 d.update(part='export'); print(json.dumps(d, sort_keys=True, default=float))" "$W/export.json" \
