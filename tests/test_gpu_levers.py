@@ -85,3 +85,31 @@ def test_decision_rules():
     assert v["flag:cublaslt baseline"]["adopt"] and not v["flag:no_triton_gemm baseline"]["adopt"]
     assert v["flag:cublaslt gelu_new"]["ref_ms"] == 9.0  # against gelu_new without the flag
     assert d["prioritise_packing_and_attention"] and d["export_device_goal_met"]
+
+
+GPU_HLO = """HloModule jit_loss, entry_computation_layout={(bf16[64,768]{1,0})->bf16[64,2304]{1,0}}
+
+%fused_ln (param_0: f32[64,768]) -> bf16[64,768] {
+  %param_0 = f32[64,768]{1,0} parameter(0)
+  %r = f32[64]{0} reduce(%param_0, %c), dimensions={1}, to_apply=%add, metadata={op_name="jit(loss)/attention_norm/reduce_sum"}
+  ROOT %cv = bf16[64,768]{1,0} convert(%param_0), metadata={op_name="jit(loss)/attention_norm/mul"}
+}
+
+ENTRY %main (p0: bf16[64,768], p1: bf16[768,2304], p2: f32[64,768]) -> bf16[64,2304] {
+  %p0 = bf16[64,768]{1,0} parameter(0)
+  %p1 = bf16[768,2304]{1,0} parameter(1)
+  %p2 = f32[64,768]{1,0} parameter(2)
+  %ln = bf16[64,768]{1,0} fusion(%p2), kind=kLoop, calls=%fused_ln, metadata={op_name="jit(loss)/attention_norm/mul"}
+  %gemm = (bf16[64,2304]{1,0}, s8[1024]{0}) custom-call(%ln, %p1), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
+  %fmha = (bf16[4,16,12,64]{3,2,1,0}, u8[0]{0}) custom-call(%p0, %p0, %p0), custom_call_target="__cudnn$fmhaSoftmax"
+  ROOT %gte = bf16[64,2304]{1,0} get-tuple-element(%gemm), index=0
+}
+"""  # noqa: E501 - HLO lines as XLA prints them
+
+
+def test_hlo_classifier_reads_cublas_and_cudnn_custom_calls():
+    classes = levers.classify_hlo(GPU_HLO)
+    assert classes["matmul"] == {"ops": 1, "flops": 2.0 * 64 * 2304 * 768,
+                                 "bytes": (64 * 2304 * 2 + 1024) + 64 * 768 * 2 + 768 * 2304 * 2}
+    assert classes["attention"]["ops"] == 1 and classes["attention"]["flops"] == 0
+    assert classes["layernorm"]["ops"] == 1 and classes["layernorm"]["bytes"] == 64 * 768 * (2 + 4)

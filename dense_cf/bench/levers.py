@@ -284,6 +284,26 @@ def _shape_table(header: str, body: list[str]) -> dict[str, list[int]]:
     return table
 
 
+def _bytes_table(header: str, body: list[str]) -> dict[str, int]:
+    """name -> bytes of every parameter and instruction result of a computation."""
+    table = {}
+    for name, dt_dims in re.findall(r"%?([\w.\-]+):\s*((?:f32|bf16|f16|s32|u32|s8|u8|pred|f64|s64|"
+                                    r"u64|s16|u16)\[[0-9,]*\])", header.split("->")[0]):
+        table[name] = _shape_bytes(dt_dims)
+    for ln in body:
+        m = _INSTR.match(ln)
+        if m:
+            table[m.group(1)] = _shape_bytes(m.group(2))
+    return table
+
+
+def _instr_bytes(m: re.Match, table: dict[str, int]) -> int:
+    """Bytes an entry instruction reads and writes: its result plus each operand (by name; the
+    operand list may or may not print shapes)."""
+    operands = re.findall(r"%([\w.\-]+)", m.group(4).split("), ")[0])
+    return _shape_bytes(m.group(2)) + sum(table.get(o, 0) for o in operands)
+
+
 def _dot_flops(line: str, table: dict[str, list[int]]) -> float:
     """2 · output elements · contracted size of an HLO ``dot`` or cuBLAS gemm call."""
     m = _INSTR.match(line)
@@ -319,6 +339,7 @@ def classify_hlo(hlo: str) -> dict[str, dict[str, float]]:
         return out
     header, entry = comps[entry_key]
     entry_table = _shape_table(header, entry)
+    entry_bytes = _bytes_table(header, entry)
 
     def called(line: str) -> list[str]:
         names = re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", line)
@@ -361,7 +382,7 @@ def classify_hlo(hlo: str) -> dict[str, dict[str, float]]:
             cls = "elementwise"
         out[cls]["ops"] += 1
         out[cls]["flops"] += flops
-        out[cls]["bytes"] += _shape_bytes(line.split(" metadata=")[0].split("backend_config=")[0])
+        out[cls]["bytes"] += _instr_bytes(m, entry_bytes)
     return out
 
 
