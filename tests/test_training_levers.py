@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
+from dense_cf.configs.base import base_config
 from dense_cf.models.bert import MATMUL_NAMES, BertConfig, BertEncoder
+from dense_cf.models.dual_encoder import model_from_config
 
 CFG = BertConfig.tiny(vocab_size=64, hidden=32, layers=2, heads=2)
 
@@ -103,3 +105,17 @@ def test_matmul_outputs_policy_saves_only_the_named_matmuls():
     named = [ln for ln in buf.getvalue().splitlines() if "named" in ln]
     names = {n for ln in named for n in MATMUL_NAMES if f"'{n}'" in ln}
     assert names == {"query_proj", "key_proj", "value_proj", "attention_out", "mlp_in", "mlp_out"}
+
+
+def test_config_switches_reach_the_model():
+    c = base_config()
+    c.model.name_or_path = "tiny"
+    model, _ = model_from_config(c)
+    assert not model.config.layer_norm_remat and not model.config.fused_qkv
+    assert model.config.hidden_act == "gelu"
+    c.model.layer_norm_remat, c.model.fused_qkv, c.model.hidden_act = True, True, "gelu_new"
+    c.model.remat, c.model.remat_policy = True, "matmul_outputs"
+    model, _ = model_from_config(c)
+    cfg = model.config
+    assert cfg.layer_norm_remat and cfg.fused_qkv and cfg.hidden_act == "gelu_new"
+    assert cfg.remat_policy == "matmul_outputs"

@@ -28,6 +28,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.dtype = "float32"                   # compute dtype; "bfloat16" on accelerators
     c.model.remat = False
     c.model.remat_policy = "nothing_saveable"  # or dots_with_no_batch_dims_saveable | dots_saveable
+    #                                            | matmul_outputs (MaxText's "minimal")
+    # Training levers (docs/feasibility.md "Switches"; issue 47), off until a device run adopts one:
+    c.model.layer_norm_remat = False            # LayerNorm recomputed from its bf16 input
+    c.model.fused_qkv = False                   # one QKV matmul (same params)
+    c.model.hidden_act = ""                     # "": the checkpoint's; gelu_new = tanh GELU (opt-in)
     c.model.dropout = 0.1
     c.model.attention_dropout = ml_collections.config_dict.placeholder(float)  # None: = dropout
     # einsum | dot_product | xla | cudnn. dot_product: jax.nn.dot_product_attention, cuDNN on GPU

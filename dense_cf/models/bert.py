@@ -284,6 +284,8 @@ _ACTIVATIONS = {
     "relu": jax.nn.relu,
 }
 
+HIDDEN_ACTS = tuple(_ACTIVATIONS)
+
 _init = nn.initializers.normal(stddev=0.02)  # BERT's initializer_range
 _zeros = nn.initializers.zeros
 _ones = nn.initializers.ones

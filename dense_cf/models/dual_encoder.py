@@ -211,7 +211,11 @@ def runtime_overrides(m: Any) -> dict[str, Any]:
     """The :class:`BertConfig` fields ``config.model`` sets over a checkpoint's own (dtype, remat,
     dropout, attention kernel): run-time choices, not part of the checkpoint."""
     over: dict[str, Any] = dict(dtype=m.dtype, remat=bool(m.remat), remat_policy=m.remat_policy,
-                                attention_impl=m.attention_impl)
+                                attention_impl=m.attention_impl,
+                                layer_norm_remat=bool(m.get("layer_norm_remat", False)),
+                                fused_qkv=bool(m.get("fused_qkv", False)))
+    if m.get("hidden_act"):  # opt-in: changes the activation the checkpoint was trained with
+        over.update(hidden_act=str(m.hidden_act))
     if m.dropout is not None:
         over.update(dropout_rate=float(m.dropout), attention_dropout_rate=float(m.dropout))
     if m.attention_dropout is not None:  # e.g. 0 so fused attention also runs in training

@@ -22,7 +22,7 @@ from dense_cf.index.jax_search import SELECTS as JAX_SELECTS
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.source import PIPELINES
-from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, REMAT_POLICIES
+from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, HIDDEN_ACTS, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
 from dense_cf.synthetic.world import HARD_NEGATIVES, WORLDS
 from dense_cf.text.answers import MODES as ANSWER_MODES
@@ -58,6 +58,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _enum(out, "model.dtype", m.dtype, DTYPES)
     _enum(out, "model.remat_policy", m.remat_policy, REMAT_POLICIES)
     _enum(out, "model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+    if m.get("hidden_act"):
+        _enum(out, "model.hidden_act", m.hidden_act, HIDDEN_ACTS)
     _range(out, "model.dropout", m.dropout, 0, 1, hi_open=True)
     if m.attention_dropout is not None:
         _range(out, "model.attention_dropout", m.attention_dropout, 0, 1, hi_open=True)
