@@ -221,6 +221,7 @@ def main(argv) -> dict[str, Any]:
                 out["probe"][name]["error"] = str(e)
                 print(f"worker {name}: failed ({e})", flush=True)
         names = list(workers)
+        compile_s = {n: float(w.ready["compile_s"]) for n, w in workers.items()}
         steps = _STEPS.value
 
         def contender(n: str):
@@ -250,6 +251,7 @@ def main(argv) -> dict[str, Any]:
         e = paired_summary(export_s[n], export_s[base]) if n != base else None
         rows.append({"variant": n, "flags": out["probe"][n]["flags"],
                      "attention_impl": out["probe"][n]["attention_impl"],
+                     "compile_s": compile_s[n],
                      "train_step_s": statistics.median(train_s[n]),
                      "train_vs_baseline": t["speedup"] if t else 1.0,
                      "train_sign": t["sign_test"] if t else None,
@@ -258,14 +260,15 @@ def main(argv) -> dict[str, Any]:
                      "export_sign": e["sign_test"] if e else None})
     out.update(rows=rows, train_s=train_s, export_s=export_s, load_average_end=_load())
     print(f"load average at end {out['load_average_end']}")
-    print(f"{'variant':<26} {'train s':>8} {'x base':>7} {'faster':>7} {'export s':>9} "
-          f"{'x base':>7} {'faster':>7}  flags")
+    print(f"{'variant':<26} {'compile s':>9} {'train s':>8} {'x base':>7} {'faster':>7} "
+          f"{'export s':>9} {'x base':>7} {'faster':>7}  flags")
 
     def faster(sign: dict[str, Any] | None) -> str:  # rounds this variant beat the baseline
         return f"{sign['ours_faster']}/{_ROUNDS.value}" if sign else ""
 
     for r in rows:
-        print(f"{r['variant']:<26} {r['train_step_s']:>8.3f} {r['train_vs_baseline']:>6.2f}x "
+        print(f"{r['variant']:<26} {r['compile_s']:>9.1f} {r['train_step_s']:>8.3f} "
+              f"{r['train_vs_baseline']:>6.2f}x "
               f"{faster(r['train_sign']):>7} {r['export_s']:>9.3f} "
               f"{r['export_vs_baseline']:>6.2f}x {faster(r['export_sign']):>7}  "
               f"{r['flags'] or '-'} {r['attention_impl']}")
