@@ -9,7 +9,6 @@ call it; libraries never do.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -17,16 +16,14 @@ import jax
 import ml_collections
 from absl import logging
 
-from dense_cf.configs.base import resolve_paths
 from dense_cf.eval import evaluators as evaluators_lib
-from dense_cf.files import workdir_lock, write_json
+from dense_cf.files import write_json
 from dense_cf.parallel.hosts import host0_first, host0_value, is_host0
 from dense_cf.synthetic import generate as synthetic
 from dense_cf.synthetic import multihop as synthetic_multihop
-from dense_cf.train.loop import train
+from dense_cf.train import loop
 from dense_cf.train.metric_writer import MetricWriter, flatten_numbers
 from dense_cf.train.run import RunDir
-from dense_cf.train.validate import validate
 
 __all__ = ["maybe_generate_synthetic", "train_and_evaluate"]
 
@@ -66,20 +63,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     Returns the training summary; with evaluation it has an ``eval`` entry (also written to
     ``summary.json``). The trained :class:`~dense_cf.train.run.Run` is under ``"run"``.
     """
-    config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
-    validate(config, check_files=not config.data.synthetic.generate)  # generated below if so
+    # Set-up once per training run: paths, the method's weights, the check (files generated
+    # below are not checked before they exist), then the lock; train() does none of it again.
+    config = loop.prepare(config, check_files=not config.data.synthetic.generate)
     # An unknown evaluator fails now, not after training.
     evaluators = evaluators_lib.chosen(config) if config.eval.after_training else []
-    lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
-            else contextlib.nullcontext())
-    with lock:  # refuse at once; train and evaluation under one lock, no evaluator in between
+    # Refuse at once; train and evaluation under one lock, no evaluator in between.
+    with loop.lock_workdir(config, workdir):
         return _train_and_evaluate(config, workdir, evaluators)
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                         evaluators: list[evaluators_lib.Evaluator]) -> dict[str, Any]:
     maybe_generate_synthetic(config)
-    summary, run = train(config, workdir)
+    summary, run = loop.train_prepared(config, workdir)
     finished = summary["step"] == summary["total_steps"]
     if config.eval.after_training and finished and jax.process_count() > 1:
         # Export/index/report writers are not multi-host safe (every host would build and

@@ -34,7 +34,7 @@ from dense_cf.progress import Progress, timed
 from dense_cf.train.checkpoint import Checkpointer, abstract_like
 from dense_cf.train.metric_writer import MetricWriter
 from dense_cf.train.preemption import Preempted, StopSignals
-from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, run_tokenizer
+from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, method_of, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import jit_eval_step, jit_train_step
 from dense_cf.train.validate import validate
@@ -44,9 +44,9 @@ CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "l_select", "l_span", "rank_a
                 "examples_per_s", "step_time_s", "padding_removed")
 
 
-def batch_spec(config, tokenizer, *, shuffle: bool = True):
+def batch_spec(config, tokenizer, *, shuffle: bool = True, method: methods.Method | None = None):
     """The method's batch spec for this config."""
-    method = methods.get(config.method)
+    method = method or method_of(config)
     return method.inputs.spec(config, tokenizer, shuffle=shuffle,
                               counterfactual=method.needs_counterfactual(config.loss))
 
@@ -124,12 +124,32 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, An
     evaluator on the same workdir refuses at once. On SIGTERM/SIGINT it finishes the step in
     flight, saves it and raises :class:`~dense_cf.train.preemption.Preempted` (lock released).
     """
-    config = resolve_paths(config)  # relative paths: against the launch directory, saved absolute
-    config = methods.with_loss_defaults(config)  # config.json records the weights it trains with
-    validate(config)  # before the lock and any work: a bad value fails in a second, not later
-    lock = (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
+    config = prepare(config)
+    with StopSignals() as stop, lock_workdir(config, workdir):  # released before a late signal
+        return _train(config, workdir, stop)
+
+
+def prepare(config: ml_collections.ConfigDict, *, check_files: bool = True
+            ) -> ml_collections.ConfigDict:
+    """The config a run trains with: paths resolved against the launch directory (saved
+    absolute), the method's loss weights filled in (config.json records them), checked
+    (``validate``: a bad value fails in a second, before the lock and any work)."""
+    config = resolve_paths(config)
+    config = methods.with_loss_defaults(config)
+    validate(config, check_files=check_files)
+    return config
+
+
+def lock_workdir(config: ml_collections.ConfigDict, workdir: str):
+    """The workdir lock of a training run (process 0 only; ``files.workdir_lock``)."""
+    return (workdir_lock(workdir, f"training {config.method}", warn=logging.warning) if is_host0()
             else contextlib.nullcontext())
-    with StopSignals() as stop, lock:  # the lock is released before a late signal takes effect
+
+
+def train_prepared(config: ml_collections.ConfigDict, workdir: str) -> tuple[dict[str, Any], Run]:
+    """:func:`train` for a caller that already ran :func:`prepare` and holds
+    :func:`lock_workdir` (``experiment.train_and_evaluate``): set-up runs once per training run."""
+    with StopSignals() as stop:
         return _train(config, workdir, stop)
 
 
@@ -138,14 +158,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
     rd = RunDir(workdir)
     os.makedirs(workdir, exist_ok=True)
     quiet_library_logs()
-    method = methods.get(config.method)
+    method = method_of(config)  # once per training run: everything below receives the object
     if is_host0():
         with atomic_open(rd.config) as f:
             f.write(config.to_json_best_effort(indent=2))
     mesh = mesh_lib.make_mesh(config.mesh.data, config.mesh.model)
-    model, hf_params, tok_dir = build_model(config)
-    rules = axis_rules(config, model, mesh)
-    tokenizer = run_tokenizer(config, tok_dir, workdir, save=is_host0())
+    model, hf_params, tok_dir = build_model(config, method=method)
+    rules = axis_rules(config, model, mesh, method=method)
+    tokenizer = run_tokenizer(config, tok_dir, workdir, save=is_host0(), method=method)
 
     train_data, dev_data = host0_first(lambda: (  # one writer per tokenised-cache file
         method.inputs.load(config, tokenizer, "train_file", config.data.max_train_examples),
@@ -155,7 +175,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
         raise ValueError("config.data.train_file is empty: nothing to train on")
     train_data, dev_data = (method.inputs.prepare(config, tokenizer, d)
                             for d in (train_data, dev_data))
-    spec = batch_spec(config, tokenizer)
+    spec = batch_spec(config, tokenizer, method=method)
     spe = dpr_inputs.steps_per_epoch(train_data.num_examples, spec.global_batch)
     total_steps = config.train.num_steps or int(config.train.num_epochs * spe)
     logging.info("train %s: %d examples, %d steps/epoch, %d steps; %s", method.name,
@@ -175,7 +195,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
     chunks = int(config.train.grad_cache_chunks)
     # An error in the loop removes a save's half-written step before it propagates.
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules), ckpt.abandon_on_error():
-        state = init_state(config, model, hf_params, tx, mesh, rules, init_rng)
+        state = init_state(config, model, hf_params, tx, mesh, rules, init_rng, method=method)
         hf_params = None
         it = method.inputs.batch_iterator(
             train_data, spec, process_index=jax.process_index(), process_count=jax.process_count(),
@@ -292,6 +312,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
     if is_host0():
         write_json(rd.summary, summary)
     run = Run(config=config, model=model, params=state.params, tokenizer=tokenizer, step=step,
-              mesh=mesh, rules=rules)
+              mesh=mesh, rules=rules, method=method)
     return summary, run
 

@@ -40,8 +40,8 @@ from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train.checkpoint import Checkpointer
 from dense_cf.train.state import TrainState
 
-__all__ = ["Run", "RunDir", "axis_rules", "build_model", "init_state", "load_config", "load_run", "model_slug",
-           "model_workdir", "pretrained_run"]
+__all__ = ["Run", "RunDir", "axis_rules", "build_model", "init_state", "load_config", "load_run",
+           "method_of", "model_slug", "model_workdir", "pretrained_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,34 +118,44 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
         return merge_over_base(json.load(f))
 
 
-def build_model(config, load_pretrained: bool = True):
+def method_of(config) -> methods.Method:
+    """The :class:`~dense_cf.methods.Method` that ``config.method`` names: the one place the
+    training layer turns the name into the object. A training run resolves it once (``Run``
+    carries it); the helpers below take it as ``method=`` and look it up only when not given."""
+    return methods.get(config.method)
+
+
+def build_model(config, load_pretrained: bool = True, *, method: methods.Method | None = None):
     """(model, pretrained params or None for random init / not loaded, tokenizer directory), as
     the method's :class:`~dense_cf.methods.ModelSpec` builds them."""
-    method = methods.get(config.method)
+    method = method or method_of(config)
     return method.model.build(method, config, load_pretrained)
 
 
-def axis_rules(config, model, mesh):
+def axis_rules(config, model, mesh, *, method: methods.Method | None = None):
     """The run's logical axis rules on ``mesh`` (the method's model decides what divides)."""
-    return methods.get(config.method).model.axis_rules(model, mesh.shape["model"],
-                                                        config.mesh.get("logical_axis_rules"))
+    return (method or method_of(config)).model.axis_rules(model, mesh.shape["model"],
+                                                          config.mesh.get("logical_axis_rules"))
 
 
-def run_tokenizer(config, tok_dir: str, workdir: str | None = None, *, save: bool = False):
+def run_tokenizer(config, tok_dir: str, workdir: str | None = None, *, save: bool = False,
+                  method: methods.Method | None = None):
     """The run's tokenizer: the base vocabulary plus its method's added tokens."""
-    return tokenizer_for_run(methods.get(config.method).added_tokens, tok_dir, workdir, save=save)
+    return tokenizer_for_run((method or method_of(config)).added_tokens, tok_dir, workdir,
+                             save=save)
 
 
 def _dummies_key(dummies: tuple) -> tuple:
     return tuple((d.shape, str(d.dtype), np.asarray(d).tobytes()) for d in dummies)
 
 
-def param_init_fn(config, model) -> Callable[[jax.Array], Any]:
+def param_init_fn(config, model, *, method: methods.Method | None = None
+                  ) -> Callable[[jax.Array], Any]:
     """``rng -> params`` (boxed with their logical axes) of ``model`` on its method's dummy
     inputs. One function object per model value and dummies, so that what is jitted over it
     (the sharded init, its ``eval_shape``) is shared by the runs of a process
     (``parallel.jit_cache``)."""
-    dummies = methods.get(config.method).model.dummy_inputs(config)
+    dummies = (method or method_of(config)).model.dummy_inputs(config)
 
     def build() -> Callable[[jax.Array], Any]:
         def init_fn(r):
@@ -160,10 +170,12 @@ def _abstract(init_fn: Callable) -> Any:
     return jax.eval_shape(init_fn, jax.random.key(0))
 
 
-def init_state(config, model, hf_params, tx, mesh, rules, rng) -> TrainState:
+def init_state(config, model, hf_params, tx, mesh, rules, rng, *,
+               method: methods.Method | None = None) -> TrainState:
     """Params initialised (or loaded) directly into their shardings; optimizer state follows."""
-    spec = methods.get(config.method).model
-    init_fn = param_init_fn(config, model)
+    method = method or method_of(config)
+    spec = method.model
+    init_fn = param_init_fn(config, model, method=method)
     abstract = _abstract(init_fn)
     shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
     if hf_params is not None:
@@ -197,16 +209,17 @@ class Run:
     mesh: Any
     rules: Any
     tok_dir: str | None = None   # the base tokenizer's files (the run's adds its method's tokens)
+    method: methods.Method | None = None  # config.method's object (resolved here when not given)
 
-    @property
-    def method(self) -> methods.Method:
-        return methods.get(self.config.method)
+    def __post_init__(self) -> None:
+        if self.method is None:
+            self.method = method_of(self.config)
 
 
-def abstract_params(config, model, mesh, rules) -> Any:
+def abstract_params(config, model, mesh, rules, *, method: methods.Method | None = None) -> Any:
     """The model's parameters as ShapeDtypeStructs carrying their shardings on ``mesh``, from
     ``jax.eval_shape``: nothing is initialised or allocated (a restore target)."""
-    boxed = _abstract(param_init_fn(config, model))
+    boxed = _abstract(param_init_fn(config, model, method=method))
     shardings = mesh_lib.tree_shardings(boxed, mesh, rules)
     # The values under the logical-axis boxes (nn.meta.unbox would apply their sharding
     # constraints, which needs arrays).
@@ -223,38 +236,41 @@ def load_run(workdir: str, step: int | None = None, mesh=None) -> Run:
     ``state.params`` is read from the checkpoint (no optimizer, no random init, no Adam
     moments; docs/ARCHITECTURE.md, "Stages talk through files")."""
     config = load_config(workdir)
+    method = method_of(config)
     mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
-    model, _, tok_dir = build_model(config, load_pretrained=False)
-    rules = axis_rules(config, model, mesh)
+    model, _, tok_dir = build_model(config, load_pretrained=False, method=method)
+    rules = axis_rules(config, model, mesh, method=method)
     ckpt = Checkpointer(RunDir(workdir).checkpoints, async_save=False)
     if ckpt.latest_step() is None:
         raise FileNotFoundError(f"no checkpoint under {workdir}/checkpoints: train the run first")
     try:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-            params, restored_step = ckpt.restore_params(abstract_params(config, model, mesh, rules),
-                                                        step)
+            params, restored_step = ckpt.restore_params(
+                abstract_params(config, model, mesh, rules, method=method), step)
     finally:
         ckpt.close()
     return Run(config=config, model=model, params=params,
-               tokenizer=run_tokenizer(config, tok_dir, workdir),
-               step=restored_step, mesh=mesh, rules=rules, tok_dir=tok_dir)
+               tokenizer=run_tokenizer(config, tok_dir, workdir, method=method),
+               step=restored_step, mesh=mesh, rules=rules, tok_dir=tok_dir, method=method)
 
 
 def pretrained_run(config: ml_collections.ConfigDict, mesh=None) -> Run:
     """An untrained encoder (``config.model``: any checkpoint :mod:`dense_cf.models.checkpoints`
     reads) as a :class:`Run` at step 0, so the evaluations take it like a trained run."""
+    method = method_of(config)
     mesh = mesh or mesh_lib.make_mesh(-1, config.mesh.model)
-    model, hf_params, tok_dir = build_model(config)
+    model, hf_params, tok_dir = build_model(config, method=method)
     if hf_params is None:
         raise ValueError("model.name_or_path='tiny' is a random model: evaluate a checkpoint")
-    rules = axis_rules(config, model, mesh)
-    spec = methods.get(config.method).model
-    abstract = _abstract(param_init_fn(config, model))
+    rules = axis_rules(config, model, mesh, method=method)
+    spec = method.model
+    abstract = _abstract(param_init_fn(config, model, method=method))
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         shardings = mesh_lib.tree_shardings(abstract, mesh, rules)
         params = jax.device_put(spec.place_pretrained(model, hf_params), shardings)
-    return Run(config=config, model=model, params=params, tokenizer=run_tokenizer(config, tok_dir),
-               step=0, mesh=mesh, rules=rules, tok_dir=tok_dir)
+    return Run(config=config, model=model, params=params,
+               tokenizer=run_tokenizer(config, tok_dir, method=method),
+               step=0, mesh=mesh, rules=rules, tok_dir=tok_dir, method=method)
 
 
 def model_slug(model: ml_collections.ConfigDict) -> str:

@@ -12,7 +12,6 @@ import re
 
 import ml_collections
 
-from dense_cf import methods
 from dense_cf.configs.checks import enum as _enum
 from dense_cf.configs.checks import number as _range
 from dense_cf.files import UserError
@@ -27,6 +26,7 @@ from dense_cf.models.dual_encoder import POOLINGS
 from dense_cf.synthetic.world import HARD_NEGATIVES, WORLDS
 from dense_cf.text.answers import MODES as ANSWER_MODES
 from dense_cf.text.counterfactuals import TEXT_STRATEGIES
+from dense_cf.train.run import method_of
 
 __all__ = ["ConfigError", "problems", "validate"]
 
@@ -44,7 +44,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     own block and loss weights are checked by the method (``Method.config_problems``)."""
     out: list[str] = []
     try:
-        method = methods.get(config.method)
+        method = method_of(config)
     except ValueError as e:
         out.append(str(e))
         method = None
