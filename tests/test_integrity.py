@@ -303,3 +303,31 @@ def test_an_evaluation_against_a_changed_corpus_is_refused_or_rebuilt_on_request
     # Rows 4 and 249 moved: the two shards (128 passages each) holding them are re-encoded.
     assert rebuilt["timing"]["encoded_this_run"] == 256 and not rebuilt["timing"]["index_reused"]
     assert evaluate_run(work)["timing"]["encoded_this_run"] == 0  # and now it is the corpus
+
+
+def test_checkpoints_record_their_training_inputs_and_a_resume_on_changed_data_is_warned(
+        world, run_dir, tmp_path, caplog):
+    """Every sealed step holds inputs.json (sha256 of the train and dev files, covered by its
+    SHA256SUMS); a resume on a train file changed since says so in one warning naming it."""
+    import json
+
+    from helpers import tiny_synthetic_config
+
+    from dense_cf.train import loop
+    rec = json.loads(open(os.path.join(run_dir, "checkpoints", "1", "inputs.json")).read())
+    train = world / "biencoder-synth-train.json"
+    assert rec["train_file"] == {"path": str(train), "bytes": train.stat().st_size,
+                                 "mtime_ns": train.stat().st_mtime_ns,
+                                 "sha256": files.file_sha256(train)}
+    assert set(rec) == {"train_file", "dev_file"}
+    assert "inputs.json" in files.read_sums(os.path.join(run_dir, "checkpoints", "1", files.SUMS_NAME))
+
+    w, work = _own_copy(world, run_dir, tmp_path)
+    data = json.loads((w / "biencoder-synth-train.json").read_text())
+    (w / "biencoder-synth-train.json").write_text(json.dumps(data[::-1]))  # reordered
+    with caplog.at_level(logging.WARNING):
+        loop.train(tiny_synthetic_config(w, **{"train.num_steps": 2}), work)
+    msgs = [r.getMessage() for r in caplog.records if "changed since step 1" in r.getMessage()]
+    assert len(msgs) == 1 and "biencoder-synth-train.json (config.data.train_file)" in msgs[0], msgs
+    now = json.loads(open(os.path.join(work, "checkpoints", "2", "inputs.json")).read())
+    assert now["train_file"]["sha256"] == files.file_sha256(w / "biencoder-synth-train.json")

@@ -212,6 +212,30 @@ class Checkpointer:
                             "killed right after its save): restored unverified", step,
                             self.directory, files.SUMS_NAME)
 
+    def record_inputs(self, paths: dict[str, str]) -> dict[str, Any]:
+        """Sets :attr:`inputs` (sealed into every later step) to the sha256, size and mtime of
+        each input file (``{config key: path}``, e.g. the training and dev files). A file whose
+        size and mtime match the newest sealed step's record keeps that hash (no re-read); one
+        whose content differs from it is warned about, naming it: the run resumes on other data."""
+        step = self.latest_step()
+        old = files.read_json(os.path.join(self.step_dir(step), INPUTS_NAME)) if step else None
+        old = old if isinstance(old, dict) else {}
+        record = {}
+        for key, path in sorted(paths.items()):
+            st, prev = os.stat(path), old.get(key) or {}
+            same = (prev.get("path") == os.path.abspath(path) and prev.get("bytes") == st.st_size
+                    and prev.get("mtime_ns") == st.st_mtime_ns)
+            sha = prev["sha256"] if same else files.file_sha256(path)
+            record[key] = {"path": os.path.abspath(path), "bytes": st.st_size,
+                           "mtime_ns": st.st_mtime_ns, "sha256": sha}
+            if prev.get("sha256") and prev["sha256"] != sha:
+                logging.warning("checkpoint: %s (config.data.%s) changed since step %d in %s was "
+                                "saved (sha256 %s… then, %s… now): training resumes on the new "
+                                "file", path, key, step, self.directory, prev["sha256"][:12],
+                                sha[:12])
+        self.inputs = record
+        return record
+
     @contextlib.contextmanager
     def abandon_on_error(self):
         """Around the training loop: an error there (not a second signal, which stops at once)

@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 from dense_cf import methods
 from dense_cf.configs.base import resolve_paths
 from dense_cf.console import quiet_library_logs
+from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import atomic_open, workdir_lock, write_json
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs import dpr as dpr_inputs
@@ -38,6 +39,19 @@ from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state,
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import jit_eval_step, jit_train_step
 from dense_cf.train.validate import validate
+
+# The data files a checkpoint records the sha256 of (questions, positives and negatives).
+INPUT_FILES = ("train_file", "dev_file")
+
+
+def _input_files(config: ml_collections.ConfigDict) -> dict[str, str]:
+    """{key: path} of the :data:`INPUT_FILES` the config names as local files."""
+    out = {}
+    for key in INPUT_FILES:
+        with contextlib.suppress(ValueError, OSError):  # unset, or not a local file (TFDS)
+            if config.data.get(key):
+                out[key] = resolve_data_file(config.data, key)
+    return out
 
 # Shown when a method's loss reports them (retrievers: l_dpr...; the reader: l_select, l_span).
 CONSOLE_KEYS = ("loss", "l_dpr", "l_chn", "l_cpp", "l_select", "l_span", "rank_acc", "span_acc",
@@ -205,6 +219,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
         if ckpt.latest_step() is not None:
             state, data_state, _ = ckpt.restore(abstract_like(state))
             it.set_state(data_state)
+        if is_host0():  # each step records the hashes of the files it was trained from
+            ckpt.record_inputs(_input_files(config))
         state_sh = jax.tree.map(lambda x: x.sharding, state)
         step_fn = jit_train_step(method, model, tx, state, mesh, loss_hparams=loss_hparams,
                                  schedule=schedule, dropout=config.train.dropout,
