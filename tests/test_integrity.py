@@ -331,3 +331,44 @@ def test_checkpoints_record_their_training_inputs_and_a_resume_on_changed_data_i
     assert len(msgs) == 1 and "biencoder-synth-train.json (config.data.train_file)" in msgs[0], msgs
     now = json.loads(open(os.path.join(work, "checkpoints", "2", "inputs.json")).read())
     assert now["train_file"]["sha256"] == files.file_sha256(w / "biencoder-synth-train.json")
+
+
+# ------------------------------------------------------------------ python -m dense_cf.cli.verify
+def test_verify_checks_a_whole_run_directory(world, run_dir, tmp_path, capsys):
+    """Every checksummed artefact of a run: OK, then FAILED naming the changed file; a
+    checkpoint step without checksums is UNVERIFIED; a changed training input is CHANGED."""
+    import json
+    import subprocess
+    import sys
+
+    from dense_cf.cli import verify
+    from dense_cf.eval.retrieval import evaluate_run
+    from dense_cf.retrieval import model_export
+    w, work = _own_copy(world, run_dir, tmp_path)
+    evaluate_run(work)
+    model_export.export_run(work, os.path.join(work, "hf"))
+    assert verify.run_cli([work]) == 0
+    out = capsys.readouterr().out.splitlines()
+    artefacts = {ln.split()[1].rstrip(":") for ln in out if ln.startswith("OK ")}
+    assert {"checkpoints/1", "export/step_1", "index/step_1_flat", "hf/question_encoder",
+            "hf/passage_encoder"} <= artefacts, out
+    assert out[-1].startswith(f"{work}: ") and " 0 FAILED, 0 UNVERIFIED, 0 CHANGED" in out[-1]
+
+    victim = os.path.join(work, "export", "step_1", "embeddings-00000.npy")
+    _nan_into(victim)
+    os.remove(os.path.join(work, "checkpoints", "1", files.SUMS_NAME))
+    inputs = os.path.join(work, "checkpoints", "1", "inputs.json")  # the copy's, not the world's
+    with open(inputs) as f:
+        text = f.read()
+    with open(inputs, "w") as f:
+        f.write(text.replace(str(world), str(w)))
+    data = json.loads((w / "biencoder-synth-dev.json").read_text())
+    (w / "biencoder-synth-dev.json").write_text(json.dumps(data[1:]))
+    r = subprocess.run([sys.executable, "-m", "dense_cf.cli.verify", work], capture_output=True,
+                       text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert "FAILED     export/step_1: embeddings-00000.npy: content does not match" in r.stdout, r.stdout
+    assert any(ln.startswith("UNVERIFIED checkpoints/1") for ln in lines), lines
+    assert any(ln.startswith("CHANGED    input dev_file of checkpoints/1") for ln in lines), lines
+    assert lines[-1].endswith("1 FAILED, 1 UNVERIFIED, 1 CHANGED")
