@@ -42,6 +42,14 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None,
 _LOCAL_DEVICE_IDS = flags.DEFINE_list(
     "local_device_ids", None, "Comma-separated local device ids this process drives "
     "(default: all, or one GPU per task under SLURM with several tasks per node).")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_s", distributed.HEARTBEAT_TIMEOUT_S,
+    "Multi-host: seconds without a heartbeat after which a process is declared dead and every "
+    "other process stops (the bound on a hang in a collective with a lost peer; "
+    "docs/reliability.md).")
+_SHUTDOWN = flags.DEFINE_integer(
+    "shutdown_timeout_s", None, "Multi-host: seconds a finishing process waits for the others "
+    "at shutdown (default: jax's, 300).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -52,7 +60,8 @@ def main(argv) -> None:
     local_ids = [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None
     distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
-                           local_device_ids=local_ids)
+                           local_device_ids=local_ids, heartbeat_timeout_s=_HEARTBEAT.value,
+                           shutdown_timeout_s=_SHUTDOWN.value)
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:
@@ -66,18 +75,33 @@ def main(argv) -> None:
     except _app.USER_ERRORS as e:
         logging.flush()
         os._exit(_app.report_user_error(e))  # every process: peers may wait in a collective
-    except BaseException:
+    except BaseException as e:
         if jax.process_count() == 1:
             raise
         # A normal exit waits in jax.distributed's shutdown barrier (and orbax's) for peers that
         # may themselves be blocked in a collective with us: a hang. Exit hard instead, so the
         # peers see this process die (coordination-service heartbeats) and terminate too.
-        logging.exception("process %d failed; exiting immediately", jax.process_index())
+        lost = distributed.lost_peer_message(e, _resume_hint(_WORKDIR.value))
+        if lost is not None:  # a peer died: say which, not the collective's traceback
+            logging.flush()
+            sys.stderr.write(f"error: {lost}\n")
+        else:
+            logging.exception("process %d failed; exiting immediately", jax.process_index())
         logging.flush()
         sys.stderr.flush()
         os._exit(1)
     if jax.process_index() == 0:
         print(json.dumps({k: summary[k] for k in ("step", "train", "dev")}, indent=2, default=float))
+
+
+def _resume_hint(workdir: str) -> str:
+    """Where a restart of every process resumes: the newest complete checkpoint step."""
+    ckpt = os.path.join(workdir, "checkpoints")
+    steps = sorted(int(d) for d in (os.listdir(ckpt) if os.path.isdir(ckpt) else [])
+                   if d.isdigit())
+    where = f"from step {steps[-1]}, the newest complete checkpoint in {ckpt}" if steps else \
+        "from the start (no complete checkpoint yet)"
+    return f"Restart every process with the same command: training resumes {where}"
 
 
 def run() -> None:

@@ -67,12 +67,12 @@ def _env(devices: int, marker=None) -> dict:
 _POPEN = dict(cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _pod(workdir, data_dir, marker=None) -> list[subprocess.Popen]:
+def _pod(workdir, data_dir, marker=None, *extra) -> list[subprocess.Popen]:
     """Two hosts of one run, each with 2 of the 4 devices."""
     addr = f"127.0.0.1:{free_port()}"
     return [subprocess.Popen(_cmd(workdir, data_dir, "--distributed=explicit",
                                   f"--coordinator_address={addr}", "--num_processes=2",
-                                  f"--process_id={i}", hook=marker is not None),
+                                  f"--process_id={i}", *extra, hook=marker is not None),
                              env=_env(2, marker), **_POPEN) for i in range(2)]
 
 
@@ -188,6 +188,43 @@ def test_sigterm_on_one_of_two_hosts_stops_both_at_the_same_step(tmp_path, two_h
     # Each step logged once: the resume starts right after the saved step (nothing repeated).
     assert logged_steps(run) == list(range(1, STEPS + 1))
     assert [r[0] for r in two_hosts["results"][:2]] == [0, 0]
+    a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
+    assert a.step == b.step == STEPS
+    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
+        np.testing.assert_array_equal(x, y)
+
+
+# ------------------------------------------------------------------ a host lost (issue 49 §3)
+def test_a_killed_host_stops_the_other_with_one_line_and_both_resume_bit_identical(tmp_path,
+                                                                                   two_hosts):
+    """kill -9 host 1 after step 5 of a run that saves every 2 steps. Before: host 0 died with
+    a raw ``JaxRuntimeError: … Gloo AllGather failed … Connection closed by peer`` traceback.
+    Now it exits 1 at its next collective, well within the heartbeat bound, with one ``error:``
+    line naming process 1 and the step a restart resumes from; the restart of both resumes from
+    the newest complete checkpoint and ends bit-identical to ``two_hosts``' uninterrupted run."""
+    from dense_cf.parallel.distributed import HEARTBEAT_TIMEOUT_S
+    run, marker = tmp_path / "run", tmp_path / "run.marker"
+    pod = _pod(run, two_hosts["data"], marker, "--config.train.checkpoint_every=2")
+    _wait_for_step(marker, 5, pod)
+    pod[1].send_signal(signal.SIGKILL)
+    t_kill = time.monotonic()
+    _, err = pod[0].communicate(timeout=HEARTBEAT_TIMEOUT_S + 60)
+    took = time.monotonic() - t_kill
+    pod[1].wait(timeout=60)
+    print(f"host 0 stopped {took:.1f} s after host 1 was killed:\n{err[-1500:]}")
+    assert pod[0].returncode == 1 and took < HEARTBEAT_TIMEOUT_S, (pod[0].returncode, took)
+    assert "Traceback" not in err, err[-4000:]
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    complete = max(int(d) for d in os.listdir(run / "checkpoints") if d.isdigit())
+    assert len(errors) == 1 and errors[0].startswith("error: lost process 1 of 2 ("), errors
+    assert "by peer" in errors[0] and "process 0 stops too" in errors[0]
+    assert f"training resumes from step {complete}, the newest complete checkpoint" in errors[0]
+
+    resumed = communicate_all(_pod(run, two_hosts["data"], marker,
+                                   "--config.train.checkpoint_every=2"), timeout=300)
+    for rc, _, e in resumed:
+        assert rc == 0, e[-3000:]
+    assert f"restored step {complete}" in resumed[0][2]
     a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
     assert a.step == b.step == STEPS
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):

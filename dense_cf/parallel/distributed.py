@@ -25,6 +25,13 @@ With one task per node the process drives every local GPU.
 The planning functions are pure (environment passed in as a dict) so they are unit-tested with
 fake environments; :func:`initialize` is the only side effect.
 
+A lost peer (a host killed, preempted or cut off): on the CPU (gloo) the survivors' next
+collective fails at once with "Connection closed/reset by peer"; on GPUs (NCCL) a collective can
+wait for ever, and the bound is the coordination service's heartbeat: a process that sends none
+for ``heartbeat_timeout_s`` (``--heartbeat_timeout_s``, default :data:`HEARTBEAT_TIMEOUT_S`) is
+declared dead and every other process is terminated. :func:`lost_peer_message` turns the first
+kind into one line naming the lost process (docs/reliability.md, "A lost host").
+
 CPU multi-process collectives use gloo (``jax_cpu_collectives_implementation``; the jax 0.10
 default, set explicitly here so an older default cannot silently break cross-process psums).
 """
@@ -35,13 +42,19 @@ import dataclasses
 import itertools
 import os
 import re
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 from absl import logging
+from jax._src import distributed as jax_distributed
 from jax._src import hardware_utils
 
 MODES = ("auto", "none", "tpu", "slurm", "explicit")
+# Seconds without a heartbeat after which the coordination service declares a process dead and
+# stops the others (jax's default is 100): the bound on how long a survivor can hang in a
+# collective with a lost peer where the collective itself never fails (NCCL).
+HEARTBEAT_TIMEOUT_S = 60
 PORT_ENV_VARS = ("DENSE_CF_COORDINATOR_PORT", "JAX_COORDINATOR_PORT")
 
 
@@ -244,8 +257,11 @@ def plan(mode: str = "auto", *, coordinator_address: str | None = None,
 
 def initialize(mode: str = "auto", coordinator_address: str | None = None,
                num_processes: int | None = None, process_id: int | None = None,
-               local_device_ids: Sequence[int] | None = None) -> InitPlan:
-    """Plans (see :func:`plan`), logs the choice, and calls ``jax.distributed.initialize``.
+               local_device_ids: Sequence[int] | None = None, *,
+               heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S,
+               shutdown_timeout_s: int | None = None) -> InitPlan:
+    """Plans (see :func:`plan`), logs the choice, and calls ``jax.distributed.initialize``
+    with the heartbeat timeout (and the shutdown timeout when given; jax's default is 300 s).
 
     Must run before anything touches devices (``jax.devices()``, any computation).
     """
@@ -261,8 +277,72 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None,
     shown = {k: v for k, v in p.kwargs.items() if v is not None} or "auto-detected by jax"
     logging.info("distributed: mode=%s (%s), jax.distributed.initialize(%s)", p.mode, p.reason,
                  shown)
-    jax.distributed.initialize(**p.kwargs)
+    timeouts = {"heartbeat_timeout_seconds": int(heartbeat_timeout_s)}
+    if shutdown_timeout_s is not None:
+        timeouts["shutdown_timeout_seconds"] = int(shutdown_timeout_s)
+    jax.distributed.initialize(**p.kwargs, **timeouts)
     logging.info("distributed: process %d of %d, %d local / %d global devices",
                  jax.process_index(), jax.process_count(), jax.local_device_count(),
                  jax.device_count())
     return p
+
+
+# ------------------------------------------------------------------------ a lost peer
+
+# What a collective or the coordination service says when a peer process is gone.
+_LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe|Socket closed|"
+                        r"heartbeat|task .{0,80}(?:disconnected|died|failed)|"
+                        r"UNAVAILABLE|DEADLINE_EXCEEDED|NCCL.{0,40}(?:remote|abort|timeout)",
+                        re.IGNORECASE)
+
+
+def _error_text(e: BaseException) -> str:
+    texts, seen = [], 0
+    while e is not None and seen < 8:
+        texts.append(f"{type(e).__name__}: {e}")
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return "\n".join(texts)
+
+
+def _dead_processes(timeout_s: float = 5.0) -> list[int] | None:
+    """The process ids the coordination service no longer counts as live, or None when it
+    cannot tell within ``timeout_s`` (asked on a thread: the service may itself be gone)."""
+    client, n = jax_distributed.global_state.client, jax.process_count()
+    if client is None:
+        return None
+    box: list[Any] = []
+
+    def ask() -> None:
+        try:
+            box.append(client.get_live_nodes(list(range(n))))
+        except Exception as e:  # noqa: BLE001 - the service is gone too: cannot tell
+            box.append(e)
+
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if not box or not isinstance(box[0], dict):
+        return None
+    dead = sorted(set(range(n)) - set(box[0]))
+    return dead or None
+
+
+def lost_peer_message(e: BaseException, resume_hint: str = "") -> str | None:
+    """One line for an error that says a peer process is gone (``None`` for any other error):
+    which process was lost (asked of the coordination service; with two processes, the other
+    one), the collective's own words, and ``resume_hint``."""
+    text = _error_text(e)
+    m = _LOST_PEER.search(text)
+    if jax.process_count() < 2 or m is None:
+        return None
+    me, n = jax.process_index(), jax.process_count()
+    dead = _dead_processes()
+    if dead:
+        who = f"lost process{'es' if len(dead) > 1 else ''} {', '.join(map(str, dead))} of {n}"
+    elif n == 2:
+        who = f"lost process {1 - me} of 2"
+    else:
+        who = f"lost a peer process of {n}"
+    line = next((ln for ln in text.splitlines() if m.group(0) in ln), m.group(0)).strip()
+    return (f"{who} ({line[:240]}); process {me} stops too, without waiting for it"
+            + (f". {resume_hint}" if resume_hint else ""))
