@@ -304,7 +304,7 @@ def _error_text(e: BaseException) -> str:
     return "\n".join(texts)
 
 
-def _dead_processes(timeout_s: float = 5.0) -> list[int] | None:
+def _dead_processes(timeout_s: float = 2.0) -> list[int] | None:
     """The process ids the coordination service no longer counts as live, or None when it
     cannot tell within ``timeout_s`` (asked on a thread: the service may itself be gone)."""
     client, n = jax_distributed.global_state.client, jax.process_count()
