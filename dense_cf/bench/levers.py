@@ -479,7 +479,8 @@ def run_encode(sink: Sink, shapes: Shapes, steps: int) -> None:
     # The passage tower alone (what the export runs), random weights.
     enc = BertEncoder(from_cfg)
     ids0 = jnp.ones((1, 8), jnp.int32)
-    params = nn.meta.unbox(jax.jit(enc.init)(jax.random.key(0), ids0, ids0)["params"])
+    params = packing.init_params(lambda r: nn.meta.unbox(enc.init(r, ids0, ids0))["params"],
+                                 jax.random.key(0))
     n_layer = 4 * from_cfg.hidden_size ** 2 + 2 * from_cfg.hidden_size * from_cfg.intermediate_size
 
     @jax.jit
