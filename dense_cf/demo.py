@@ -37,7 +37,7 @@ from dense_cf.eval import report as report_lib
 from dense_cf.eval.claims import Check
 from dense_cf.eval.robustness import plot_runs, robustness_table
 from dense_cf.experiment import train_and_evaluate as train
-from dense_cf.files import UserError
+from dense_cf.files import UserError, utc_now
 from dense_cf.mining.reader_data import split_files
 from dense_cf.studies import harness
 from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
@@ -201,12 +201,17 @@ def claims_section(compared: list[tuple[str, str, dict[str, Any] | Exception]]) 
         parts.append(
             f"## PiCL's claims: {other} (B) against {base} (A)\n\n"
             + report_lib.markdown_table(table, ["claim", "metric", base, other, "B − A",
-                                                "95% CI", "p", "p (Holm)", "verdict"])
+                                                "95% CI", "p at δ0", "p (Holm)", "verdict"])
             + f"\n\n**{claims_lib.verdict_text(entries)}.** Verdicts (eval.claims, "
-              "docs/replication.md Method; Holm over the checks, 0.05): reproduced = "
-              "significant on the claimed side of 0 (of −margin for 'not worse'); reversed = "
-              "significant on the other side; no difference detected = not significant; not "
-              "reproduced = a 'not worse' check whose interval reaches −margin.")
+              "docs/replication.md Method): 'p at δ0' is the p of the test that decides (Tango's "
+              "score test for rates, the paired bootstrap for MRR and the gap) at 0, or at "
+              "−margin for 'not worse'; the 95 % interval inverts the same test. 'p (Holm)' is "
+              "its Holm-adjusted value over the claims. reproduced = p at δ0 < 0.05 on the "
+              "claimed side (every check must hold: an intersection–union test, no "
+              "correction); reversed = Holm-adjusted p < 0.05 on the other side; no difference "
+              "detected / not reproduced ('not worse', its interval reaches −margin) = "
+              "neither; uninformative = the reference run is at or above 97 % (or at or below "
+              "3 %), so the check cannot test the claim.")
     return "\n\n".join(parts)
 
 
@@ -326,7 +331,7 @@ def run_demo(workdir: str) -> None:
     """Trains every ``--methods`` run under ``workdir`` and writes the comparison report."""
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise UserError(f"--workdir {workdir} is a file, expected a directory (made if absent)")
-    t_start = time.perf_counter()
+    t_start, started = time.perf_counter(), utc_now()
 
     seeds = harness.parse_seeds(_SEEDS.value)
     methods = list(_METHODS.value)
@@ -406,6 +411,8 @@ def run_demo(workdir: str) -> None:
              f"{seeds}. Wall time of this command: {wall / 60:.1f} min (runs already trained "
              "are reused, so a re-run is faster).")
     table += "\n\n" + stage_section(stage_rows(results, stages, wall), wall)
+    stamp = harness.report_stamp(started, run_dirs)
+    intro += "\n\n" + harness.stamp_markdown(stamp)
     with report_lib.atomic_open(os.path.join(workdir, "report.md")) as f:
         f.write("# dense_cf demo: synthetic QA benchmark, all-MiniLM-L6-v2\n\n" + intro
                 + "\n\n" + table + "\n")

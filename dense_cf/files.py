@@ -34,6 +34,7 @@ import re
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -599,3 +600,37 @@ def workdir_lock(workdir: str | os.PathLike, purpose: str,
         if isinstance(holder, dict) and holder.get("pid") == me["pid"] and holder.get("host") == host:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+# ------------------------------------------------------------------ report stamps (issue 50)
+
+def code_version(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The git commit of the checkout holding ``path`` (default: this package) and whether its
+    tracked files differ from it: ``{"commit": sha or None, "dirty": bool or None}`` (None
+    outside a git checkout or without git: said, not guessed)."""
+
+    where = os.path.dirname(os.path.abspath(path or __file__))
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
+                             text=True, timeout=30, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 cwd=where, capture_output=True, text=True, timeout=60,
+                                 check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": sha or None, "dirty": bool(changed)}
+
+
+def utc_now() -> str:
+    """The wall-clock time now, UTC, ISO 8601 to the second (``2026-11-28T17:40:02Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def stamp_line(stamp: dict[str, Any]) -> str:
+    """One markdown line for a report: the commit, the dirty flag, and the invocation's start
+    and end (:func:`code_version` plus ``started`` / ``finished``)."""
+    commit = stamp.get("commit") or "unknown (no git checkout)"
+    dirty = {True: "dirty (uncommitted changes)", False: "clean", None: "dirty flag unknown"}[
+        stamp.get("dirty")]
+    return (f"Commit `{commit}`, {dirty}; started {stamp.get('started', '?')}, finished "
+            f"{stamp.get('finished', '?')} (UTC).")

@@ -157,8 +157,9 @@ def _rows(a, b, metric="top-5"):
 @pytest.mark.parametrize("lost,word", [(0, "reproduced"), (7, "not reproduced"),
                                        (30, "reversed")])
 def test_non_inferiority_margin_rule(lost, word):
-    # 300 items, A right on all; B loses `lost` of them. Margin 2 points.
-    a, b = [True] * 300, [True] * (300 - lost) + [False] * lost
+    # 300 items, A right on 270 (90 %: a feasible reference); B loses `lost` of them.
+    a = [True] * 270 + [False] * 30
+    b = [True] * (270 - lost) + [False] * (30 + lost)
     (e,) = claims.evaluate_checks(_rows(a, b), [claims.not_worse("top-5")], ("A", "B"))
     lo, hi = e["interval"]
     assert lo < -lost / 3 < hi or lost == 0
@@ -173,16 +174,69 @@ def test_binary_rows_get_a_paired_interval_and_holm():
     checks = [claims.Check("top-5"), claims.Check("top-1")]
     rows = _rows(a, b) + _rows(a, b, "top-1")
     one = claims.evaluate_checks(rows[:1], checks[:1], ("A", "B"))[0]
-    assert one["p_value"] == pytest.approx(0.015625) and one["verdict"] == "reproduced"
+    # The row keeps its exact McNemar p; the test that decides is Tango's score test at 0,
+    # McNemar's z = 7 / sqrt(7), whose inversion is the printed interval.
+    assert one["p_value"] == pytest.approx(0.015625)
+    assert one["p_null"] == pytest.approx(2 * sp_stats.norm.sf(math.sqrt(7)))
+    assert one["p at δ0"] == f"{one['p_null']:.3g}" and one["verdict"] == "reproduced"
     assert one["interval"] == pytest.approx([100 * x for x in stats.tango_interval(7, 0, 200)])
+    assert one["interval"][0] > 0
     two = claims.evaluate_checks(rows, checks, ("A", "B"))
-    # Holm over two checks with p = 0.0156 each: 0.031, still below 0.05.
-    assert [e["p_holm"] for e in two] == pytest.approx([0.03125, 0.03125])
-    three = claims.evaluate_checks(rows + _rows(a, b, "top-20"),
-                                   checks + [claims.Check("top-20")], ("A", "B"))
-    assert [e["verdict"] for e in three] == ["reproduced"] * 3        # 3 × 0.0156 = 0.047
-    four = claims.evaluate_checks(rows * 2, checks * 2, ("A", "B"))
-    assert {e["verdict"] for e in four} == {"no difference detected"}  # 4 × 0.0156 > 0.05
+    assert [e["p_holm"] for e in two] == pytest.approx([2 * one["p_null"]] * 2)
+    # Reproduced is an intersection–union test: no Holm, so eight such checks all hold ...
+    eight = claims.evaluate_checks(rows * 4, checks * 4, ("A", "B"))
+    assert {e["verdict"] for e in eight} == {"reproduced"}
+    # ... while reversed is Holm-corrected: 8 × 0.0082 > 0.05, no check is reversed.
+    down = [claims.Check("top-5", "down"), claims.Check("top-1", "down")] * 4
+    assert {e["verdict"] for e in claims.evaluate_checks(rows * 4, down, ("A", "B"))} == {
+        "no difference detected"}
+    assert {e["verdict"] for e in claims.evaluate_checks(rows[:1], down[:1], ("A", "B"))} == {
+        "reversed"}
+
+
+@pytest.mark.parametrize("b01,b10,n", [(7, 1, 300), (12, 3, 300), (0, 9, 200), (30, 18, 900)])
+def test_the_deciding_test_and_the_interval_agree(b01, b10, n):
+    """Review 3 §2.1 B: an interval that excludes 0 beside "no difference detected" cannot
+    happen any more; the check's p at 0 is below 0.05 exactly when Tango's interval excludes 0."""
+    a = [True] * b10 + [False] * b01 + [True] * (n - b01 - b10)
+    b = [False] * b10 + [True] * b01 + [True] * (n - b01 - b10)
+    (e,) = claims.evaluate_checks(_rows(a[:n], b[:n]), [claims.Check("top-5")], ("A", "B"))
+    lo, hi = e["interval"]
+    assert (e["p_null"] < 0.05) == (lo > 0 or hi < 0)
+
+
+def test_infeasible_reference_makes_a_check_uninformative():
+    a = [True] * 297 + [False] * 3         # 99 %: at the ceiling
+    b = [True] * 300
+    (e,) = claims.evaluate_checks(_rows(a, b), [claims.Check("top-5")], ("A", "B"))
+    assert e["verdict"] == claims.UNINFORMATIVE and "p_holm" not in e
+    assert claims.claim_verdict([e["verdict"]]) == claims.UNINFORMATIVE
+    assert claims.infeasible(3.0) and claims.infeasible(97.0) and not claims.infeasible(50.0)
+    mixed = claims.evaluate_checks(_rows(a, b) + _rows([True] * 150 + [False] * 150, b, "top-1"),
+                                   [claims.Check("top-5"), claims.Check("top-1")], ("A", "B"))
+    # top-1 alone decides (150 vs 0 discordant), without Holm over the uninformative check.
+    assert [m["verdict"] for m in mixed] == [claims.UNINFORMATIVE, "reproduced"]
+    assert mixed[1]["p_holm"] == mixed[1]["p_null"]
+    assert claims.verdict_text(mixed).startswith("reproduced (top-5 uninformative")
+
+
+def test_seed_level_analysis_and_fragile_verdicts():
+    """A pooled CMH verdict that the per-seed differences do not carry is marked fragile."""
+    def seed(b01, b10):  # one seed: A 150/300 right; b01 items only B right, b10 only A
+        a = [True] * 150 + [False] * 150
+        b = ([False] * b10 + [True] * (150 - b10)) + ([True] * b01 + [False] * (150 - b01))
+        return claims.evaluate_checks(_rows(a, b), [claims.Check("top-5")], ("A", "B"))
+    steady = claims.pool_claim([seed(20, 5), seed(21, 5), seed(19, 5)])
+    assert steady["verdict"] == steady["seed_verdict"] == "reproduced"
+    assert not steady["fragile"] and steady["seed_checks"][0]["signs"] == "+++"
+    # Pooled 51 vs 15 discordant: CMH says reproduced; the seeds disagree in sign.
+    shaky = claims.pool_claim([seed(40, 3), seed(8, 7), seed(3, 5)])
+    assert shaky["verdict"] == "reproduced"
+    assert shaky["seed_verdict"] == "no difference detected" and shaky["fragile"]
+    assert shaky["seed_checks"][0]["signs"] == "++−"
+    assert "*fragile*" in shaky["verdict_text"]
+    t = stats.seed_level_test([100 * 37 / 300, 100 * 1 / 300, -100 * 2 / 300])
+    assert shaky["seed_checks"][0]["p_null"] == pytest.approx(t["p_value"])
 
 
 # --- Re-judging stored results ------------------------------------------------------------------
@@ -213,12 +267,14 @@ def test_rejudge_stored_rows():
     checks = [claims.not_worse("top-1"), claims.not_worse("top-5"),
               claims.Check("mean gap"), claims.Check("AAR")]
     got = claims.rejudge(rows, checks)
-    # top-1: the 95 % interval [−1.38, +8.80] clears −2 (p at −2 = 0.0285), but Holm over
-    # the three measured checks doubles that p (second smallest): 0.057, not reproduced.
-    assert [g["verdict"] for g in got] == ["not reproduced", "not reproduced", "reproduced",
+    # top-1: the 95 % interval [−1.38, +8.80] clears −2 (p at −2 = 0.0285): reproduced, with
+    # no Holm (intersection–union). top-5: A at 99.33 % is at the ceiling: uninformative.
+    assert [g["verdict"] for g in got] == ["reproduced", "uninformative", "reproduced",
                                           "not measured"]
     assert got[0]["interval"][0] == pytest.approx(-1.3849, abs=1e-4)
-    assert got[0]["p_holm"] == pytest.approx(2 * got[0]["p_null"])
+    assert got[0]["p_null"] == pytest.approx(0.0285, abs=1e-4)
+    # Holm over the 2 tests: the gap (p 0.0002) first, top-1 second (× 1).
+    assert got[0]["p_holm"] == pytest.approx(got[0]["p_null"])
     assert got[1]["n"] == 300 and got[1]["diff_shown"] == pytest.approx(-7 / 3)
     assert got[1]["interval"] == pytest.approx([100 * x for x in stats.tango_interval(0, 7, 300)])
     assert got[2]["interval"] == (5.9842, 6.5786)

@@ -467,3 +467,71 @@ def test_spearman_pooled_leaves_out_constant_strata_and_samples_long_series():
     assert t == stats.spearman_pooled(xs, ys, n_resamples=2000)  # seeded
     with pytest.raises(ValueError, match="per stratum"):
         stats.spearman_pooled([x], [x, x])
+
+
+# --- Seed-level test and the robustness difference-in-differences (issue 50) ---------------
+
+def test_seed_level_test_by_hand():
+    got = stats.seed_level_test([-3.33, -6.00, -4.67], delta0=-2.0)
+    # mean −4.667, sd 1.335, t = (−4.667 + 2) / (1.335 / sqrt 3) = −3.46, df 2
+    assert got["df"] == 2 and got["signs"] == "−−−"
+    assert got["t"] == pytest.approx(-3.4595, abs=1e-3)
+    # With df = 2 the t distribution has a closed form: two-sided p = 1 − |t| / sqrt(2 + t²).
+    t = got["t"]
+    assert got["p_value"] == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t))
+    same = stats.seed_level_test([1.0, 1.0, 1.0])
+    assert same["p_value"] == 0.0 and same["signs"] == "+++"
+    assert stats.seed_level_test([0.0, 0.0])["p_value"] == 1.0
+    with pytest.raises(ValueError, match="two or more"):
+        stats.seed_level_test([1.0])
+
+
+def _brute_sign_flip(d):
+    d = [x for x in d if x]
+    obs, hits = abs(sum(d)), 0
+    for signs in itertools.product((1, -1), repeat=len(d)):
+        hits += abs(sum(s * x for s, x in zip(signs, d))) >= obs
+    return hits / 2 ** len(d)
+
+
+@pytest.mark.parametrize("d", [[1, 1, 1, -1, 0, 2], [2, 2, -1, 0, 0], [1, -1], [2, 2, 2, 2, 1, 1, -2],
+                               [0, 0, 0]])
+def test_did_sign_flip_p_is_exact(d):
+    assert stats.did_sign_flip_p(np.array(d)) == pytest.approx(_brute_sign_flip(d), abs=1e-9)
+
+
+def test_did_sign_flip_p_of_unit_differences_is_mcnemar():
+    d = np.array([1] * 12 + [-1] * 3 + [0] * 50)
+    assert stats.did_sign_flip_p(d) == pytest.approx(stats.mcnemar_exact(
+        np.array([False] * 12 + [True] * 3 + [True] * 50),
+        np.array([True] * 12 + [False] * 3 + [True] * 50))["p_value"])
+    with pytest.raises(ValueError, match="paired differences"):
+        stats.did_sign_flip_p(np.array([3, 0]))
+
+
+def test_did_test_drop_not_level():
+    """B is better than A by 10 points at K = 0 and at K = 5: the drop is the same, so the
+    difference-in-differences is 0 although the K = 5 level differs (review 3 §2.5 A)."""
+    n = 100
+    a0 = np.array([1] * 60 + [0] * 40)
+    b0 = np.array([1] * 70 + [0] * 30)
+    a5 = np.array([1] * 20 + [0] * 80)
+    b5 = np.array([1] * 30 + [0] * 70)
+    same = stats.did_test([a0], [a5], [b0], [b5], n_resamples=2000)
+    assert same["diff"] == pytest.approx(0.0) and same["p_value"] == 1.0 and same["n"] == n
+    # B keeps 20 more items at K = 5 with the same clean hits: it loses 20 points less.
+    b5_robust = np.array([1] * 50 + [0] * 50)
+    gain = stats.did_test([a0, a0], [a5, a5], [b0, b0], [b5_robust, b5_robust], n_resamples=2000)
+    assert gain["diff"] == pytest.approx(0.2) and gain["n"] == 2 * n
+    # 60 items +1, 20 items −1 over the two strata: the exact McNemar p of 60 vs 20.
+    assert gain["lo"] <= 0.2 <= gain["hi"]
+    assert gain["p_value"] == pytest.approx(2 * _binom_cdf(20, 80))
+    assert gain == stats.did_test([a0, a0], [a5, a5], [b0, b0], [b5_robust, b5_robust],
+                                  n_resamples=2000)  # seeded
+    with pytest.raises(ValueError, match="stratum 0"):
+        stats.did_test([a0], [a5[:5]], [b0], [b5])
+
+
+def _binom_cdf(k: int, m: int) -> float:
+    """P[Bin(m, 1/2) <= k], summed by hand."""
+    return sum(math.comb(m, i) for i in range(k + 1)) / 2 ** m

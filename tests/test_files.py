@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -119,3 +120,23 @@ def test_tree_bytes_counts_regular_files_only(tmp_path):
     assert files.tree_bytes(d) == 15
     assert files.tree_bytes(d / "a.bin") == 10      # a file: its size
     assert files.tree_bytes(tmp_path / "absent") == 0
+
+
+def test_code_version_and_stamp_line(tmp_path):
+    import subprocess
+    here = files.code_version()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(files.__file__),
+                          capture_output=True, text=True).stdout.strip()
+    assert here["commit"] == (head or None) and here["dirty"] in (True, False, None)
+    # Outside a git checkout: said, not guessed.
+    outside = tmp_path / "x.txt"
+    outside.write_text("")
+    env_free = files.code_version(outside)
+    if env_free["commit"] is None:
+        assert env_free == {"commit": None, "dirty": None}
+    line = files.stamp_line({"commit": "abc", "dirty": True, "started": "2026-11-28T10:00:00Z",
+                             "finished": "2026-11-28T11:00:00Z"})
+    assert line == ("Commit `abc`, dirty (uncommitted changes); started 2026-11-28T10:00:00Z, "
+                    "finished 2026-11-28T11:00:00Z (UTC).")
+    assert "unknown (no git checkout)" in files.stamp_line({"commit": None, "dirty": None})
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", files.utc_now())

@@ -30,7 +30,9 @@ def test_evaluate_checks_on_compare_rows():
                                         claims.Check("AA score")], ("x", "y"))
     # Holm over the two measured checks (p ~ 1e-7 each): both stay significant.
     assert [g["verdict"] for g in got] == ["reproduced", "reversed", "not measured"]
-    assert got[0]["p_holm"] == pytest.approx(2 * got[0]["p_value"])
+    # The deciding p is Tango's score test at 0 (McNemar's z); Holm doubles it for reversal.
+    assert got[0]["p_holm"] == pytest.approx(2 * got[0]["p_null"])
+    assert got[0]["p_null"] == pytest.approx(stats.tango_test(30, 0, 100)["p_value"])
     assert got[0]["diff"] == pytest.approx(0.3) and got[0]["p_value"] < 1e-6
     assert got[0]["A"].startswith("40.00 [") and got[0]["B"].startswith("70.00 [")
 
@@ -100,16 +102,28 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
         assert c["verdict"] == e["verdict"] == claims.claim_verdict(
             [k["verdict"] for k in e["checks"]])
         for k in e["checks"]:
-            assert k["verdict"] in claims.VERDICTS
-            assert k["verdict"] == claims.check_verdict(k["diff_shown"], k["p_holm"],
-                                                        k["expect"], margin=k["margin"] or 0)
             assert f"| {k['metric']} |" in md
+            if k["verdict"] == claims.UNINFORMATIVE:  # reference at 0 or 100 %: not a test
+                assert claims.infeasible(k["a_rate"]) and "p_holm" not in k
+                continue
+            assert k["verdict"] in claims.VERDICTS
+            assert k["verdict"] == claims.check_verdict(k["diff_shown"], k["p_null"],
+                                                        k["expect"], margin=k["margin"] or 0,
+                                                        p_reversed=k["p_holm"])
     by_id = {c["id"]: c for c in res["claims"]}
     assert [k["metric"] for k in by_id["picl-aar"]["per_seed"][0]["checks"]] == ["AAR"]
     assert all(k["metric"].startswith("AAR (") for k in by_id["picl-type"]["per_seed"][0]["checks"])
     assert set(saved["setup"]["runs"]) == {"dpr", "picl", "dcsr_dpr", "dcsr_dcsr"}
     assert "| claim | status | paper | what the paper says |" in md and "## Runs" in md
     assert all(isinstance(m, float) for m in saved["setup"]["minutes_per_run"].values())
+    # Stamped (issue 50): the commit, the dirty flag, and each run's start and end.
+    stamp = saved["setup"]["stamp"]
+    assert stamp["started"] <= stamp["finished"] and "dirty" in stamp
+    assert f"Commit `{stamp['commit'] or 'unknown (no git checkout)'}`" in md
+    times = saved["setup"]["run_times"]
+    assert set(times) == {f"{r} (seed 0)" for r in ("dpr", "picl", "dcsr_dpr", "dcsr_dcsr")}
+    assert all(t["started"] <= t["finished"] for t in times.values())
+    assert all(t["started"] in md for t in times.values())
     # Re-running reuses every finished run.
     caplog.set_level("INFO")
     again = rep.run_replication(out, ids, **kw)

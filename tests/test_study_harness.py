@@ -87,6 +87,13 @@ def test_train_or_reuse_trains_once_then_reuses(tmp_path):
     assert trained and calls == [wd] and eval_dir == RunDir(wd).eval(3)
     again, trained = harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
     assert not trained and again == eval_dir and calls == [wd]   # not retrained
+    # The training invocation's start and end, kept for every later report (issue 50).
+    times = harness.run_times(wd)
+    assert times["started"] <= times["finished"] and "commit" in times
+    stamp = harness.report_stamp(times["started"], {"dpr": wd, "old": str(tmp_path / "none")})
+    assert stamp["runs"]["dpr"] == times and stamp["runs"]["old"]["started"].startswith("unknown")
+    md = harness.stamp_markdown(stamp)
+    assert f"- dpr: {times['started']} → {times['finished']}" in md
     c.train.num_steps = 4                                        # another run: refused
     with pytest.raises(ValueError, match="train.num_steps"):
         harness.train_or_reuse(wd, c, train=_fake_trainer(calls))

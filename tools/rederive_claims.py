@@ -25,6 +25,7 @@ REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300
 # Claims measured outside studies.replicate: (id, report of seed 0, table after this line, A, B,
 # checks, the paper's words, where, registered seeds). Seeds 1-2 of both were registered
 # 2026-11-28 after seed 0's result (trained before 9bb5ca3), before their runs (issue 32 item 8).
+# Exploratory (issue 50 item 4): their checks were written (37b6ab1) after seed 0 had been seen.
 # Seed N > 0 of both is read from OTHER_SEED_REPORT (studies.multihop's bench_multihop_seedN.md:
 # the recall and the reader tables of one seed).
 OTHER = (
@@ -37,6 +38,12 @@ OTHER = (
      "MDR+DPR", "MDR+EADPR", (C.Check("EM@1"), C.Check("F1@5")),
      "such gain in retrieval performance leads to improvement in QA performance",
      "EADPR §4.3, Table 5", (0, 1, 2)),
+    # The demo's end-to-end EM (in-batch DPR and PiCL, the demo's 3-layer reader), rerun
+    # 2026-11-28; written by hand into the table before issue 50, derived since.
+    ("end-to-end EM (demo)", "demo_2026-11-28.md", "### EM: picl (B) against dpr (A)",
+     "dpr", "picl", (C.Check("EM@1"),),
+     "Overall, applying PiCL on DPR consistently improves the QA performance of the "
+     "retriever-reader pipeline under various settings.", "PiCL §5.2, Table 3", (0,)),
 )
 OTHER_SEED_REPORT = "multihop_reader_60steps_seed{seed}.md"
 
@@ -109,10 +116,14 @@ def _expand(checks, rows):
 
 
 COLUMNS = ["claim", "status", "paper", "the paper's words", "A vs B", "seed", "report",
-           "B − A [95% CI] (Holm p)", "verdict"]
+           "B − A [95% CI] (p at δ0; Holm p)", "seed-level: signs, t (p; Holm p)", "verdict"]
+RESULT = COLUMNS[7]
+SEED_LEVEL = COLUMNS[8]
 
 
 AS_ABOVE = "(as above)"  # a claim's pooled row, after its seed-0 row
+# docs/replication.md holds tallies() verbatim between these lines (tests/test_replication_table.py).
+TALLY_BEGIN, TALLY_END = "<!-- tallies: tools/rederive_claims.py -->", "<!-- end of tallies -->"
 
 
 def rederive(results: str = "docs/results") -> list[dict]:
@@ -132,6 +143,10 @@ def rederive(results: str = "docs/results") -> list[dict]:
         paper, words = f"{c.paper} {c.where}", f"“{c.quote}”"
         a, b = ("P 100 %", "P 40 %") if c.id == "attribution-data-40" else ("A", "B")
         per_seed = {}
+        unregistered = sorted(s for (i, s) in stored if i == c.id and s not in c.seeds)
+        if unregistered:
+            raise ValueError(f"{c.id}: stored seeds {unregistered} are not registered "
+                             f"(studies.replicate.CLAIMS seeds {c.seeds}); register them first")
         for s in sorted(s for (i, s) in stored if i == c.id):
             table = C.parse_check_table(stored[c.id, s])
             # 300 test questions in every replicate run (docs/replication.md, Budget).
@@ -140,7 +155,7 @@ def rederive(results: str = "docs/results") -> list[dict]:
                 if (c.id, s, e["metric"]) in series:
                     e["series"] = series[c.id, s, e["metric"]]
             per_seed[s] = (entries, source[c.id, s])
-        rows += _claim_rows(c.id, c.status, paper, words, f"{c.a} vs {c.b}", per_seed)
+        rows += _claim_rows(c.id, c.scope_status, paper, words, f"{c.a} vs {c.b}", per_seed)
     for cid, name, marker, a, b, checks, quote, where, seeds in OTHER:
         per_seed = {}
         for s in seeds:
@@ -150,7 +165,7 @@ def rederive(results: str = "docs/results") -> list[dict]:
                 text = open(path, encoding="utf-8").read()
                 per_seed[s] = (C.rejudge(C.parse_check_table(_table_after(text, marker)),
                                          checks, a, b), report)
-        rows += _claim_rows(cid, "pre-registered", where, f"“{quote}”", f"{a} vs {b}", per_seed)
+        rows += _claim_rows(cid, "exploratory", where, f"“{quote}”", f"{a} vs {b}", per_seed)
     return rows
 
 
@@ -171,8 +186,12 @@ def _claim_rows(cid: str, status: str, paper: str, words: str, ab: str,
     if len(seeds) > 1:
         pooled = C.pool_claim([per_seed[s][0] for s in seeds])
         files = ", ".join(dict.fromkeys(per_seed[s][1] for s in seeds))
-        rows.append(_row(cid, status, paper, AS_ABOVE if single else words, ab,
-                         "pooled " + ",".join(map(str, seeds)), files, pooled["checks"]))
+        row = _row(cid, status, paper, AS_ABOVE if single else words, ab,
+                   "pooled " + ",".join(map(str, seeds)), files, pooled["checks"])
+        row[SEED_LEVEL] = pooled["seed_cell"]
+        row["verdict"] = pooled["verdict_text"]
+        row["fragile"] = pooled["fragile"]
+        rows.append(row)
     return rows
 
 
@@ -184,12 +203,64 @@ def _row(cid: str, status: str, paper: str, words: str, ab: str, seed: str, repo
             cells.append(f"{e['metric']}: {e['verdict']}")
             continue
         ci = e.get("95% CI", "—")
-        cells.append(f"{e['metric']} {e['diff_shown']:+.2f} {ci} (Holm p={e['p_holm']:.2g})"
+        cells.append(f"{e['metric']} {e['diff_shown']:+.2f} {ci} (p={e['p_null']:.2g}; "
+                     f"Holm p={e['p_holm']:.2g})"
                      if "p_holm" in e else f"{e['metric']} {e['diff_shown']:+.2f}: "
                      f"{e['verdict']}")
     return {"claim": cid, "status": status, "paper": paper, "the paper's words": words,
-            "A vs B": ab, "seed": seed, "report": report,
-            "B − A [95% CI] (Holm p)": "; ".join(cells), "verdict": C.verdict_text(entries)}
+            "A vs B": ab, "seed": seed, "report": report, RESULT: "; ".join(cells),
+            SEED_LEVEL: "—", "verdict": C.verdict_text(entries)}
+
+
+def _final(rows: list[dict]) -> dict[str, dict]:
+    """Each claim's row of record: its pooled row where there is one, else its only row."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        if r["claim"] not in out or str(r.get("seed", "")).startswith("pooled"):
+            out[r["claim"]] = r
+    return out
+
+
+def tallies(rows: list[dict]) -> str:
+    """Markdown bullets: the pre-registered claims by verdict (their row of record), PiCL and
+    EADPR twins (``Claim.twin``: the same loss family on the same measure and runs) counted
+    once, fragile verdicts marked, and the multiplicity across the claims in one sentence."""
+    twin = {c.id: c.twin for c in CLAIMS}
+    final = {k: r for k, r in _final(rows).items() if r["status"].startswith("pre-registered")}
+    groups: dict[str, list[str]] = {}
+    for cid in final:
+        groups.setdefault(twin.get(cid) or cid, []).append(cid)
+    by_word: dict[str, list[str]] = {}
+    def word_of(cid: str) -> str:
+        return final[cid]["verdict"].split(":")[0].split(" (")[0]
+
+    for members in groups.values():
+        words = {word_of(m) for m in members}
+        if len(words) == 1:
+            word, label = words.pop(), " = ".join(f"`{m}`" for m in members)
+        else:
+            word = "PiCL and EADPR differ"
+            label = " vs ".join(f"`{m}` ({word_of(m)})" for m in members)
+        if any(final[m].get("fragile") for m in members):
+            label += " *fragile*"
+        by_word.setdefault(word, []).append(label)
+    order = [*C.VERDICTS, C.UNINFORMATIVE, "PiCL and EADPR differ"]
+    n_twins = sum(len(m) > 1 for m in groups.values())
+    lines = [f"{len(final)} pre-registered claims, {len(groups)} results once the {n_twins} "
+             f"PiCL/EADPR twin groups count once (twins joined by =):"]
+    for word in sorted(by_word, key=lambda w: order.index(w) if w in order else len(order)):
+        lines.append(f"- {word} ({len(by_word[word])}): {', '.join(by_word[word])}")
+    fragile = sum(bool(r.get("fragile")) for r in final.values())
+    lines.append(
+        f"\nMultiplicity: each claim is tested at α = {C.ALPHA:g} (reproduced: every check, "
+        f"unadjusted; reversed: Holm over its checks); nothing controls the error over the "
+        f"{len(groups)} results, so about {C.ALPHA * len(groups):.1f} of them could take a "
+        f"significant word by chance under the null. A reversal with a Holm p above "
+        f"{C.ALPHA / len(groups):.2g} (Bonferroni over the {len(groups)}) would not survive "
+        f"a correction across claims. {fragile} pre-registered verdict(s) are *fragile*: the "
+        "pooled CMH word, conditional on the trained models and the world draw, and the "
+        "seed-level t-test's word differ.")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -200,6 +271,7 @@ def main() -> None:
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r.get(k, "")) for k in cols) + " |")
+    print("\n" + tallies(rows))
 
 
 if __name__ == "__main__":

@@ -2,43 +2,60 @@
 
 A claim is checked on :func:`dense_cf.eval.compare.compare` rows: each :class:`Check` names a
 row (``metric``) and what the claim expects of B − A. Pure functions; no I/O. The rules,
-fixed as data before a run (alpha, the correction, the margins in the registry):
+fixed as data before a run (alpha, the margins in the registry; issue 50 item 2):
 
 * Every check is a two-sided test of a point null B − A = δ0 with a claimed side: δ0 = 0 for
   ``up`` / ``down``; δ0 = −margin for ``not_worse`` (the margin in the units of the row's
-  "B − A" column, declared with a one-line reason). The p-values: exact McNemar (binary) or
-  the row's own test (paired bootstrap, permutation) at δ0 = 0; Tango's score test at −margin
-  for a binary non-inferiority check (``stats.tango_test``), a normal approximation from the
-  paired-bootstrap interval for a mean.
-* Holm's correction over the measured checks of one claim, at ``ALPHA`` = 0.05.
-* Words per check: ``reproduced`` = Holm-adjusted p < 0.05 on the claimed side of δ0;
-  ``reversed`` = Holm-adjusted p < 0.05 on the other side (for ``not_worse``: B − A
-  significantly below −margin); otherwise ``no difference detected`` for ``up`` / ``down``
-  and ``not reproduced`` for ``not_worse`` (its interval reaches −margin, so a loss larger
-  than the margin is not excluded).
+  "B − A" column, declared with a one-line reason). The test that decides: Tango's score test
+  at δ0 for a binary row (``stats.tango_test``; at δ0 = 0 it is McNemar's / CMH's χ² without
+  continuity correction), so the printed 95 % Tango interval is the inversion of the same
+  test; the row's own test at 0 for a mean (paired bootstrap) or a rank correlation
+  (permutation), a normal approximation from the paired-bootstrap interval at −margin.
+* ``reproduced`` is an intersection–union test: every check must reject on its claimed side at
+  ``ALPHA``, unadjusted (the claim's error is controlled at α without a correction). So a
+  check is ``reproduced`` exactly when its unadjusted 95 % interval excludes δ0 on the claimed
+  side.
+* ``reversed`` needs only one check, so it is corrected: Holm over the measured checks of one
+  claim, p < ``ALPHA`` on the other side of δ0 (for ``not_worse``: B − A significantly below
+  −margin).
+* Otherwise ``no difference detected`` for ``up`` / ``down`` and ``not reproduced`` for
+  ``not_worse`` (its interval reaches −margin, so a loss larger than the margin is not
+  excluded).
+* Feasibility (``FEASIBLE``): a rate check whose reference run A is at or above 97 % (or at
+  or below 3 %) cannot move far enough to test its claim; it is ``uninformative``, not a
+  test: left out of Holm and of the claim's word. Over seeds, the first seed's A decides.
 * A claim takes its worst check's word, in the order reversed > not reproduced > no difference
   detected > reproduced (``not run`` without a measured check).
-* Every binary row gets a paired 95 % interval of B − A: Tango's score interval
-  (``stats.tango_interval``); mean rows keep the paired-bootstrap interval.
+* Over several seeds the pooled test (CMH, inverse-variance, stratified permutation) is
+  conditional on the trained models and the world; :func:`pool_seed_checks` adds the
+  seed-level t-test of the per-seed differences and the sign pattern, and a claim whose word
+  differs between the two is *fragile*.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any, Mapping, Sequence
 
 from dense_cf.eval import stats
 
-__all__ = ["ALPHA", "CORRECTION", "EXPECTATIONS", "STATUSES", "VERDICTS", "Check",
+__all__ = ["ALPHA", "CORRECTION", "EXPECTATIONS", "FEASIBLE", "STATUSES", "UNINFORMATIVE",
+           "VERDICTS", "Check", "infeasible",
            "check_verdict", "claim_verdict", "evaluate_checks", "infer_n", "judge",
-           "RATE_MARGIN", "not_worse", "parse_check_table", "pool_claim", "pool_seed_checks", "rejudge", "verdict_text"]
+           "RATE_MARGIN", "not_worse", "parse_check_table", "pool_claim", "pool_seed_checks",
+           "rejudge", "seed_level", "verdict_text"]
 
 ALPHA = stats.ALPHA
-CORRECTION = "Holm within a claim"
+CORRECTION = ("reproduced: intersection–union (every check at alpha, unadjusted); "
+              "reversed: Holm within a claim")
 EXPECTATIONS = ("up", "down", "not_worse")
 # In the order a claim takes its worst check's word (claim_verdict).
 VERDICTS = ("reversed", "not reproduced", "no difference detected", "reproduced")
+UNINFORMATIVE = "uninformative"
+# A rate check is a test only when its reference run A lies strictly inside these bounds (%).
+FEASIBLE = (3.0, 97.0)
 STATUSES = ("pre-registered", "exploratory")
 
 
@@ -69,63 +86,84 @@ class Check:
 
 
 def check_verdict(diff: float, p_value: float, expect: str, alpha: float = ALPHA,
-                  margin: float = 0.0) -> str:
-    """The word for one check from B − A (``diff``) and the (Holm-adjusted) two-sided p of its
-    test at δ0 (0, or −``margin`` for ``not_worse``; module docstring)."""
+                  margin: float = 0.0, p_reversed: float | None = None) -> str:
+    """The word for one check from B − A (``diff``), the unadjusted two-sided p of its test at
+    δ0 (0, or −``margin`` for ``not_worse``; decides ``reproduced``, the intersection–union
+    rule) and ``p_reversed``, the Holm-adjusted one (decides ``reversed``; ``p_value`` when
+    not given)."""
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, got {expect!r}")
     delta0 = -float(margin) if expect == "not_worse" else 0.0
     side = (-1.0 if expect == "down" else 1.0) * (diff - delta0)
+    p_rev = p_value if p_reversed is None else p_reversed
     if p_value < alpha and side > 0:
         return "reproduced"
-    if p_value < alpha and side < 0:
+    if p_rev < alpha and side < 0:
         return "reversed"
     return "not reproduced" if expect == "not_worse" else "no difference detected"
 
 
 def claim_verdict(verdicts: Sequence[str]) -> str:
     """The worst check's word (reversed > not reproduced > no difference detected >
-    reproduced); ``not run`` without measured checks."""
+    reproduced); ``uninformative`` when every measured check is; ``not run`` without
+    measured checks."""
     measured = [v for v in verdicts if v in VERDICTS]
     if not measured:
-        return "not run"
+        return UNINFORMATIVE if UNINFORMATIVE in verdicts else "not run"
     return min(measured, key=VERDICTS.index)
 
 
 def verdict_text(checks: Sequence[Mapping[str, Any]]) -> str:
     """The claim verdict in words, naming the checks that fall short."""
     v = claim_verdict([c["verdict"] for c in checks])
-    short = [f"{c['metric']} {c['verdict']}" for c in checks if c["verdict"] != "reproduced"]
-    if v == "reproduced" or not short or len(checks) == 1:
-        return v
-    held = sum(c["verdict"] == "reproduced" for c in checks)
-    return f"{v}: {held} of {len(checks)} checks hold; " + "; ".join(short)
+    tests = [c for c in checks if c["verdict"] != UNINFORMATIVE]
+    idle = [c["metric"] for c in checks if c["verdict"] == UNINFORMATIVE]
+    note = (f" ({', '.join(idle)} uninformative: reference at the ceiling or floor)"
+            if idle and tests else "")
+    short = [f"{c['metric']} {c['verdict']}" for c in tests if c["verdict"] != "reproduced"]
+    if v == "reproduced" or not short or len(tests) == 1:
+        return v + note
+    held = sum(c["verdict"] == "reproduced" for c in tests)
+    return f"{v}: {held} of {len(tests)} checks hold; " + "; ".join(short) + note
+
+
+def infeasible(a_rate: float | None) -> bool:
+    """Whether a rate check whose reference run scores ``a_rate`` (%) is ``uninformative``
+    (:data:`FEASIBLE`)."""
+    return a_rate is not None and not FEASIBLE[0] < a_rate < FEASIBLE[1]
 
 
 def judge(entries: Sequence[dict[str, Any]], checks: Sequence[Check],
           alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Holm over the measured entries (each with ``diff_shown`` and ``p_null``: the two-sided p
-    at the check's δ0), then each check's word; entries without ``p_null`` keep their
-    ``verdict`` (``not measured``, ``pending``). Returns new dicts with ``p_holm``."""
-    idx = [i for i, e in enumerate(entries) if e.get("p_null") is not None]
-    adjusted = stats.holm([entries[i]["p_null"] for i in idx])
+    """Each check's word from its unadjusted p at δ0 (``p_null``: ``reproduced``, the
+    intersection–union rule) and the Holm-adjusted one over the measured entries (``p_holm``:
+    ``reversed``); entries without ``p_null`` keep their ``verdict`` (``not measured``,
+    ``pending``). Returns new dicts with ``p_holm`` and the display cells ``p at δ0`` and
+    ``p (Holm)``: the test that decides and its adjusted value."""
     out = [dict(e) for e in entries]
+    for e in out:
+        if e.get("p_null") is not None and infeasible(e.get("a_rate")):
+            e["verdict"] = UNINFORMATIVE
+    idx = [i for i, e in enumerate(out)
+           if e.get("p_null") is not None and e.get("verdict") != UNINFORMATIVE]
+    adjusted = stats.holm([out[i]["p_null"] for i in idx])
     for i, p in zip(idx, adjusted):
         c = checks[i]
         out[i]["p_holm"] = p
+        out[i]["p at δ0"] = f"{out[i]['p_null']:.3g}"
         out[i]["p (Holm)"] = f"{p:.3g}"
-        out[i]["verdict"] = check_verdict(out[i]["diff_shown"], p, c.expect, alpha,
-                                          c.margin or 0.0)
+        out[i]["verdict"] = check_verdict(out[i]["diff_shown"], out[i]["p_null"], c.expect,
+                                          alpha, c.margin or 0.0, p_reversed=p)
     return out
 
 
-def _binary_entry(check: Check, n: int, b01: int, b10: int, scale: float,
-                  p_zero: float) -> dict[str, Any]:
-    """Interval (Tango) and the p at δ0 of a binary check, in display units."""
+def _binary_entry(check: Check, n: int, b01: int, b10: int, scale: float) -> dict[str, Any]:
+    """Interval and the p at δ0 of a binary check, in display units: both from Tango's score
+    test (the interval is the test inverted), so they agree at every δ0."""
     lo, hi = stats.tango_interval(b01, b10, n)
-    p_null = (p_zero if check.expect != "not_worse"
-              else stats.tango_test(b01, b10, n, check.null / scale)["p_value"])
+    p_null = stats.tango_test(b01, b10, n, check.null / scale)["p_value"]
     return {"interval": (scale * lo, scale * hi), "p_null": p_null,
+            "null_test": f"Tango score at {check.null:g}",
             "interval_method": "Tango score", "n": int(n), "b01": int(b01), "b10": int(b10)}
 
 
@@ -141,8 +179,9 @@ def _mean_null_p(diff: float, lo: float, hi: float, delta0: float) -> float:
 def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
                     names: tuple[str, str], alpha: float = ALPHA) -> list[dict[str, Any]]:
     """One entry per check: the row's two figures, B − A with its paired 95 % interval, the
-    raw p at 0 (``p``, ``p_value``), the p at the check's null (``p_null``), the Holm-adjusted
-    p and the verdict (``not measured`` when no row has the check's metric)."""
+    row's own p at 0 (``p``, ``p_value``: exact McNemar for a binary row), the p of the test
+    that decides at the check's null (``p_null``, module docstring), the Holm-adjusted p and
+    the verdict (``not measured`` when no row has the check's metric)."""
     by_metric = {r["metric"]: r for r in rows}
     entries = []
     for check in checks:
@@ -157,7 +196,8 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
              "diff": s["diff"], "diff_shown": s["diff"] * scale,
              "p": f"{s['p_value']:.3g}", "p_value": s["p_value"], "test": r["test"]}
         if s.get("kind") == "binary":
-            e.update(_binary_entry(check, s["n"], s["b01"], s["b10"], scale, s["p_value"]))
+            e.update(_binary_entry(check, s["n"], s["b01"], s["b10"], scale),
+                     a_rate=scale * s["a"])
         elif "lo" in s and "hi" in s:
             lo, hi = scale * s["lo"], scale * s["hi"]
             e.update(interval=(lo, hi), interval_method="paired bootstrap",
@@ -241,7 +281,9 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
         if n is None:
             e["verdict"] = "pending: n not recoverable"
         else:
-            e.update(_binary_entry(check, n, b01, b10, 100.0, p0), n=n)
+            a_rate = re.match(rf"\s*({_NUM})", e["A"])
+            e.update(_binary_entry(check, n, b01, b10, 100.0), n=n,
+                     a_rate=_num(a_rate.group(1)) if a_rate else None)
             # The stored B − A is rounded: recompute it from the counts.
             e["diff_shown"] = 100.0 * (b01 - b10) / n
     else:
@@ -295,11 +337,11 @@ def pool_seed_checks(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Se
         if all(c is not None for c in counts):
             n = sum(c[0] for c in counts)
             pooled = stats.mcnemar_pooled([c[1] for c in counts], [c[2] for c in counts])
-            e.update(_binary_entry(check, n, pooled["b01"], pooled["b10"], 100.0,
-                                   pooled["p_value"]), n=n,
+            e.update(_binary_entry(check, n, pooled["b01"], pooled["b10"], 100.0), n=n,
                      test=f"pooled McNemar / CMH over {len(rows)} seeds "
                           f"({pooled['b10']} vs {pooled['b01']} discordant)")
             e["diff_shown"] = 100.0 * (pooled["b01"] - pooled["b10"]) / n
+            e["a_rate"] = rows[0].get("a_rate")  # the first seed's reference decides
         elif all(r.get("interval") for r in rows):
             pm = stats.pooled_mean_diff([r["diff_shown"] for r in rows],
                                         [r["interval"][0] for r in rows],
@@ -331,16 +373,57 @@ def _counts(entry: Mapping[str, Any]) -> tuple[int, int, int] | None:
     return (int(entry["n"]), int(m.group(2)), int(m.group(1))) if m else None
 
 
+def seed_level(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Sequence[Check],
+               alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """The seed-level analysis beside the pooled test: per check, the one-sample t-test of the
+    per-seed differences (``diff_shown``: points, raw gaps, ρ) against δ0
+    (``stats.seed_level_test``, df = seeds − 1) and their sign pattern; then the same words as
+    :func:`judge` (unadjusted for ``reproduced``, Holm for ``reversed``). A check with fewer
+    than two measured seeds says ``not measured``. Returns ``{"metric", "expect", "diffs",
+    "t", "df", "p_null", "p_holm", "signs", "verdict"}`` per check."""
+    out = []
+    for j, check in enumerate(checks):
+        diffs = [seed[j]["diff_shown"] for seed in per_seed
+                 if seed[j].get("diff_shown") is not None and seed[j].get("p_null") is not None]
+        e: dict[str, Any] = {"metric": check.metric, "expect": check.expect, "diffs": diffs,
+                             "a_rate": per_seed[0][j].get("a_rate")}
+        if len(diffs) < 2 or any(not math.isfinite(d) for d in diffs):
+            out.append({**e, "verdict": "not measured"})
+            continue
+        t = stats.seed_level_test(diffs, check.null)
+        out.append({**e, "diff_shown": t["mean"], "t": t["t"], "df": t["df"],
+                    "p_null": t["p_value"], "signs": t["signs"]})
+    return judge(out, checks, alpha)
+
+
+def _seed_cell(e: Mapping[str, Any]) -> str:
+    if "p_holm" not in e:
+        return f"{e['metric']}: {e['verdict']}"
+    t = f"{e['t']:+.2f}" if math.isfinite(e["t"]) else ("+inf" if e["t"] > 0 else "−inf")
+    return (f"{e['metric']} {e['signs']} t({e['df']})={t} (p={e['p_null']:.2g}; "
+            f"Holm p={e['p_holm']:.2g})")
+
+
 def pool_claim(per_seed: Sequence[Sequence[Mapping[str, Any]]], alpha: float = ALPHA
                ) -> dict[str, Any]:
     """A claim's verdict over several seeds (:func:`pool_seed_checks`), its checks rebuilt
-    from the first seed's entries (metric, expect, margin, margin_reason):
-    ``{"checks", "verdict", "verdict_text"}``."""
+    from the first seed's entries (metric, expect, margin, margin_reason), with the
+    seed-level analysis beside it (:func:`seed_level`): ``{"checks", "verdict",
+    "verdict_text", "seed_checks", "seed_verdict", "seed_cell", "fragile"}``. ``fragile``:
+    the pooled word and the seed-level word differ; ``verdict_text`` then says so."""
     checks = [Check(e["metric"], e["expect"], e.get("margin"), e.get("margin_reason", ""))
               for e in per_seed[0]]
     entries = pool_seed_checks(per_seed, checks, alpha)
-    return {"checks": entries, "verdict": claim_verdict([e["verdict"] for e in entries]),
-            "verdict_text": verdict_text(entries)}
+    verdict = claim_verdict([e["verdict"] for e in entries])
+    seed_checks = seed_level(per_seed, checks, alpha)
+    seed_verdict = claim_verdict([e["verdict"] for e in seed_checks])
+    fragile = seed_verdict not in ("not run", UNINFORMATIVE) and seed_verdict != verdict
+    text = verdict_text(entries)
+    if fragile:
+        text += f" (*fragile*: the seed-level t-test says {seed_verdict})"
+    return {"checks": entries, "verdict": verdict, "verdict_text": text,
+            "seed_checks": seed_checks, "seed_verdict": seed_verdict,
+            "seed_cell": "; ".join(_seed_cell(e) for e in seed_checks), "fragile": fragile}
 
 
 # --- Margins of the non-inferiority checks (fixed as data; docs/replication.md "Method") ---

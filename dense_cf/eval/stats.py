@@ -42,6 +42,7 @@ __all__ = [
     "seed_table",
     "significance_sentence",
     "spearman_pooled", "spearman_test",
+    "did_sign_flip_p", "did_test", "seed_level_test",
     "wilson_interval",
 ]
 
@@ -546,3 +547,84 @@ def pooled_mean_diff(diffs: Sequence[float], los: Sequence[float], his: Sequence
     est, s = float((w * d).sum() / w.sum()), float(1.0 / math.sqrt(w.sum()))
     return {"diff": est, "lo": est - z * s, "hi": est + z * s,
             "p_value": normal_two_sided_p(est / s)}
+
+
+def seed_level_test(diffs: Sequence[float], delta0: float = 0.0) -> dict[str, Any]:
+    """A random-effects check of a pooled verdict: the one-sample t-test of the per-seed
+    differences B − A against ``delta0`` (df = seeds − 1), so the seed-to-seed spread of the
+    trained models, which the pooled CMH test conditions on, enters the test.
+
+    Returns ``{"n", "mean", "sd", "t", "df", "p_value", "signs"}``; ``signs`` is one of
+    ``+``/``−``/``0`` per seed for the sign of d − δ0. With no spread (every seed the same
+    difference) t is ±inf and p is its limit, 0 (1 when that difference is δ0). Needs two or
+    more seeds."""
+    d = _as_values(diffs, "diffs")
+    if d.size < 2:
+        raise ValueError(f"a seed-level test needs two or more seeds, got {d.size}")
+    dev = d - float(delta0)
+    signs = "".join("+" if x > 1e-12 else "−" if x < -1e-12 else "0" for x in dev)
+    mean, sd, df = float(d.mean()), float(d.std(ddof=1)), int(d.size - 1)
+    if sd <= 1e-12:
+        t = 0.0 if abs(float(dev.mean())) <= 1e-12 else math.copysign(math.inf, float(dev.mean()))
+        p = 1.0 if t == 0.0 else 0.0
+    else:
+        t = float(dev.mean() / (sd / math.sqrt(d.size)))
+        p = float(min(1.0, 2.0 * scipy.stats.t.sf(abs(t), df)))
+    return {"n": int(d.size), "mean": mean, "sd": sd, "t": t, "df": df, "p_value": p,
+            "signs": signs}
+
+
+def did_sign_flip_p(d: Any) -> float:
+    """Exact two-sided sign-flip p of the sum of paired integer differences ``d`` (each in
+    {−2, …, 2}): under the sharp null that runs A and B are exchangeable on every item, each
+    non-zero d_i keeps or flips its sign with probability 1/2, independently (items of
+    different seeds included: independent models). The sum of ±1's and ±2's is
+    (2·B1 − n1) + 2·(2·B2 − n2), B1 ~ Bin(n1, ½), B2 ~ Bin(n2, ½): convolved exactly.
+    p = P(|S*| >= |S|). With |d_i| <= 1 only, it is the exact McNemar test."""
+    x = np.asarray(d)
+    if x.ndim != 1 or not np.isin(x, (-2, -1, 0, 1, 2)).all():
+        raise ValueError("need a 1-D array of paired differences in {-2, -1, 0, 1, 2}")
+    n1, n2 = int((np.abs(x) == 1).sum()), int((np.abs(x) == 2).sum())
+    s_obs = abs(int(x.sum()))
+    if n1 + n2 == 0:
+        return 1.0
+    k1, k2 = np.arange(n1 + 1), np.arange(n2 + 1)
+    p1, p2 = scipy.stats.binom.pmf(k1, n1, 0.5), scipy.stats.binom.pmf(k2, n2, 0.5)
+    sums = (2 * k1 - n1)[:, None] + 2 * (2 * k2 - n2)[None, :]
+    prob = p1[:, None] * p2[None, :]
+    return float(min(1.0, prob[np.abs(sums) >= s_obs].sum() * (1 + 1e-12)))
+
+
+def did_test(a_clean: Sequence[Any], a_hard: Sequence[Any], b_clean: Sequence[Any],
+             b_hard: Sequence[Any], *, seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES,
+             conf: float = 0.95) -> dict[str, Any]:
+    """Paired per-item difference-in-differences of a robustness drop (EADPR Fig. 5 shades the
+    drop, not the level): per item i of stratum s (a training seed),
+    ``d_i = (hard_B − clean_B) − (hard_A − clean_A)``, hits as 0/1 (e.g. top-1 with K = 5
+    distractors and with none); > 0 when B loses less than A.
+
+    Each argument is a list of per-stratum 0/1 vectors (one stratum: a one-element list), the
+    four vectors of a stratum paired by item. Returns ``{"diff"`` (mean d, a fraction),
+    ``"lo", "hi"`` (stratified percentile bootstrap over items within strata), ``"p_value"``
+    (exact sign-flip test, :func:`did_sign_flip_p`), ``"n"``, ``"n1", "n2"`` (items with
+    |d| = 1, 2) ``}``."""
+    if not (len(a_clean) == len(a_hard) == len(b_clean) == len(b_hard)) or not len(a_clean):
+        raise ValueError("need the same number (>= 1) of strata for the four outcome sets")
+    ds = []
+    for s, vecs in enumerate(zip(a_clean, a_hard, b_clean, b_hard)):
+        arrs = [np.asarray(v) for v in vecs]
+        if any(v.ndim != 1 or v.shape != arrs[0].shape or v.size == 0 for v in arrs):
+            raise ValueError(f"stratum {s}: need four non-empty paired 1-D outcome vectors, "
+                             f"got shapes {[v.shape for v in arrs]}")
+        ac, ah, bc, bh = (v.astype(bool).astype(np.int64) for v in arrs)
+        ds.append((bh - bc) - (ah - ac))
+    d = np.concatenate(ds)
+    rng = np.random.default_rng(seed)
+    total = np.zeros(n_resamples)
+    for x in ds:  # strata resampled separately: the mean over all items, seed sizes kept
+        sub = _resampled_means(x.astype(np.float64), int(rng.integers(2 ** 31)), n_resamples)
+        total += sub * x.size
+    lo, hi = _percentiles(total / d.size, conf)
+    return {"diff": float(d.mean()), "lo": lo, "hi": hi, "p_value": did_sign_flip_p(d),
+            "n": int(d.size), "n1": int((np.abs(d) == 1).sum()),
+            "n2": int((np.abs(d) == 2).sum())}

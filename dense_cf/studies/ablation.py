@@ -40,7 +40,7 @@ from dense_cf.configs.ablation import ROWS
 from dense_cf.configs.studies import ablation_row_config
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
-from dense_cf.files import atomic_open, make_dir, write_json
+from dense_cf.files import atomic_open, make_dir, utc_now, write_json
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
@@ -151,7 +151,7 @@ def run_ablation(out: str, rows: Sequence[str] = DEFAULT_ROWS, *, steps: int = 1
     kw = {"steps": steps, "batch": batch, "model": model, "lr": lr,
           "num_passages": num_passages, "test_questions": test_questions}
     _prepare_data(data_dir, ablation_row_config(rows[0], data_dir, seed=seeds[0], **kw))
-    t_start = time.perf_counter()
+    t_start, started = time.perf_counter(), utc_now()
     study = definition(rows, data_dir, **kw)
     trained = harness.train_study(study, out, seeds)
     results = []
@@ -171,14 +171,16 @@ def run_ablation(out: str, rows: Sequence[str] = DEFAULT_ROWS, *, steps: int = 1
     setup = {"model": model, "steps": steps, "batch": batch, "lr": lr, "seeds": seeds,
              "num_passages": num_passages, "test_questions": test_questions, "rows": rows,
              "out": os.path.abspath(out), "n_resamples": n_resamples,
-             "minutes": round((time.perf_counter() - t_start) / 60, 2)}
+             "minutes": round((time.perf_counter() - t_start) / 60, 2),
+             "stamp": harness.report_stamp(started, {f"{n} (seed {s})": t.workdir
+                                                     for (n, s), t in trained.items()})}
     spread = (stats.seed_table(results, ("row",), [m for m in METRICS
                                                    if all(r[m] is not None for r in results)])
               if len(seeds) > 1 else [])
     result = {"setup": setup, "runs": results, "seed_spread": spread, "paired": paired}
     result["markdown"] = markdown(result)
     with atomic_open(os.path.join(out, "ablation.md")) as f:
-        f.write(result["markdown"])
+        f.write(result["markdown"] + "\n" + harness.stamp_markdown(setup["stamp"]) + "\n")
     write_json(os.path.join(out, "ablation.json"), result)
     return result
 

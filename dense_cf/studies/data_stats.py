@@ -52,7 +52,7 @@ from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.eval.stats import ALPHA
 from dense_cf.experiment import train_and_evaluate as train
-from dense_cf.files import atomic_open, write_json
+from dense_cf.files import atomic_open, utc_now, write_json
 from dense_cf.mining import stats as data_stats
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
@@ -193,6 +193,7 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
     # A run per fraction; this seed's runs live in this seed's out (harness.seed_out).
     study = harness.Study("data_stats", tuple(
         harness.StudyRun(fraction_label(f), lambda s, f=f: config(f, s)) for f in fractions))
+    started = utc_now()
     trained = harness.train_study(study, out, [seed], reuse=False, train=train,
                                   workdir=lambda name, _: os.path.join(out, "runs", name))
     workdirs, train_s, steps_of = [], {}, {}
@@ -229,9 +230,11 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
     for r in claim_rows:
         say(f"- {r['sentence']}")
     say(f"timing: training {train_s}, marginalisation {marg_s}s, total {result['total_s']}s")
+    result["stamp"] = harness.report_stamp(started, {n: t.workdir for (n, _), t in trained.items()})
     write_json(os.path.join(out, "summary.json"), result)
     with atomic_open(os.path.join(out, "report.md")) as f:
-        f.write("# Encoder attribution: data statistics\n\n" + result["table_markdown"])
+        f.write("# Encoder attribution: data statistics\n\n"
+                + harness.stamp_markdown(result["stamp"]) + "\n\n" + result["table_markdown"])
     return result
 
 

@@ -31,7 +31,8 @@ from dense_cf.eval import evaluators as evaluators_lib
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
-from dense_cf.files import atomic_open, content_sha256, read_json, sha256_hex, write_json
+from dense_cf.files import (atomic_open, code_version, content_sha256, read_json, sha256_hex,
+                            stamp_line, utc_now, write_json)
 from dense_cf.inputs import cf_masks
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.models import bert as bert_lib
@@ -218,11 +219,52 @@ def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
     done = finished_eval_dir(workdir, config, required)
     if done is not None:
         return done, False
+    started = utc_now()
     train(config, workdir).pop("run", None)  # the Run holds device arrays: let it go
     done = finished_eval_dir(workdir, config, required)
     if done is None:
         raise RuntimeError(f"{workdir}: no evaluation after training")
+    record_run_times(workdir, started)
     return done, True
+
+
+RUN_TIMES = "run_times.json"
+
+
+def record_run_times(workdir: str, started: str) -> None:
+    """Writes when the invocation that trained (or resumed and finished) the run in ``workdir``
+    started and ended, with the code's commit and dirty flag, for every report that uses the
+    run (issue 50: reports carry each run's start and end)."""
+    write_json(os.path.join(workdir, RUN_TIMES), {"started": started, "finished": utc_now(),
+                                                  **code_version()})
+
+
+def report_stamp(started: str, workdirs: Mapping[str, str]) -> dict[str, Any]:
+    """A report's stamp: the commit and dirty flag now, the invocation's ``started`` and now as
+    its end, and each run's times (:func:`run_times`) under ``runs`` ({label: workdir})."""
+    return {**code_version(), "started": started, "finished": utc_now(),
+            "runs": {k: run_times(w) for k, w in workdirs.items()}}
+
+
+def stamp_markdown(stamp: Mapping[str, Any]) -> str:
+    """The stamp as markdown: one line (``files.stamp_line``) and one line per run."""
+    runs = "".join(f"\n- {k}: {t['started']} → {t['finished']}"
+                   + (f" at `{t['commit'][:10]}`{' (dirty)' if t.get('dirty') else ''}"
+                      if t.get("commit") else "")
+                   for k, t in stamp.get("runs", {}).items())
+    return stamp_line(dict(stamp)) + (f"\n\nRuns (trained, UTC):{runs}" if runs else "")
+
+
+def run_times(workdir: str) -> dict[str, Any]:
+    """When the run in ``workdir`` was trained (:func:`train_or_reuse` writes it): ``{"started",
+    "finished", "commit", "dirty"}`` (UTC), or ``{"started": "unknown", ...}`` for a run
+    trained before issue 50 stamped runs."""
+    path = os.path.join(workdir, RUN_TIMES)
+    if not os.path.exists(path):
+        return {"started": "unknown (before issue 50)", "finished": "unknown (before issue 50)",
+                "commit": None, "dirty": None}
+    with open(path) as f:
+        return json.load(f)
 
 
 def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
@@ -331,8 +373,10 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
         if reuse:
             summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:
+            started = utc_now()
             summary = dict(train(cfg, wd))
             run, trained = summary.pop("run", None), True
+            record_run_times(wd, started)
         seconds = time.perf_counter() - t0
         if trained:
             trained_s, n_trained = trained_s + seconds, n_trained + 1

@@ -46,7 +46,7 @@ from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.multihop import add_reader, evaluate_multihop
 from dense_cf.experiment import train_and_evaluate
-from dense_cf.files import make_dir
+from dense_cf.files import make_dir, utc_now
 from dense_cf.mining.reader_data import split_files
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.studies import harness
@@ -223,7 +223,7 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
     kw = dict(steps=steps, batch=batch, num_hard=num_hard, beam_size=beam_size, hop2_k=hop2_k,
               lr=lr, seed=seed, model=model)
     reports, minutes, summaries, workdirs = {}, {}, {}, {}
-    t_all = time.perf_counter()
+    t_all, started = time.perf_counter(), utc_now()
     study = definition(data_dir, **kw)
     trained = harness.train_study(study, out, [seed], reuse=False, train=train_and_evaluate)
     for method in METHODS:
@@ -298,7 +298,9 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
              f"{num_questions} questions (test {reports['mdr']['n_questions']}), "
              f"{reports['mdr']['corpus_size']} passages; beam {beam_size} x {hop2_k}, "
              f"top 20 chains; total {round((time.perf_counter() - t_all) / 60, 1)} min")
+    stamp = harness.report_stamp(started, {n: t.workdir for (n, _), t in trained.items()})
     md = (f"# MDR+DPR vs MDR+EADPR on the synthetic two-hop world\n\n{setup}\n\n"
+          + harness.stamp_markdown(stamp) + "\n\n"
           "## Recall (%) and AAR (%) with 95 % Wilson intervals\n\n"
           + report_lib.markdown_table(table, cols)
           + "\n\n## Paired on the same test questions (A = MDR+DPR, B = MDR+EADPR)\n\n"
@@ -308,7 +310,7 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
     result = {"setup": setup, "table": table, "paired": paired, "train": train_cols,
               "runs": {m: r["out_dir"] for m, r in reports.items()},
               "reader": {k: v for k, v in reader_res.items() if k != "e2e"},
-              "seed": seed, "figures": {NAMES[m]: figures(r, reader_res.get("figures", {}).get(m))
+              "seed": seed, "stamp": stamp, "figures": {NAMES[m]: figures(r, reader_res.get("figures", {}).get(m))
                           for m, r in reports.items()}}
     report = harness.run_dir(out, "bench_multihop", seed)
     report_lib.write_json(report + ".json", result)

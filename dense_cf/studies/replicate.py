@@ -41,8 +41,8 @@ from dense_cf.configs.presets import with_method
 from dense_cf.configs.studies import ablation_row_config, dcsr_config
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
-from dense_cf.eval.claims import VERDICTS, Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text
-from dense_cf.files import atomic_open, write_json
+from dense_cf.eval.claims import Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text
+from dense_cf.files import atomic_open, code_version, stamp_line, utc_now, write_json
 from dense_cf.mining.evidence import annotate as evidence_lib
 from dense_cf.mining.evidence.scorer import make_scorer
 from dense_cf.progress import format_duration
@@ -91,6 +91,17 @@ class Claim:
     setting: str = ""
     seeds: tuple[int, ...] = (0,)
     status: str = "pre-registered"
+    # "extrapolation": the paper never measures this; the check applies another paper's metric
+    # to this paper's words (issue 50 item 1, review 3 §2.3 item 3). "" = the paper's own.
+    scope: str = ""
+    # Claims of the same loss family (PiCL and EADPR: L_dpr + L_chn + L_cpp with other
+    # weights) on the same measure and runs share a ``twin`` key: one result in the tallies.
+    twin: str = ""
+
+    @property
+    def scope_status(self) -> str:
+        """The status column: ``status``, and ``extrapolation`` where the scope says so."""
+        return self.status + (f", {self.scope}" if self.scope else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +254,9 @@ _Q_DCSR_NQ = "like NQ and Trivia , we still achieve slight performance gain on a
 _Q_DCSR_SENT = ("we encode the passage as a whole and use sentence indicator tokens to acquire "
                 "the sentence representations within the passage")
 _EXPL, _S012 = "exploratory", (0, 1, 2)
+# PiCL never measures the AA score (EADPR Eq. 9) or near-duplicate insertion (EADPR Fig. 5):
+# rows that score PiCL's §6 sentence with them extrapolate it (issue 50 item 1).
+_EXTRAP = "extrapolation"
 # Issue 32 item 8 (every pre-registered claim on >= 3 seeds): the BM25-setting rows had run at
 # seed 0 only; their seeds were extended here before seeds 1 and 2 were trained.
 _SEEDS_LATER = "seeds 1-2 registered 2026-11-28 after seed 0's result, before their runs"
@@ -255,6 +269,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-topk", "PiCL", "§5.2, Table 2",
           "PiCL improves DPR's top-k (NQ, in-batch: top-20 74.76 → 76.73; BM25: 79.7 → 79.92)",
           "dpr", "picl", _TOPK_UP, quote=_Q_PICL_GAIN, seeds=_S012, setting=_BM25,
+          twin="bm25-topk",
           note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27); "
                + _SEEDS_LATER),
     Claim("picl-aar", "PiCL", "§3.3, Fig. 2",
@@ -275,12 +290,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-aa", "PiCL", "§6",
           "PiCL raises the AA score (answer string removed; EADPR's Eq. 9 metric)", "dpr",
           "picl", (Check("AA score"),), quote=_Q_PICL_ROBUST, seeds=_S012, setting=_BM25,
+          scope=_EXTRAP, twin="bm25-aa",
           note="expectation corrected from 'not lower' to the paper's 'improves' (2026-11-27); "
                + _SEEDS_LATER),
     Claim("picl-robust", "PiCL", "§6",
           "PiCL is more robust than DPR to unanswerable near-duplicates (K=5 distractors)",
           "dpr", "picl", (Check("K=5 distractors: top-1"),), quote=_Q_PICL_ROBUST,
           seeds=_S012, setting=_BM25 + "; distractors: our p* transformations, not ChatGPT-written",
+          scope=_EXTRAP, twin="bm25-robust",
           note="expectation corrected from 'not worse' to the paper's 'improves' (2026-11-27); "
                + _SEEDS_LATER),
     Claim("picl-mixed20k", "PiCL", "§5.2, Table 2; §3.3, Fig. 2",
@@ -289,11 +306,14 @@ CLAIMS: tuple[Claim, ...] = (
           (*_TOPK_UP, Check("AAR")), quote=_Q_PICL_GAIN,
           setting="mixed (SQuAD-like) world of 20,000 passages, MiniLM, 100 steps × 16, 1 BM25 "
                   "hard negative; 300 test questions",
-          status=_EXPL, note="issue 32 §5; registered 2026-11-28 before either run was trained"),
+          seeds=(0, 1), status=_EXPL,
+          note="issue 32 §5; registered 2026-11-28 before either run was trained, at seed 0 "
+               "only (the default); seed 1, trained and pooled since, registered 2026-11-28 "
+               "after its result (issue 50 item 4)"),
     Claim("picl-mixed20k-aa", "PiCL", "§6",
           "in the 20,000-passage SQuAD-like world, where AAR cannot move (the untrained model "
           "scores 100 %), PiCL raises the AA score (answer string removed)", "dpr_mixed20k",
-          "picl_mixed20k", (Check("AA score"),), quote=_Q_PICL_ROBUST,
+          "picl_mixed20k", (Check("AA score"),), quote=_Q_PICL_ROBUST, scope=_EXTRAP,
           setting="mixed (SQuAD-like) world of 20,000 passages, MiniLM, 100 steps × 16, 1 BM25 "
                   "hard negative; 300 test questions", seeds=_S012, status=_EXPL,
           note="issue 32 §5; registered 2026-11-28 after seeds 0-1 were seen (AA +7.33 at seed "
@@ -316,20 +336,22 @@ CLAIMS: tuple[Claim, ...] = (
           seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
     Claim("eadpr-aa", "EADPR", "§5, Eq. 9, Fig. 4",
           "EADPR raises the AA score over DPR trained the same way", "dpr", "eadpr",
-          (Check("AA score"),), quote=_Q_EADPR_AA, seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
+          (Check("AA score"),), quote=_Q_EADPR_AA, seeds=_S012, setting=_BM25, note=_SEEDS_LATER,
+          twin="bm25-aa"),
     Claim("eadpr-topk", "EADPR", "§4.2, Table 2",
           "EADPR improves DPR's top-k (NQ + BM25: top-1 46.6 → 48.6, top-20 79.7 → 80.1)",
           "dpr", "eadpr", _TOPK_UP,
           quote=("We observe that EADPR models yield consistent performance gains over "
                  "vanilla DPR under all tested conditions."), seeds=_S012, setting=_BM25,
-          note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27); "
+          twin="bm25-topk", note="expectation corrected from 'not worse' to the paper's 'gains' (2026-11-27); "
                + _SEEDS_LATER),
     Claim("eadpr-robust", "EADPR", "§5, Fig. 5",
           "EADPR is more robust than DPR to near-duplicate distractors", "dpr", "eadpr",
           (Check("K=5 distractors: top-1"),),
           quote=("we observe that EADPR is relatively robust against the effect from "
                  "additional distractor samples"),
-          seeds=_S012, setting=_BM25 + "; distractors: our p* transformations, not ChatGPT-written", note=_SEEDS_LATER),
+          seeds=_S012, setting=_BM25 + "; distractors: our p* transformations, not ChatGPT-written",
+          note=_SEEDS_LATER, twin="bm25-robust"),
     Claim("dpr-hardneg", "PiCL", "§3.3, Fig. 2",
           "BM25 hard negatives raise DPR's AAR over in-batch negatives only", "dpr_h0", "dpr",
           (Check("AAR"),),
@@ -446,7 +468,7 @@ CLAIMS: tuple[Claim, ...] = (
     # entity), MiniLM's own pooling, 3 seeds pooled (eval.claims), the held-out distractors.
     Claim("picl-topk-oe", "PiCL", "§5.2, Table 2",
           "PiCL improves DPR's top-k (NQ + BM25 negative: top-20 79.7 → 79.92)", "dpr_oe",
-          "picl_oe", _TOPK_UP, quote=_Q_PICL_GAIN, setting=_OE_SET, seeds=_S012),
+          "picl_oe", _TOPK_UP, quote=_Q_PICL_GAIN, setting=_OE_SET, seeds=_S012, twin="oe-topk"),
     Claim("picl-aar-oe", "PiCL", "§3.3, Fig. 2",
           "PiCL raises answer-awareness (AAR) over DPR trained the same way", "dpr_oe", "picl_oe",
           (Check("AAR"), Check("mean sim(q,p+) − sim(q,p*) (sentence)")), quote=_Q_PICL_AAR,
@@ -455,20 +477,24 @@ CLAIMS: tuple[Claim, ...] = (
           "PiCL raises the AA score and is more robust than DPR to unanswerable passages, "
           "held-out ones included", "dpr_oe", "picl_oe",
           (Check("AA score"), Check("K=5 held-out distractors: top-1"),
-           Check("K=5 distractors: top-1")), quote=_Q_PICL_ROBUST, setting=_OE_SET, seeds=_S012),
+           Check("K=5 distractors: top-1")), quote=_Q_PICL_ROBUST, setting=_OE_SET, seeds=_S012,
+          scope=_EXTRAP, twin="oe-aa-robust"),
     Claim("eadpr-aa-oe", "EADPR", "§5, Eq. 9, Fig. 4",
           "EADPR raises the AA score over DPR trained the same way", "dpr_oe", "eadpr_oe",
-          (Check("AA score"),), quote=_Q_EADPR_AA, setting=_OE_SET, seeds=_S012),
+          (Check("AA score"),), quote=_Q_EADPR_AA, setting=_OE_SET, seeds=_S012,
+          twin="oe-aa-robust"),
     Claim("eadpr-topk-oe", "EADPR", "§4.2, Table 2",
           "EADPR improves DPR's top-k (NQ + BM25: top-1 46.6 → 48.6, top-20 79.7 → 80.1)",
           "dpr_oe", "eadpr_oe", _TOPK_UP,
           quote=("We observe that EADPR models yield consistent performance gains over "
-                 "vanilla DPR under all tested conditions."), setting=_OE_SET, seeds=_S012),
+                 "vanilla DPR under all tested conditions."), setting=_OE_SET, seeds=_S012,
+          twin="oe-topk"),
     Claim("eadpr-robust-oe", "EADPR", "§5, Fig. 5",
           "EADPR is more robust than DPR to distractors, held-out ones included", "dpr_oe",
           "eadpr_oe", (Check("K=5 held-out distractors: top-1"), Check("K=5 distractors: top-1")),
           quote=("we observe that EADPR is relatively robust against the effect from "
-                 "additional distractor samples"), setting=_OE_SET, seeds=_S012),
+                 "additional distractor samples"), setting=_OE_SET, seeds=_S012,
+          twin="oe-aa-robust"),
     Claim("eadpr-2neg-oe", "EADPR", "App. A, Table 9",
           "EADPR's AA gain is not from seeing one more passage: EADPR beats DPR trained with "
           "as many negatives per question", "dpr_oe_2neg", "eadpr_oe",
@@ -531,7 +557,7 @@ def evaluate_study_claim(claim: Claim, rows: Sequence[dict[str, Any]]) -> dict[s
     rows = [r for r in rows if claim.a in r and claim.b in r]
     entries = evaluate_checks(rows, _expand(claim.checks, [r["metric"] for r in rows]),
                               (claim.a, claim.b))
-    verdict = claim_verdict([c["verdict"] for c in entries if c["verdict"] in VERDICTS])
+    verdict = claim_verdict([c["verdict"] for c in entries])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
             "paired_markdown": report_lib.markdown_table(
                 list(rows), ["metric", "n", claim.a, claim.b, "B − A", "test", "p"])}
@@ -673,7 +699,7 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
         else:
             checks.append(check)
     entries = evaluate_checks(rows, checks, names)
-    verdict = claim_verdict([c["verdict"] for c in entries if c["verdict"] in VERDICTS])
+    verdict = claim_verdict([c["verdict"] for c in entries])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
             "paired_markdown": compare_lib.markdown(res)}
 
@@ -695,9 +721,10 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
     the studies' own parameters (tests): ``{study name: {...}}``, or one flat dict for all."""
     runs = plan(claim_ids)
     os.makedirs(out, exist_ok=True)
-    t_start = time.perf_counter()
+    t_start, started = time.perf_counter(), utc_now()
     done: dict[tuple[str, int], tuple[str, int]] = {}
     minutes: dict[str, float | str] = {}
+    times: dict[str, dict[str, Any]] = {}
     jobs = [(s, r) for s in seeds for r in runs]
     for i, (seed, name) in enumerate(jobs, 1):
         left = sum(RUNS[r].minutes * steps / 100 for _, r in jobs[i - 1:])
@@ -706,6 +733,7 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
                      format_duration(60 * left))
         workdir, step, spent = train_run(name, out, seed, steps=steps, **budget)
         done[name, seed] = (workdir, step)
+        times[f"{name} (seed {seed})"] = harness.run_times(workdir)
         # A run trained by an earlier invocation costs nothing here: said as "reused" (not
         # read off the time: a tiny run trains in seconds).
         minutes[f"{name} (seed {seed})"] = "reused" if spent is None else round(spent, 2)
@@ -736,9 +764,10 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
     setup = {"steps": steps, "seeds": list(seeds), "n_resamples": n_resamples, **budget,
              "runs": {r: dataclasses.asdict(RUNS[r]) for r in runs},
              "studies": {n: dataclasses.asdict(STUDIES[n]) for n in plan_studies(claim_ids)},
-             "minutes_per_run": minutes,
+             "minutes_per_run": minutes, "run_times": times,
              "minutes": round((time.perf_counter() - t_start) / 60, 2),
-             "out": os.path.abspath(out)}
+             "out": os.path.abspath(out),
+             "stamp": {**code_version(), "started": started, "finished": utc_now()}}
     # A study's own table (e.g. data-stats: statistics and marginals per fraction).
     tables = {f"{name} (seed {seed})": res["table_markdown"]
               for (name, seed), res in studies.items() if res.get("table_markdown")}
@@ -786,10 +815,9 @@ def _summary_cell(checks: Sequence[dict[str, Any]]) -> str:
         if "diff_shown" not in c:
             cells.append(f"{c['metric']}: {c['verdict']}")
             continue
-        # A pooled entry has no p at 0 of its own: its Holm p is at the check's null.
-        p = f"p={c['p']}, " if "p" in c else ""
+        # The p of the test that decides at the check's null, and its Holm-adjusted value.
         cells.append(f"{c['metric']} {c['diff_shown']:+.2f} {c.get('95% CI', '')} "
-                     f"({p}Holm {c.get('p (Holm)', '—')})")
+                     f"(p={c.get('p at δ0', '—')}, Holm {c.get('p (Holm)', '—')})")
     return "; ".join(cells)
 
 
@@ -808,28 +836,42 @@ def markdown(result: dict[str, Any]) -> str:
             rows.append({**rows[-1], "seed": "pooled",
                          "B − A (95% CI, p)": _summary_cell(c["pooled"]["checks"]),
                          "verdict": c["pooled"]["verdict_text"]})
+            rows.append({**rows[-1], "seed": "seed-level",
+                         "B − A (95% CI, p)": c["pooled"].get("seed_cell", "—"),
+                         "verdict": c["pooled"].get("seed_verdict", "—")})
     parts = [
         "# Replication: the papers' claims on the synthetic benchmark",
         f"{s['steps']} steps per run, seeds {s['seeds']}, {s['n_resamples']} bootstrap "
-        f"resamples; {s['minutes']} min; runs in `{s['out']}`.",
+        f"resamples; {s['minutes']} min; runs in `{s['out']}`."
+        + (f" {stamp_line(s['stamp'])}" if s.get("stamp") else ""),
         report_lib.markdown_table(rows, list(rows[0]) if rows else ["claim"]),
-        "Verdicts (docs/replication.md, Method; Holm within a claim, alpha 0.05): "
-        "**reproduced** = significant on the claimed side of the null (0, or −margin for "
-        "'not worse'); **reversed** = significant on the other side; **no difference "
-        "detected** = an up/down check that is not significant; **not reproduced** = a "
-        "'not worse' check whose interval reaches −margin. Rates in points (exact McNemar at "
-        "0, Tango's score test and interval), MRR ×100 and score gaps raw (paired bootstrap); "
-        "'pooled' rows test all seeds at once (McNemar/CMH over seed strata for rates, "
+        "Verdicts (docs/replication.md, Method; alpha 0.05): **reproduced** = every check "
+        "significant on the claimed side of its null (0, or −margin for 'not worse'), "
+        "unadjusted (an intersection–union test); **reversed** = a check significant on the "
+        "other side after Holm within the claim; **no difference detected** = an up/down "
+        "check that is neither; **not reproduced** = a 'not worse' check whose interval "
+        "reaches −margin; **uninformative** = a rate check whose reference run A is at or "
+        "above 97 % (or at or below 3 %). p is the test that decides: Tango's score test for "
+        "rates (its inversion is the 95 % interval), the paired bootstrap for MRR ×100 and "
+        "score gaps. 'pooled' rows test all seeds at once (CMH over seed strata for rates, "
         "inverse-variance pooling for means, the mean Spearman ρ by a stratified permutation "
-        "test for rank correlations).",
+        "test): conditional on the trained models and the world. 'seed-level' rows: the "
+        "t-test of the per-seed differences (df = seeds − 1) and their signs; a claim whose "
+        "pooled and seed-level words differ is *fragile*.",
         "## Runs\n\n" + report_lib.markdown_table(
             [{"run": r, "study": v["study"], "row": v["row"], "method preset": v["method"] or "—",
               "overrides": ", ".join(f"{k}={x}" for k, x in v["overrides"]) or "—",
               "world": ", ".join(f"{k}={x}" for k, x in v["world"]) or "default",
               "minutes": ", ".join(f"{m}" for k, m in s["minutes_per_run"].items()
                                    if k.startswith(r + " ")),
+              "trained (UTC, per seed)": "; ".join(
+                  f"{t['started']} → {t['finished']}"
+                  + (f" at {t['commit'][:10]}{' (dirty)' if t.get('dirty') else ''}"
+                     if t.get("commit") else "")
+                  for k, t in s.get("run_times", {}).items() if k.startswith(r + " ")) or "—",
               "note": v["note"]} for r, v in s["runs"].items()],
-            ["run", "study", "row", "method preset", "overrides", "world", "minutes", "note"]),
+            ["run", "study", "row", "method preset", "overrides", "world", "minutes",
+             "trained (UTC, per seed)", "note"]),
     ]
     if result.get("untrained"):
         parts.append("## The untrained checkpoint\n\nAAR and AA score of the checkpoint the runs "
@@ -859,7 +901,7 @@ def markdown(result: dict[str, Any]) -> str:
                          + (f"{c['note']}\n\n" if c["note"] else "")
                          + report_lib.markdown_table(e["checks"], [
                              "metric", "expect", "margin", "A", "B", "B − A", "95% CI", "test",
-                             "p", "p (Holm)", "verdict"]))
+                             "p", "p at δ0", "p (Holm)", "verdict"]))
     return "\n\n".join(parts) + "\n"
 
 
