@@ -78,7 +78,10 @@ def test_multihop_bench_two_seeds(tmp_path, capsys):
     per = {r["seed"]: r for r in res["per_seed"]}
     for seed, suffix in ((0, ""), (1, "_seed1")):
         saved = json.load(open(os.path.join(out, f"bench_multihop{suffix}.json")))
-        assert set(saved) == MULTIHOP_KEYS | {"seed", "figures"} and saved["seed"] == seed
+        assert set(saved) == MULTIHOP_KEYS | {"seed", "figures", "stamp"} and saved["seed"] == seed
+        # Stamped (issue 50): the commit, the dirty flag, each run's start and end.
+        assert set(saved["stamp"]["runs"]) == {"mdr", "mdr-eadpr"}
+        assert all(t["started"] <= t["finished"] for t in saved["stamp"]["runs"].values())
         assert saved["runs"]["mdr"].startswith(os.path.join(out, f"mdr{suffix}", ""))
         md = open(os.path.join(out, f"bench_multihop{suffix}.md")).read()
         assert f"seed {seed}," in md and "## Paired on the same test questions" in md
@@ -112,7 +115,7 @@ def test_multihop_bench_two_seeds(tmp_path, capsys):
     # One seed: the result and files of before (runs reused), no over-seeds table.
     os.remove(os.path.join(out, "bench_multihop_over_seeds.json"))
     one = multihop_bench.run_seeds(out, [0], **kw)
-    assert set(one) == MULTIHOP_KEYS | {"seed", "figures", "markdown"}
+    assert set(one) == MULTIHOP_KEYS | {"seed", "figures", "markdown", "stamp"}
     assert one["figures"] == per[0]["figures"] and one["paired"] == per[0]["paired"]
     assert not os.path.exists(os.path.join(out, "bench_multihop_over_seeds.json"))
 

@@ -129,3 +129,21 @@ def test_config_field_reaches_the_generator(tmp_path, monkeypatch):
     cfg.data.synthetic.hard_negatives = "other_entity"
     experiment.maybe_generate_synthetic(cfg)
     assert seen["hard_negatives"] == "other_entity"
+
+
+def test_random_hard_negatives_are_the_random_ones(dirs, tmp_path):
+    """hard_negatives="random" (issue 50: PiCL Table 4's in-batch + one random negative): no
+    BM25 mining; every record's hard negatives are its random negatives, and everything else
+    is the default world's."""
+    out = _gen(tmp_path, hard_negatives="random")
+    d = dirs["default"]
+    for key in ("corpus", "test_qa", "train_gold", "dev_gold", "test_gold"):
+        assert (d / synthetic.FILES[key]).read_bytes() == (out / synthetic.FILES[key]).read_bytes()
+    for split in ("train", "dev"):
+        a, b = _train(d, split), _train(out, split)
+        assert len(a) == len(b) and all(y.hard_negative_ctxs for y in b)
+        for x, y in zip(a, b):
+            assert (x.question, x.answers, x.positive_ctxs, x.negative_ctxs) == \
+                (y.question, y.answers, y.positive_ctxs, y.negative_ctxs)
+            assert [h.text for h in y.hard_negative_ctxs] == [n.text for n in y.negative_ctxs]
+    assert '"hard_negatives": "random"' in json.dumps(_meta(out))  # the world says so

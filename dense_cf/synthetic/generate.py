@@ -38,6 +38,9 @@ Settings (defaults reproduce the files above byte for byte):
 * ``hard_negatives="other_entity"`` (``--hard_negatives other_entity``): BM25 hard negatives
   from OTHER entities only (as NQ's mostly are): the gold entity's siblings, which are
   counterfactuals of the positive already, are skipped; see :func:`_mine_hard_negatives`.
+* ``hard_negatives="random"``: no BM25 mining; each record's ``hard_negative_ctxs`` are its
+  random negatives (``negative_ctxs``), so ``data.num_hard = 1`` trains with in-batch plus one
+  random negative (PiCL §5.3, footnote 3; issue 50).
 * ``entity_types=(...)`` (``--entity_types``) restricts the world to some entity types;
   :func:`generate_domains` (``--domains N``) writes N domains with disjoint entity types,
   fact sentences and question templates into ``OUT/<domain>/`` (encoder attribution, docs/method.md §7).
@@ -490,7 +493,7 @@ def _run_chunks(tasks: list[dict[str, Any]], num_passages: int, workers: int) ->
 
 
 def _write_files(paths: dict[str, str], gen: _Generated, hard_by_split: dict[str, list],
-                 rng: np.random.Generator, num_negatives: int) -> None:
+                 rng: np.random.Generator, num_negatives: int, random_hard: bool = False) -> None:
     """Writes corpus, biencoder, QA and gold-info files (docs/method.md §8); meta.json is not."""
     titles, texts, qs = gen.titles, gen.texts, gen.qs
     formats.write_corpus_tsv(paths["corpus"],
@@ -506,7 +509,9 @@ def _write_files(paths: dict[str, str], gen: _Generated, hard_by_split: dict[str
                 "question": q, "answers": [a],
                 "positive_ctxs": [_ctx(titles[p], texts[p], p, 1000.0, 1)],
                 "negative_ctxs": [_ctx(titles[j], texts[j], j, 0.0, 0) for j in negs],
-                "hard_negative_ctxs": [_ctx(titles[j], texts[j], j, sc, 0) for j, sc in h],
+                "hard_negative_ctxs": ([_ctx(titles[j], texts[j], j, 0.0, 0) for j in negs]
+                                       if random_hard else
+                                       [_ctx(titles[j], texts[j], j, sc, 0) for j, sc in h]),
             }
 
     for s in ("train", "dev"):  # streamed: 1M-passage files do not fit comfortably as lists
@@ -642,7 +647,7 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
 
     mined = {s: qs[s][: (len(qs[s]) if max_mined is None else max_mined)]
              for s in ("train", "dev")}
-    to_mine = mined["train"] + mined["dev"]
+    to_mine = [] if hard_negatives == "random" else mined["train"] + mined["dev"]
     bm25_info = bm25.bm25s_info() if to_mine and num_hard_negatives > 0 else None
     hard: list[list[tuple[int, float]]] = []
     if to_mine and num_hard_negatives > 0:
@@ -657,7 +662,8 @@ def generate(out_dir: str | os.PathLike, num_passages: int, seed: int = 0, *,
     paths = {k: str(out / v) for k, v in FILES.items()}
     hard_by_split = {"train": hard[:len(mined["train"])], "dev": hard[len(mined["train"]):]}
     with timed(f"synthetic: writing files to {out}", "synthetic: files written"):
-        _write_files(paths, gen, hard_by_split, rng, num_negatives)
+        _write_files(paths, gen, hard_by_split, rng, num_negatives,
+                     random_hard=hard_negatives == "random")
     hard_stats = {"mined_questions": len(to_mine), "hard_negatives": sum(len(h) for h in hard),
                   "mined_without_hard_negative": sum(not h for h in hard)}
     if hard_negatives != "sibling":  # only then: default meta.json stays byte-identical

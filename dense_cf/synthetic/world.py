@@ -440,8 +440,9 @@ WORLDS = ("entity", "mixed")  # entity: every sentence about the title's entity 
 # Where the generator's BM25 hard negatives come from: "sibling" (default): the top passages
 # lacking the answer, which here are the gold entity's other passages (same title, no answer:
 # counterfactuals already, docs/replication.md); "other_entity": only passages of OTHER
-# entities, as NQ's BM25 negatives mostly are (other Wikipedia articles).
-HARD_NEGATIVES = ("sibling", "other_entity")
+# entities, as NQ's BM25 negatives mostly are (other Wikipedia articles); "random": no mining,
+# the random negatives serve as hard ones (PiCL §5.3: in-batch plus one random negative).
+HARD_NEGATIVES = ("sibling", "other_entity", "random")
 
 # Lead-in for a fact sentence that does not name its entity once formatted ("The main prize
 # went to ...", "Critics praised its ..."), per entity type.
