@@ -31,8 +31,16 @@ from dense_cf.eval import evaluators as evaluators_lib
 from dense_cf.eval.aar import evaluate_aar
 from dense_cf.eval.report import markdown_table
 from dense_cf.experiment import train_and_evaluate
-from dense_cf.files import (atomic_open, code_version, content_sha256, read_json, sha256_hex,
-                            stamp_line, utc_now, write_json)
+from dense_cf.files import (
+    atomic_open,
+    code_version,
+    content_sha256,
+    read_json,
+    sha256_hex,
+    stamp_line,
+    utc_now,
+    write_json,
+)
 from dense_cf.inputs import cf_masks
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.models import bert as bert_lib
