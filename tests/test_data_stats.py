@@ -12,6 +12,9 @@ def test_fraction_steps_keep_epochs_equal():
     assert [data_stats.fraction_steps(100, f) for f in data_stats.DEFAULT_FRACTIONS] == [
         10, 25, 40, 70, 100]
     assert data_stats.fraction_steps(2, 0.1) == 1  # never 0 steps
+    # The equal-steps control (issue 50): every fraction trains the full set's steps.
+    assert {data_stats.fraction_steps(100, f, equal_steps=True)
+            for f in data_stats.DEFAULT_FRACTIONS} == {100}
     assert data_stats.fraction_label(0.25) == "frac0.25"
 
 

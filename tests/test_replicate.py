@@ -290,3 +290,51 @@ def test_untrained_baseline_scores_the_checkpoint_once_per_world_and_pooling(tmp
         os.path.join(out, "untrained", r["world"]))[0], "eval", "step_0", "aar.json")))
     assert round(100 * report["strategies"]["sentence"]["aar"], 2) == r["AAR (%)"]
     assert round(100 * report["strategies"]["answer"]["aar"], 2) == r["AA score (%)"]
+
+
+def test_vary_world_seeds_the_world_with_the_training_seed(tmp_path):
+    kw = dict(steps=2, model="tiny", num_passages=150, test_questions=40)
+    same = rep.run_config("dpr_oe", str(tmp_path), seed=2, **kw)
+    varied = rep.run_config("dpr_oe", str(tmp_path), seed=2, vary_world=True, **kw)
+    zero = rep.run_config("dpr_oe", str(tmp_path), seed=0, vary_world=True, **kw)
+    assert same.data.synthetic.seed == zero.data.synthetic.seed == 0
+    assert varied.data.synthetic.seed == 2 and varied.seed == 2
+    assert varied.data.data_dir == same.data.data_dir + "_w2"
+    assert zero.data.data_dir == same.data.data_dir       # seed 0's world is today's
+    assert tuple(varied.eval.robustness_counts) == (0, 1, 2, 3, 5)
+    assert rep.run_config("dcsr_dpr", str(tmp_path), seed=1, vary_world=True,
+                          **kw).data.synthetic.seed == 1
+
+
+def test_did_rows_measure_the_drop_per_kind():
+    """B beats A by the same margin with and without distractors: the level differs at K = 5,
+    the drop does not (review 3 §2.5 A); per kind, only the namesake step differs."""
+    from types import SimpleNamespace
+    n = 60
+    qs = [f"q{i}" for i in range(n)]
+    a0 = [1] * 40 + [None] * 20
+    b0 = [1] * 50 + [None] * 10
+    held_a = {0: a0, 1: [1] * 20 + [None] * 40, 2: [1] * 20 + [None] * 40,
+              3: [1] * 10 + [None] * 50, 5: [1] * 10 + [None] * 50}
+    held_b = {0: b0, 1: [1] * 30 + [None] * 30, 2: [1] * 30 + [None] * 30,
+              3: [1] * 30 + [None] * 30, 5: [1] * 30 + [None] * 30}
+
+    def run(clean, held):
+        return SimpleNamespace(robustness={
+            "questions": qs, "first_hit_rank": {0: clean, 5: clean},
+            "heldout": {"questions": qs, "first_hit_rank": held}})
+    rows = {r["metric"]: r for r in rep.did_rows(run(a0, held_a), run(b0, held_b), ("A", "B"),
+                                                 n_resamples=500)}
+    assert set(rows) == {rep.did_metric(label, k) for label, *_ in rep.DID_SPECS for k in (1, 5)}
+    swap = rows[rep.did_metric("value swap (control) K=0→1", 1)]
+    assert swap["A"] == "-33.33" and swap["B"] == "-33.33" and swap["stats"]["diff"] == 0
+    name = rows[rep.did_metric("namesake K=2→3", 1)]
+    assert name["stats"]["diff"] == pytest.approx(10 / 60)       # A loses 10 more items
+    assert name["stats"]["p_value"] == pytest.approx(2 / 2 ** 10)  # 10 of 10 one way
+    total = rows[rep.did_metric("held-out K=0→5", 1)]
+    assert total["stats"]["diff"] == pytest.approx((-20 / 60) - (-30 / 60))
+    (e,) = claims.evaluate_checks(list(rows.values()),
+                                  [claims.Check(rep.did_metric("namesake K=2→3", 1))], ("A", "B"))
+    assert e["verdict"] == "reproduced" and e["did_hist"] == [0, 0, 50, 10, 0]
+    pooled = claims.pool_seed_checks([[e], [e]], [claims.Check(e["metric"])])[0]
+    assert pooled["n"] == 2 * n and pooled["p_null"] == pytest.approx(2 / 2 ** 20)

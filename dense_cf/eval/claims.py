@@ -200,6 +200,8 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
                      a_rate=scale * s["a"])
         elif "lo" in s and "hi" in s:
             lo, hi = scale * s["lo"], scale * s["hi"]
+            if s.get("kind") == "did":  # a robustness drop (stats.did_test): pooled by counts
+                e["did_hist"] = list(s["hist"])
             e.update(interval=(lo, hi), interval_method="paired bootstrap",
                      p_null=s["p_value"] if check.expect != "not_worse"
                      else _mean_null_p(e["diff_shown"], lo, hi, check.null))
@@ -334,7 +336,19 @@ def pool_seed_checks(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Se
                              "margin": check.margin, "margin_reason": check.margin_reason,
                              "seeds": len(rows)}
         counts = [_counts(r) for r in rows]
-        if all(c is not None for c in counts):
+        if all(r.get("did_hist") and r.get("interval") for r in rows):
+            # A difference-in-differences: the exact sign-flip test over every item of every
+            # seed; the interval by inverse-variance pooling of the seeds' bootstrap intervals.
+            did = stats.did_pooled([r["did_hist"] for r in rows])
+            pm = stats.pooled_mean_diff([r["diff_shown"] for r in rows],
+                                        [r["interval"][0] for r in rows],
+                                        [r["interval"][1] for r in rows])
+            e.update(diff_shown=100.0 * did["diff"], interval=(pm["lo"], pm["hi"]),
+                     interval_method="inverse-variance pooled", n=did["n"],
+                     test=f"difference-in-differences, exact sign-flip over {len(rows)} seeds",
+                     p_null=did["p_value"] if check.expect != "not_worse"
+                     else _mean_null_p(100.0 * did["diff"], pm["lo"], pm["hi"], check.null))
+        elif all(c is not None for c in counts):
             n = sum(c[0] for c in counts)
             pooled = stats.mcnemar_pooled([c[1] for c in counts], [c[2] for c in counts])
             e.update(_binary_entry(check, n, pooled["b01"], pooled["b10"], 100.0), n=n,

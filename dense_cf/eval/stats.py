@@ -42,7 +42,7 @@ __all__ = [
     "seed_table",
     "significance_sentence",
     "spearman_pooled", "spearman_test",
-    "did_sign_flip_p", "did_test", "seed_level_test",
+    "did_pooled", "did_sign_flip_p", "did_test", "seed_level_test",
     "wilson_interval",
 ]
 
@@ -607,7 +607,7 @@ def did_test(a_clean: Sequence[Any], a_hard: Sequence[Any], b_clean: Sequence[An
     four vectors of a stratum paired by item. Returns ``{"diff"`` (mean d, a fraction),
     ``"lo", "hi"`` (stratified percentile bootstrap over items within strata), ``"p_value"``
     (exact sign-flip test, :func:`did_sign_flip_p`), ``"n"``, ``"n1", "n2"`` (items with
-    |d| = 1, 2) ``}``."""
+    |d| = 1, 2), ``"hist"`` (items with d = −2, −1, 0, 1, 2: enough to pool strata) ``}``."""
     if not (len(a_clean) == len(a_hard) == len(b_clean) == len(b_hard)) or not len(a_clean):
         raise ValueError("need the same number (>= 1) of strata for the four outcome sets")
     ds = []
@@ -627,4 +627,17 @@ def did_test(a_clean: Sequence[Any], a_hard: Sequence[Any], b_clean: Sequence[An
     lo, hi = _percentiles(total / d.size, conf)
     return {"diff": float(d.mean()), "lo": lo, "hi": hi, "p_value": did_sign_flip_p(d),
             "n": int(d.size), "n1": int((np.abs(d) == 1).sum()),
-            "n2": int((np.abs(d) == 2).sum())}
+            "n2": int((np.abs(d) == 2).sum()),
+            "hist": [int((d == v).sum()) for v in (-2, -1, 0, 1, 2)]}
+
+
+def did_pooled(hists: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Difference-in-differences over strata from each stratum's ``hist`` (:func:`did_test`):
+    the mean d over all items and the exact sign-flip p of their sum (strata independent)."""
+    h = np.asarray(hists, dtype=np.int64)
+    if h.ndim != 2 or h.shape[1] != 5 or (h < 0).any() or h.sum() == 0:
+        raise ValueError(f"need per-stratum counts of d = -2..2, got {h.tolist()}")
+    total = h.sum(axis=0)
+    d = np.repeat(np.arange(-2, 3), total)
+    return {"diff": float(d.mean()), "p_value": did_sign_flip_p(d), "n": int(d.size),
+            "hist": total.tolist()}

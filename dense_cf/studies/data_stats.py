@@ -83,9 +83,11 @@ _THRESHOLD = flags.DEFINE_integer("threshold", 2, "Overlap: positives of >= this
 _ALPHA = flags.DEFINE_float("alpha", 1.3, "Unique coverage exponent.", flag_values=FLAGS)
 
 
-def fraction_steps(steps: int, fraction: float) -> int:
-    """Training steps of fraction ``fraction`` at ``steps`` for the full set (equal epochs)."""
-    return max(1, int(round(steps * fraction)))
+def fraction_steps(steps: int, fraction: float, equal_steps: bool = False) -> int:
+    """Training steps of fraction ``fraction`` at ``steps`` for the full set: equal epochs
+    (steps × fraction), or ``equal_steps`` (issue 50's control: every fraction trains
+    ``steps``, so optimisation length no longer grows with the data)."""
+    return int(steps) if equal_steps else max(1, int(round(steps * fraction)))
 
 
 def fraction_label(fraction: float) -> str:
@@ -163,8 +165,10 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
               passages: int = 2000, test_questions: int = 300, world: str = "mixed",
               qpp: int = 3, model: str = "minilm", batch: int = 16, lr: float = 5e-5,
               ks: Sequence[int] = (1, 5, 20), seed: int = 0, threshold: int = 2,
-              alpha: float = 1.3, verbose: bool = True) -> dict[str, Any]:
-    """Steps 1-5 of the module docstring into ``out``; returns what ``summary.json`` holds."""
+              alpha: float = 1.3, equal_steps: bool = False,
+              verbose: bool = True) -> dict[str, Any]:
+    """Steps 1-5 of the module docstring into ``out``; returns what ``summary.json`` holds.
+    ``equal_steps``: every fraction trains ``steps`` (:func:`fraction_steps`)."""
     out = os.path.abspath(out)
     say = print if verbose else (lambda *a, **k: None)
     fractions = sorted({float(f) for f in fractions})
@@ -185,8 +189,8 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
                          f"of its {st['valid_records']} valid records; use more --passages")
 
     def config(f: float, run_seed: int) -> ml_collections.ConfigDict:
-        cfg = domain_config(data_dir, model=model, steps=fraction_steps(steps, f), batch=batch,
-                            lr=lr, seed=run_seed)
+        cfg = domain_config(data_dir, model=model, steps=fraction_steps(steps, f, equal_steps),
+                            batch=batch, lr=lr, seed=run_seed)
         cfg.data.train_fraction, cfg.data.train_fraction_seed = f, run_seed
         return cfg
 
@@ -220,7 +224,8 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
     result = {"fractions": fractions, "table": table, "contrast_rows": claim_rows,
               "steps": steps_of, "train_s": train_s, "marginalize_s": marg_s,
               "total_s": round(time.perf_counter() - t0, 1), "data_stats": st,
-              "params": {"model": model, "steps": steps, "world": world, "qpp": qpp,
+              "params": {"model": model, "steps": steps, "equal_steps": equal_steps,
+                         "world": world, "qpp": qpp,
                          "passages": passages, "test_questions": test_questions,
                          "batch": batch, "lr": lr, "seed": seed, "ks": list(ks),
                          "threshold": threshold, "alpha": alpha},

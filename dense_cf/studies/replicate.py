@@ -563,20 +563,29 @@ def evaluate_study_claim(claim: Claim, rows: Sequence[dict[str, Any]]) -> dict[s
                 list(rows), ["metric", "n", claim.a, claim.b, "B − A", "test", "p"])}
 
 
-def _world_dir(out: str, spec: RunSpec) -> str:
-    """``out/data`` for the ablation's world (studies.ablation's layout), else one per world."""
+def _world_dir(out: str, spec: RunSpec, world_seed: int = 0) -> str:
+    """``out/data`` for the ablation's world (studies.ablation's layout), else one per world;
+    a world seed other than 0 (``vary_world``) gets its own directory (``_w<seed>``)."""
+    suffix = f"_w{world_seed}" if world_seed else ""
     if spec.study == "synthetic" and not spec.world:
-        return os.path.join(out, "data")
+        return os.path.join(out, "data" + suffix)
     name = "_".join(f"{k}{v}" for k, v in spec.world) or "default"
-    return os.path.join(out, f"data_{spec.study}_{name}")
+    return os.path.join(out, f"data_{spec.study}_{name}{suffix}")
+
+
+# Robustness counts of a vary_world run: K = 3 adds the namesake (kinds alternate value swap,
+# paraphrase, namesake), so each held-out kind's drop is one step of K (DID_SPECS).
+_VARY_WORLD_COUNTS = (0, 1, 2, 3, 5)
 
 
 def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "minilm",
                num_passages: int = 2000, test_questions: int = 300, batch: int = 16,
-               lr: float = 5e-5) -> ml_collections.ConfigDict:
-    """The config of run ``name`` (:data:`RUNS`) with this report's budget."""
+               lr: float = 5e-5, vary_world: bool = False) -> ml_collections.ConfigDict:
+    """The config of run ``name`` (:data:`RUNS`) with this report's budget. ``vary_world``
+    (issue 50): the synthetic world's seed follows the training seed (``data.synthetic.seed``
+    = ``seed``), so seeds vary the world draw as well as the training."""
     spec = RUNS[name]
-    data_dir = _world_dir(out, spec)
+    data_dir = _world_dir(out, spec, seed if vary_world else 0)
     if spec.study == "synthetic":
         c = ablation_row_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
                                 lr=lr, seed=seed, num_passages=num_passages,
@@ -597,6 +606,10 @@ def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "mini
     if spec.evidence:
         c.data.counterfactual = "evidence"
         c.data.evidence_file = _evidence_path(data_dir, spec.evidence)
+    if vary_world:
+        c.data.synthetic.seed = seed
+        if spec.study == "synthetic":
+            c.eval.robustness_counts = _VARY_WORLD_COUNTS
     for key, value in spec.overrides:
         node, leaf = key.rsplit(".", 1)
         c[node][leaf] = value
@@ -651,16 +664,19 @@ def _baseline_key(cfg: ml_collections.ConfigDict) -> tuple[str, str, bool]:
             bool(cfg.model.get("normalize", False)))
 
 
-def untrained_baselines(runs: Sequence[str], out: str, **budget: Any) -> list[dict[str, Any]]:
+def untrained_baselines(runs: Sequence[str], out: str, seeds: Sequence[int] = (0,),
+                        **budget: Any) -> list[dict[str, Any]]:
     """AAR and AA score of the untrained checkpoint, once per (world, pooling) of the
     ``synthetic`` runs that measure AAR, on their test triplets (issue 32: a trained row below
-    the untrained model's own score shows that training degraded it). A random ``tiny`` model
-    has no untrained checkpoint: its rows say so."""
+    the untrained model's own score shows that training degraded it); with ``vary_world``,
+    once per world seed too. A random ``tiny`` model has no untrained checkpoint: its rows say
+    so."""
     seen: dict[tuple[str, str, bool], dict[str, Any]] = {}
-    for name in runs:
+    worlds = list(seeds) if budget.get("vary_world") else [0]
+    for seed, name in ((s, n) for s in worlds for n in runs):
         if RUNS[name].study != "synthetic":
             continue
-        cfg = run_config(name, out, seed=0, **budget)
+        cfg = run_config(name, out, seed=seed, **budget)
         key = _baseline_key(cfg)
         if not cfg.data.gold_file:  # no AAR triplets in this run's world
             continue
@@ -698,10 +714,66 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
             checks += [Check(r["metric"], check.expect) for r in typed] or [check]
         else:
             checks.append(check)
+    if any(c.metric.startswith(DID_PREFIX) for c in checks):
+        rows += did_rows(oa, ob, names, n_resamples=n_resamples)
     entries = evaluate_checks(rows, checks, names)
     verdict = claim_verdict([c["verdict"] for c in entries])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
             "paired_markdown": compare_lib.markdown(res)}
+
+
+# Robustness as a drop (issue 50 item 1; EADPR Fig. 5 shades the drop): per-item
+# difference-in-differences of hit@k between two distractor counts, B − A (> 0: B loses less).
+# (label, family, K from, K to): "pstar" is the p* family, "heldout" the held-out one, whose
+# kinds alternate value swap, paraphrase, namesake (synthetic.distractors.HELDOUT_KINDS), so
+# K 0→1 adds a value swap (a control: no retriever can tell it from p+, ties expected),
+# K 1→2 a paraphrase and K 2→3 a namesake.
+DID_PREFIX = "drop DiD "
+DID_SPECS = (("held-out K=0→5", "heldout", 0, 5), ("p* K=0→5", "pstar", 0, 5),
+             ("value swap (control) K=0→1", "heldout", 0, 1),
+             ("paraphrase K=1→2", "heldout", 1, 2), ("namesake K=2→3", "heldout", 2, 3))
+
+
+def did_metric(label: str, k: int) -> str:
+    """The row name of a difference-in-differences check (:data:`DID_SPECS` label, top-k)."""
+    return f"{DID_PREFIX}{label}: top-{k}"
+
+
+def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1, 5),
+             n_resamples: int = stats.DEFAULT_RESAMPLES) -> list[dict[str, Any]]:
+    """One report row per :data:`DID_SPECS` entry and k that both runs' robustness outcomes
+    hold on the same questions (``stats.did_test``): each run's drop hit@k(K_to) − hit@k(K_from)
+    in points, B − A with its bootstrap interval, the exact sign-flip p. K = 0 of the held-out
+    family is the clean retrieval, read from the p* family (the same run, no distractor)."""
+    if not (oa.robustness and ob.robustness):
+        return []
+    out = []
+    for label, family, k0, k1 in DID_SPECS:
+        fam = [r if family == "pstar" else r.get("heldout") for r in (oa.robustness, ob.robustness)]
+        if not all(fam) or fam[0]["questions"] != fam[1]["questions"]:
+            continue
+        clean = [r if k0 == 0 else f for r, f in zip((oa.robustness, ob.robustness), fam)]
+        if not all(k0 in c["first_hit_rank"] and k1 in f["first_hit_rank"]
+                   for c, f in zip(clean, fam)) \
+                or clean[0]["questions"] != fam[0]["questions"]:
+            continue
+        for k in ks:
+            def hits(ranks: Sequence[int | None]) -> list[bool]:
+                return [r is not None and r <= k for r in ranks]
+            a0, b0 = (hits(c["first_hit_rank"][k0]) for c in clean)
+            a1, b1 = (hits(f["first_hit_rank"][k1]) for f in fam)
+            t = stats.did_test([a0], [a1], [b0], [b1], n_resamples=n_resamples)
+            drop_a = 100 * (sum(a1) - sum(a0)) / len(a0)
+            drop_b = 100 * (sum(b1) - sum(b0)) / len(b0)
+            out.append({"metric": did_metric(label, k), "n": t["n"],
+                        names[0]: f"{drop_a:+.2f}", names[1]: f"{drop_b:+.2f}",
+                        "B − A": f"{100 * t['diff']:+.2f} [{100 * t['lo']:+.2f}, "
+                                 f"{100 * t['hi']:+.2f}]",
+                        "test": f"difference-in-differences, exact sign-flip "
+                                f"({t['n1']} items ±1, {t['n2']} ±2)",
+                        "p": f"{t['p_value']:.3g}", "scale": 100.0,
+                        "stats": {"kind": "did", **t}})
+    return out
 
 
 def _study_overrides(study_params: dict[str, Any] | None, name: str) -> dict[str, Any]:
@@ -760,7 +832,7 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
         pooled = pool_claim([v["checks"] for v in per_seed.values()]) if len(seeds) > 1 else None
         claims.append({**dataclasses.asdict(claim), "per_seed": per_seed, "pooled": pooled,
                        "verdict": (pooled or per_seed[seeds[0]])["verdict"]})
-    baselines = untrained_baselines(runs, out, steps=steps, **budget)
+    baselines = untrained_baselines(runs, out, seeds, steps=steps, **budget)
     setup = {"steps": steps, "seeds": list(seeds), "n_resamples": n_resamples, **budget,
              "runs": {r: dataclasses.asdict(RUNS[r]) for r in runs},
              "studies": {n: dataclasses.asdict(STUDIES[n]) for n in plan_studies(claim_ids)},
@@ -930,7 +1002,8 @@ def main(argv: Sequence[str]) -> None:
         return
     result = run_replication(f.out, ids, steps=f.steps, seeds=seeds, n_resamples=f.n_resamples,
                              model=f.model, num_passages=f.num_passages,
-                             test_questions=f.test_questions, batch=f.batch, lr=f.lr)
+                             test_questions=f.test_questions, batch=f.batch, lr=f.lr,
+                             vary_world=f.vary_world)
     print(result["markdown"])
     print(f"written: {os.path.join(f.out, 'replicate.md')}, {os.path.join(f.out, 'replicate.json')}")
 
@@ -944,6 +1017,9 @@ flags.DEFINE_bool("list", False, "Print the claims, runs and budget; train nothi
 flags.DEFINE_integer("num_passages", 2000, "Synthetic corpus size.", flag_values=FLAGS)
 flags.DEFINE_integer("test_questions", 300, "Synthetic test questions.", flag_values=FLAGS)
 flags.DEFINE_integer("n_resamples", stats.DEFAULT_RESAMPLES, "Bootstrap resamples.", flag_values=FLAGS)
+flags.DEFINE_bool("vary_world", False, "The synthetic world's seed follows the training seed "
+                  "(issue 50: seeds vary the world draw; K = 0, 1, 2, 3, 5 distractors); use a "
+                  "new --out.", flag_values=FLAGS)
 
 
 if __name__ == "__main__":
