@@ -368,6 +368,25 @@ def test_untrained_aar_is_computed_once_per_world_and_model(tmp_path, monkeypatc
     assert len(calls) == 4
 
 
+def test_demo_compilation_cache_follows_the_cache_root(tmp_path, monkeypatch):
+    import jax
+
+    from dense_cf import demo
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("DENSE_CF_CACHE", "off")
+    assert demo.compilation_cache() is None
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")  # the user's choice wins
+    assert demo.compilation_cache() == "/elsewhere"
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    monkeypatch.setenv("DENSE_CF_CACHE", str(tmp_path))
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        assert demo.compilation_cache() == str(tmp_path / "jax")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "jax")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
 def test_demo_stage_table_adds_up_to_the_wall_time():
     from dense_cf import demo
     s = _summary(100)
