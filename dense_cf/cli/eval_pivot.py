@@ -17,8 +17,8 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf import app as _app
+from dense_cf.cli import _model_flags
 from dense_cf.datasets.formats import SkipReport, read_biencoder
-from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import pivot
 from dense_cf.files import UserError, atomic_open, write_json
 from dense_cf.train.run import RunDir, load_run

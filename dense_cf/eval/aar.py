@@ -25,21 +25,17 @@ mismatches.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Sequence
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 
-from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import BiencoderExample, Passage, SkipReport, read_gold_info, read_qa_csv
 from dense_cf.eval import aar_math, outcomes, stats
-from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.base import Evaluator
-from dense_cf.files import workdir_lock
 from dense_cf.inputs import dpr as pipeline
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
@@ -306,50 +302,7 @@ EVALUATOR = Evaluator("aar", _after_training,
                       report=outcomes.AAR)
 
 
-# The binary ``python -m dense_cf.eval.aar`` (alias ``dense_cf.cli.eval_aar``); its --help text:
-USAGE = """Answer-awareness (AAR, AA score) of a trained run (docs/method.md §5).
-
-    python -m dense_cf.cli.eval_aar --workdir DIR [--gold F] [--qa F] [--strategies sentence,answer]
-
-Builds (q, p+, p*) triplets from the gold passages with the training counterfactual code,
-writes ``DIR/eval/step_<N>/aar.{json,md}`` and ``aar_hist.png`` and prints AAR and the number
-of triplets per strategy as JSON. Also ``python -m dense_cf.eval.aar``. Decisions:
-:mod:`dense_cf.eval.aar`.
-
-Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
-[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
-``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.eval.model_flags`).
-"""
-
-FLAGS = flags.FlagValues()
-
-_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
-_GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
-                            flag_values=FLAGS)
-flags.DEFINE_alias("gold_file", "gold", flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
-                          flag_values=FLAGS)
-_STRATEGIES = flags.DEFINE_list("strategies", None, "Counterfactual strategies "
-                                "(default: config).", flag_values=FLAGS)
-
-
-def main(argv: Sequence[str]) -> dict[str, Any]:
-    """Evaluates the run; prints AAR and triplet counts per strategy, returns the result."""
-    _app.no_positional(argv)
-    workdir, run = _model_flags.workdir_and_run(FLAGS)
-    with workdir_lock(workdir, "eval_aar", warn=logging.warning):
-        res = evaluate_aar(workdir, run=run, gold_path=_GOLD.value, qa_path=_QA.value,
-                           strategies=_STRATEGIES.value)
-    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("aar", "triplets", "triplet_fates")}
-                      for k, v in res["strategies"].items()}, indent=2, default=float))
-    _app.say_written(res["out_dir"])
-    return res
-
-
-def run_cli(argv: Sequence[str]) -> dict[str, Any]:
-    """``main`` in-process on ``argv`` (flags, no program name); returns the result."""
-    return main(_app.parse(FLAGS, argv, __name__))
-
-
-if __name__ == "__main__":
-    _app.run(main, FLAGS, USAGE)
+if __name__ == "__main__":  # the design card's command; its binary is cli/eval_aar.py
+    from dense_cf import app
+    from dense_cf.cli import eval_aar
+    app.run(eval_aar.main, eval_aar.FLAGS, eval_aar.USAGE)

@@ -29,22 +29,19 @@ scored exactly as DPR's (``score`` in the result files is HasAns).
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any, Sequence
+from typing import Any
 
-from absl import flags, logging
+from absl import logging
 
-from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
-from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import results as results_lib
 from dense_cf.eval.base import Evaluator
-from dense_cf.files import remove_if_exists, workdir_lock
+from dense_cf.files import remove_if_exists
 from dense_cf.index.shards import MANIFEST
 from dense_cf.retrieval.corpus import StoredCorpus, load_qa, open_corpus
 from dense_cf.retrieval.retriever import retriever_for_run
@@ -155,55 +152,7 @@ EVALUATOR = Evaluator("retrieval", _after_training,
                       report=outcomes.REPORT)
 
 
-# The binary ``python -m dense_cf.eval.retrieval`` (alias ``dense_cf.cli.eval_retrieval``); its --help text:
-USAGE = """Retrieval evaluation of a trained run: export → index → search → DPR metrics (docs/method.md §6).
-
-    python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] \
-        [--k 100]
-
-Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, report.json/md), reusing the
-run's export and index, and prints the summary as JSON. Also ``python -m
-dense_cf.eval.retrieval``. Decisions: :mod:`dense_cf.eval.retrieval`.
-
-Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
-[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
-``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.eval.model_flags`).
-"""
-
-FLAGS = flags.FlagValues()
-
-_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
-                              flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).",
-                          flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: config).",
-                             flag_values=FLAGS)
-_K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
-                          flag_values=FLAGS)
-_REBUILD = flags.DEFINE_bool(
-    "rebuild_changed_corpus", False, "When the corpus file changed since its passage store and "
-    "export were made (an edited passage, reordered rows), rebuild them from it instead of "
-    "refusing (unchanged export shards are kept).", flag_values=FLAGS)
-
-
-def main(argv: Sequence[str]) -> dict[str, Any]:
-    """Evaluates the run; prints and returns the summary."""
-    _app.no_positional(argv)
-    workdir, run = _model_flags.workdir_and_run(FLAGS)
-    with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
-        summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,
-                               index_kind=_INDEX.value, k=_K.value,
-                               rebuild_changed_corpus=_REBUILD.value)
-    print(json.dumps(summary, indent=2, default=float))
-    _app.say_written(summary["out_dir"])
-    return summary
-
-
-def run_cli(argv: Sequence[str]) -> dict[str, Any]:
-    """``main`` in-process on ``argv`` (flags, no program name); returns the summary."""
-    return main(_app.parse(FLAGS, argv, __name__))
-
-
-if __name__ == "__main__":
-    _app.run(main, FLAGS, USAGE)
+if __name__ == "__main__":  # the design card's command; its binary is cli/eval_retrieval.py
+    from dense_cf import app
+    from dense_cf.cli import eval_retrieval
+    app.run(eval_retrieval.main, eval_retrieval.FLAGS, eval_retrieval.USAGE)

@@ -65,16 +65,13 @@ from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from absl import flags, logging
+from absl import logging
 
-from dense_cf import app as _app
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import aar, aar_math, outcomes, stats
 from dense_cf.eval import metrics as metrics_lib
-from dense_cf.eval import model_flags as _model_flags
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.base import Evaluator
-from dense_cf.files import workdir_lock
 from dense_cf.index.jax_search import exact_index
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
@@ -558,69 +555,7 @@ EVALUATOR = Evaluator("robustness", _after_training,
                       report=outcomes.ROBUSTNESS)
 
 
-# The binary ``python -m dense_cf.eval.robustness`` (alias ``dense_cf.cli.eval_robustness``); its --help text:
-USAGE = """Robustness of a trained run to near-duplicate distractors (docs/method.md §5; EADPR Fig. 5).
-
-    python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \
-        [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax] \
-        [--heldout]
-
-Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
-and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
-as JSON. Also ``python -m dense_cf.eval.robustness``. Decisions: :mod:`dense_cf.eval.robustness`.
-
-Any encoder, untrained: ``--model NAME_OR_DIR [--question_model DIR] [--pooling auto|cls|mean]
-[--config configs/demo.py | --data_dir D]`` instead of ``--workdir`` writes to
-``model_eval/<model>-<pooling>-<hash>/eval/step_0/`` (``--out_root``; see :mod:`dense_cf.eval.model_flags`).
-"""
-
-FLAGS = flags.FlagValues()
-
-_model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
-_MAX_DISTRACTORS = flags.DEFINE_integer(
-    "max_distractors", 20, "Distractor variants generated per question.", flag_values=FLAGS)
-_COUNTS = flags.DEFINE_list(
-    "counts", [str(c) for c in DEFAULT_COUNTS],
-    "Distractors per question to evaluate (each <= max_distractors).", flag_values=FLAGS)
-_GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
-                            flag_values=FLAGS)
-flags.DEFINE_alias("gold_file", "gold", flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
-                          flag_values=FLAGS)
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).", flag_values=FLAGS)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.",
-                             flag_values=FLAGS)
-_HELDOUT = flags.DEFINE_bool(
-    "heldout", None, "Also the held-out distractor family (value swaps, paraphrases, namesakes; "
-    "default: the config's eval.robustness_heldout).", flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "jax: exact JaxIndex search (no faiss needed); any "
-                             "faiss kind: faiss Flat (default: the config's eval.index).",
-                             flag_values=FLAGS)
-
-
-def main(argv: Sequence[str]) -> dict[str, Any]:
-    """Evaluates the run; prints top-k and MRR per distractor count, returns the result."""
-    _app.no_positional(argv)
-    workdir, run = _model_flags.workdir_and_run(FLAGS)
-    with workdir_lock(workdir, "eval_robustness", warn=logging.warning):
-        res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],
-                                  max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
-                                  qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value,
-                                  index_kind=_INDEX.value, heldout=_HELDOUT.value)
-        table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
-                     "distractors_per_question_actual": e["distractors_per_question_actual"]}
-                 for K, e in res["table"].items()}
-    print(json.dumps({"n_questions": res["n_questions"],
-                      "distractor_stats": res["distractor_stats"], "table": table},
-                     indent=2, default=float))
-    _app.say_written(res["out_dir"])
-    return res
-
-
-def run_cli(argv: Sequence[str]) -> dict[str, Any]:
-    """``main`` in-process on ``argv`` (flags, no program name); returns the result."""
-    return main(_app.parse(FLAGS, argv, __name__))
-
-
-if __name__ == "__main__":
-    _app.run(main, FLAGS, USAGE)
+if __name__ == "__main__":  # the design card's command; its binary is cli/eval_robustness.py
+    from dense_cf import app
+    from dense_cf.cli import eval_robustness
+    app.run(eval_robustness.main, eval_robustness.FLAGS, eval_robustness.USAGE)
