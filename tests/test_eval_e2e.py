@@ -61,6 +61,12 @@ def test_end_to_end_reports(trained):
         assert e["score_diff"]["all"]["count"] == e["triplets"]
     assert os.path.getsize(os.path.join(out, "aar_hist.png")) > 1000
     assert os.path.exists(os.path.join(out, "report.md")) and os.path.exists(os.path.join(out, "aar.md"))
+    # The demo's stage table reads a real run's summary: every stage it names has its time.
+    from dense_cf.demo import stage_rows
+    rows = {r["stage"]: r["seconds"] for r in stage_rows({"picl": summary}, [], wall=1e6)}
+    assert list(rows)[:4] == ["picl: training (3 steps)", "picl: retrieval export",
+                              "picl: retrieval index + search + report", "picl: AAR"]
+    assert all(rows[k] > 0 for k in list(rows)[:4])
 
 
 def test_flat_search_equals_brute_force(trained):
