@@ -224,6 +224,23 @@ RUNS: dict[str, RunSpec] = {
                              note="in-batch negatives only; tau_1 = tau_2 = 0.2 (PiCL App. A)"),
 }
 
+# Robustness as a drop (issue 50 item 1; EADPR Fig. 5 shades the drop): per-item
+# difference-in-differences of hit@k between two distractor counts, B − A (> 0: B loses less).
+# (label, family, K from, K to): "pstar" is the p* family, "heldout" the held-out one, whose
+# kinds alternate value swap, paraphrase, namesake (synthetic.distractors.HELDOUT_KINDS), so
+# K 0→1 adds a value swap (a control: no retriever can tell it from p+, ties expected),
+# K 1→2 a paraphrase and K 2→3 a namesake.
+DID_PREFIX = "drop DiD "
+DID_SPECS = (("held-out K=0→5", "heldout", 0, 5), ("p* K=0→5", "pstar", 0, 5),
+             ("value swap (control) K=0→1", "heldout", 0, 1),
+             ("paraphrase K=1→2", "heldout", 1, 2), ("namesake K=2→3", "heldout", 2, 3))
+
+
+def did_metric(label: str, k: int) -> str:
+    """The row name of a difference-in-differences check (:data:`DID_SPECS` label, top-k)."""
+    return f"{DID_PREFIX}{label}: top-{k}"
+
+
 # The registry (docs/replication.md, "Method" and "Pre-registration"): per claim the paper's
 # words (verbatim, tests/test_claims.py checks them against /work/shared/papers when present),
 # where, our setting, the checks with their margins, the seeds and the status.
@@ -720,23 +737,6 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
     verdict = claim_verdict([c["verdict"] for c in entries])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
             "paired_markdown": compare_lib.markdown(res)}
-
-
-# Robustness as a drop (issue 50 item 1; EADPR Fig. 5 shades the drop): per-item
-# difference-in-differences of hit@k between two distractor counts, B − A (> 0: B loses less).
-# (label, family, K from, K to): "pstar" is the p* family, "heldout" the held-out one, whose
-# kinds alternate value swap, paraphrase, namesake (synthetic.distractors.HELDOUT_KINDS), so
-# K 0→1 adds a value swap (a control: no retriever can tell it from p+, ties expected),
-# K 1→2 a paraphrase and K 2→3 a namesake.
-DID_PREFIX = "drop DiD "
-DID_SPECS = (("held-out K=0→5", "heldout", 0, 5), ("p* K=0→5", "pstar", 0, 5),
-             ("value swap (control) K=0→1", "heldout", 0, 1),
-             ("paraphrase K=1→2", "heldout", 1, 2), ("namesake K=2→3", "heldout", 2, 3))
-
-
-def did_metric(label: str, k: int) -> str:
-    """The row name of a difference-in-differences check (:data:`DID_SPECS` label, top-k)."""
-    return f"{DID_PREFIX}{label}: top-{k}"
 
 
 def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1, 5),
