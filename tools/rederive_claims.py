@@ -226,7 +226,9 @@ def tallies(rows: list[dict]) -> str:
     EADPR twins (``Claim.twin``: the same loss family on the same measure and runs) counted
     once, fragile verdicts marked, and the multiplicity across the claims in one sentence."""
     twin = {c.id: c.twin for c in CLAIMS}
-    final = {k: r for k, r in _final(rows).items() if r["status"].startswith("pre-registered")}
+    registered = {k: r for k, r in _final(rows).items() if r["status"].startswith("pre-registered")}
+    final = {k: r for k, r in registered.items() if not r["verdict"].startswith("not run")}
+    waiting = [k for k in registered if k not in final]
     groups: dict[str, list[str]] = {}
     for cid in final:
         groups.setdefault(twin.get(cid) or cid, []).append(cid)
@@ -246,10 +248,13 @@ def tallies(rows: list[dict]) -> str:
         by_word.setdefault(word, []).append(label)
     order = [*C.VERDICTS, C.UNINFORMATIVE, "PiCL and EADPR differ"]
     n_twins = sum(len(m) > 1 for m in groups.values())
-    lines = [f"{len(final)} pre-registered claims, {len(groups)} results once the {n_twins} "
-             f"PiCL/EADPR twin groups count once (twins joined by =):"]
+    lines = [f"{len(final)} pre-registered claims with results, {len(groups)} results once the "
+             f"{n_twins} PiCL/EADPR twin groups count once (twins joined by =):"]
     for word in sorted(by_word, key=lambda w: order.index(w) if w in order else len(order)):
         lines.append(f"- {word} ({len(by_word[word])}): {', '.join(by_word[word])}")
+    if waiting:
+        lines.append(f"- registered, not run yet ({len(waiting)}): "
+                     + ", ".join(f"`{k}`" for k in waiting))
     fragile = sum(bool(r.get("fragile")) for r in final.values())
     lines.append(
         f"\nMultiplicity: each claim is tested at α = {C.ALPHA:g} (reproduced: every check, "
