@@ -338,3 +338,18 @@ def test_did_rows_measure_the_drop_per_kind():
     assert e["verdict"] == "reproduced" and e["did_hist"] == [0, 0, 50, 10, 0]
     pooled = claims.pool_seed_checks([[e], [e]], [claims.Check(e["metric"])])[0]
     assert pooled["n"] == 2 * n and pooled["p_null"] == pytest.approx(2 / 2 ** 20)
+
+
+def test_every_registered_run_has_a_valid_config():
+    """Registered before any run (issue 50): each run's config, with and without
+    --vary_world, passes the trainer's validation (files aside)."""
+    from dense_cf.train import validate
+    for name in rep.RUNS:
+        for vary in (False, True):
+            c = rep.run_config(name, "/nonexistent", steps=2, seed=1, model="tiny",
+                               vary_world=vary)
+            assert not validate.problems(c, check_files=False), name
+    assert set(rep.VARY_WORLD_ORDER) <= set(rep.CLAIM_IDS)
+    t4 = rep.run_config("t4_dpr_cpp", "/nonexistent", steps=2, seed=0, model="tiny")
+    assert t4.data.synthetic.hard_negatives == "random" and t4.loss.tau2 == 0.2
+    assert t4.loss.tau1 == 0.0 and t4.data.num_hard == 1

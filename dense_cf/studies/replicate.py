@@ -136,6 +136,15 @@ STUDIES: dict[str, StudySpec] = {
                             minutes=30, runner="data_stats",
                             note="5 DPR runs (fractions 0.1-1.0 of one training set, steps "
                             "× fraction) and their 5 × 5 encoder pairs on its test set"),
+    # Issue 50 item 3 (registered before any run): the same study with every fraction trained
+    # for the full set's steps, so optimisation length no longer grows with the data.
+    "data-stats-equal-steps": StudySpec((("fractions", data_stats_lib.DEFAULT_FRACTIONS),
+                                         ("passages", 2000), ("test_questions", 300),
+                                         ("world", "mixed"), ("qpp", 3),
+                                         ("equal_steps", True)),
+                                        minutes=60, runner="data_stats",
+                                        note="the data-stats study with equal steps: 5 DPR "
+                                        "runs, each at the full set's steps"),
 }
 
 
@@ -145,6 +154,11 @@ _MIXED = (("world", "mixed"),)
 _OE = (("hard_negatives", "other_entity"),)
 _FAITHFUL = (("model.pooling", "mean"), ("eval.robustness_heldout", True))
 _OE_NOTE = "hard negatives from other entities; mean pooling; held-out distractors too"
+_FX_CLS = (("model.pooling", "cls"), ("eval.robustness_heldout", True))
+_FX_NOTE = "issue 50 factorial: "
+_RANDOM = (("hard_negatives", "random"),)  # synthetic.generate: the random negatives as hard
+_TAU02 = (("loss.tau1", 0.2), ("loss.tau2", 0.2))
+_T4_NOTE = "PiCL Table 4's regime: in-batch + 1 random negative, tau 0.2 (issue 50)"
 # Issue 32 §5: a benchmark that does not saturate. The SQuAD-like world names several entities
 # per passage, so a question's entity is mentioned in several passages and its name does not
 # single out the positive (BM25 at 2,000 passages: top-5 69.3, top-20 100); at 20,000 passages.
@@ -218,6 +232,29 @@ RUNS: dict[str, RunSpec] = {
     "dpr_oe_2neg": RunSpec("synthetic", "dpr", world=_OE,
                            overrides=_FAITHFUL + (("data.num_hard", 2),), minutes=8,
                            note=_OE_NOTE + "; 2 BM25 negatives"),
+    # Issue 50 item 3, registered before any run: the 2 × 2 factorial of hard-negative source
+    # (sibling / other entity) × pooling ([CLS] / mean). Cells sibling × [CLS] (dpr, picl) and
+    # other entity × mean (dpr_oe, picl_oe) exist; these are the two crossed cells.
+    "fx_dpr_sib_mean": RunSpec("synthetic", "dpr", overrides=_FAITHFUL, minutes=7,
+                               note=_FX_NOTE + "sibling negatives, mean pooling"),
+    "fx_picl_sib_mean": RunSpec("synthetic", "picl", overrides=_FAITHFUL, minutes=9,
+                                note=_FX_NOTE + "sibling negatives, mean pooling"),
+    "fx_dpr_oe_cls": RunSpec("synthetic", "dpr", world=_OE, overrides=_FX_CLS, minutes=7,
+                             note=_FX_NOTE + "other-entity negatives, [CLS] pooling"),
+    "fx_picl_oe_cls": RunSpec("synthetic", "picl", world=_OE, overrides=_FX_CLS, minutes=9,
+                              note=_FX_NOTE + "other-entity negatives, [CLS] pooling"),
+    # Issue 50 item 3: PiCL Table 4 in the paper's regime (§5.3: in-batch plus one random
+    # negative, footnote 3; tau_1 = tau_2 = 0.2, App. A), a correction of the picl-ablation-*
+    # rows (one sibling BM25 negative, tau = 1). Each row keeps its ablation's zeroed terms.
+    "t4_dpr": RunSpec("synthetic", "dpr", world=_RANDOM, minutes=5, note=_T4_NOTE),
+    "t4_picl": RunSpec("synthetic", "picl", world=_RANDOM, overrides=_TAU02, minutes=7,
+                       note=_T4_NOTE),
+    "t4_dpr_chn": RunSpec("synthetic", "dpr_chn", world=_RANDOM, overrides=_TAU02[:1],
+                          minutes=7, note=_T4_NOTE),
+    "t4_dpr_cpp": RunSpec("synthetic", "dpr_cpp", world=_RANDOM, overrides=_TAU02[1:],
+                          minutes=7, note=_T4_NOTE),
+    "t4_cpp_chn": RunSpec("synthetic", "cpp_chn", world=_RANDOM, overrides=_TAU02, minutes=7,
+                          note=_T4_NOTE),
     # PiCL §5.3's in-batch analyses use tau_1 = tau_2 = 0.2 (Appendix A).
     "picl_h0_tau02": RunSpec("synthetic", "picl",
                              overrides=_H0 + (("loss.tau1", 0.2), ("loss.tau2", 0.2)), minutes=5,
@@ -282,6 +319,13 @@ _SEEDS_LATER_DS = ("seeds 1-2 registered 2026-11-28 after seed 0's result (train
                    "9bb5ca3), before their runs")
 _OE_SET = ("entity world, other-entity BM25 negatives, MiniLM mean pooling, 100 steps × 16, 1 "
            "hard negative; 300 test questions; p* and held-out distractors")
+_I50 = "registered 2026-11-28 (issue 50) before any of its runs"
+_VW = "; --vary_world: one world draw per seed"
+_T4_SET = ("entity world, MiniLM, 100 steps × 16, in-batch + 1 random negative "
+           "(synthetic hard_negatives='random'), tau_1 = tau_2 = 0.2; 300 test questions"
+           + _VW)
+_T4_CORR = (_I50 + "; a correction: Table 4's DPR row is the in-batch regime (§5.3, "
+            "footnote 3; App. A: 0.2), not the sibling-BM25, tau = 1 regime of ")
 CLAIMS: tuple[Claim, ...] = (
     Claim("picl-topk", "PiCL", "§5.2, Table 2",
           "PiCL improves DPR's top-k (NQ, in-batch: top-20 74.76 → 76.73; BM25: 79.7 → 79.92)",
@@ -453,8 +497,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("dcsr-mixed-manyq", "DCSR", "§1, Table 1; §4.3, Table 2 (SQuAD)",
           "DCSR beats DPR in the SQuAD-like world with many questions per passage",
           "dcsr_mixedq_dpr", "dcsr_mixedq_dcsr", _DCSR, quote=_Q_DCSR_SQUAD,
-          setting="mixed world, 3 questions per positive; only run at 100 steps, sent_init=cls",
-          status=_EXPL),
+          setting="mixed world, 3 questions per positive (DCSR's one-to-many setting); " + _D300,
+          seeds=_S012, status=_EXPL,
+          note="re-registered 2026-11-28 (issue 50 item 3) before its runs at 300 steps, "
+               "sent_init=normal, seeds 0-2 (--steps 300); the 100-step sent_init=cls row is "
+               "superseded"),
     Claim("dcsr-init", "DCSR (our implementation, issue 16)", "§3 (sentence indicator tokens)",
           "a <sent> row that starts as an untrained row (the authors' [unused0]; our default) "
           "beats one copied from [CLS] (our former default)", "dcsr_dcsr_cls", "dcsr_dcsr",
@@ -524,8 +571,124 @@ CLAIMS: tuple[Claim, ...] = (
           "AAR and widens the gap over DPR", "dpr_h0", "picl_h0_tau02",
           (Check("AAR"), Check("mean sim(q,p+) − sim(q,p*) (sentence)")), quote=_Q_PICL_AAR,
           setting=_H0 + "; tau_1 = tau_2 = 0.2", seeds=_S012),
+    # --- Issue 50 (registered 2026-11-28, before any of their runs; run with --vary_world:
+    # the world seed follows the training seed) ------------------------------------------
+    # Robustness as a drop (item 1): per-item difference-in-differences of hit@k between
+    # K = 0 and K = 5 held-out distractors (did_rows). Review 3 had printed the seed-0..2
+    # levels of these runs in world 0 (top-1 drops equal, top-5 drops +7 to +11 points):
+    # the registered test is on the new world draws.
+    Claim("picl-robust-did-oe", "PiCL", "§6",
+          "PiCL loses less than DPR when held-out distractors are added (the drop, not the "
+          "level: K = 0 → 5, top-1 and top-5)", "dpr_oe", "picl_oe",
+          (Check(did_metric("held-out K=0→5", 1)), Check(did_metric("held-out K=0→5", 5))),
+          quote=_Q_PICL_ROBUST, setting=_OE_SET + _VW, seeds=_S012, scope=_EXTRAP,
+          twin="oe-did", note=_I50),
+    Claim("eadpr-robust-did-oe", "EADPR", "§5, Fig. 5",
+          "EADPR loses less than DPR when held-out distractors are added (the drop Fig. 5 "
+          "shades: K = 0 → 5, top-1 and top-5)", "dpr_oe", "eadpr_oe",
+          (Check(did_metric("held-out K=0→5", 1)), Check(did_metric("held-out K=0→5", 5))),
+          quote=("we observe that EADPR is relatively robust against the effect from "
+                 "additional distractor samples"), setting=_OE_SET + _VW, seeds=_S012,
+          twin="oe-did", note=_I50),
+    # Per distractor kind, each one step of K (held-out kinds alternate value swap,
+    # paraphrase, namesake); the value swap is a control: no retriever can tell it from p+.
+    Claim("picl-robust-did-kinds-oe", "PiCL", "§6",
+          "per held-out kind, PiCL's top-5 drop is smaller than DPR's for paraphrases and "
+          "namesakes; for value swaps (a tie control) it is not worse by more than 2 points",
+          "dpr_oe", "picl_oe",
+          (Check(did_metric("paraphrase K=1→2", 5)), Check(did_metric("namesake K=2→3", 5)),
+           _NW(did_metric("value swap (control) K=0→1", 5),
+               reason="2 points, the registry's rate margin: a value swap cannot be told from "
+                      "p+, so ties are expected")),
+          quote=_Q_PICL_ROBUST, setting=_OE_SET + _VW, seeds=_S012, scope=_EXTRAP,
+          status=_EXPL, note=_I50 + "; 53 % of the other-entity training negatives are "
+                                    "namesake passages, so the namesake kind is not fully held out"),
+    # The 2 × 2 factorial (item 3): the project's explanation that the sign of PiCL's AA
+    # effect follows the source of the hard negatives, not the pooling. The existing cells:
+    # picl-aa (sibling, [CLS]: reversed) and picl-robust-oe's AA (other entity, mean: up).
+    Claim("fx-sibling-mean", "PiCL (issue 50 factorial)", "§6",
+          "with sibling negatives and mean pooling, PiCL lowers the AA score against DPR (if "
+          "the sign follows the negatives, as with [CLS] pooling)", "fx_dpr_sib_mean",
+          "fx_picl_sib_mean", (Check("AA score", "down"),), quote=_Q_PICL_ROBUST,
+          setting=_BM25 + "; MiniLM mean pooling; held-out distractors" + _VW, seeds=_S012,
+          scope=_EXTRAP, note=_I50 + "; a test of docs/replication.md's explanation"),
+    Claim("fx-oe-cls", "PiCL (issue 50 factorial)", "§6",
+          "with other-entity negatives and [CLS] pooling, PiCL raises the AA score against DPR "
+          "(if the sign follows the negatives, as with mean pooling)", "fx_dpr_oe_cls",
+          "fx_picl_oe_cls", (Check("AA score"),), quote=_Q_PICL_ROBUST,
+          setting=_OE_SET.replace("MiniLM mean pooling", "[CLS] pooling") + _VW, seeds=_S012,
+          scope=_EXTRAP, note=_I50 + "; a test of docs/replication.md's explanation"),
+    # PiCL Table 4 in the paper's regime (item 3), a correction of picl-ablation-*.
+    Claim("picl-t4-chn", "PiCL", "§5.3, Table 4",
+          "dropping L_cpp (L_dpr + L_chn) loses top-1 against full PiCL (30.80 vs 33.99)",
+          "t4_picl", "t4_dpr_chn", (Check("top-1", "down"),),
+          quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{chn}$ 30.80 58.59 75.98 84.85",
+          setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-chn"),
+    Claim("picl-t4-cpp", "PiCL", "§5.3, Table 4",
+          "L_dpr + L_cpp is below DPR in top-1 (28.14 vs 32.08)", "t4_dpr", "t4_dpr_cpp",
+          (Check("top-1", "down"),),
+          quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{cpp}$ 28.14 56.65 75.12 85.54",
+          setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-cpp"),
+    Claim("picl-t4-nodpr", "PiCL", "§5.3, Table 4",
+          "dropping L_dpr (L_cpp + L_chn) keeps top-1 near full PiCL (33.35 vs 33.99)",
+          "t4_picl", "t4_cpp_chn", (_NW("top-1"),),
+          quote=r"$\mathcal{L}_{cpp} + \mathcal{L}_{chn}$ 33.35 61.36 77.87 86.09",
+          setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-nodpr"),
+    # The data-statistics claims with equal steps (item 3): the 40 % encoder no longer gets
+    # 40 % of the steps; with steps constant, ρ is the partial ρ given steps.
+    Claim("attribution-data-40-eqsteps", "Encoder attribution", "§10.2, Table 4",
+          "with every fraction trained for the same steps, the passage encoder trained on 40 % "
+          "of a high-overlap training set is not worse by more than 2 points than the one "
+          "trained on 100 % (top-5, top-20)", *data_stats_lib.SWAP_NAMES,
+          (_NW("top-5"), _NW("top-20")), study="data-stats-equal-steps",
+          quote=("with only 40% of training data, the passage encoder manages to achieve "
+                 "similar and even higher performance compared with the one trained with full "
+                 "data"), setting="mixed world, 3 questions per positive, DPR on 10–100 % at "
+                 "equal steps; one world per seed", seeds=_S012, note=_I50),
+    Claim("attribution-data-trend-eqsteps", "Encoder attribution", "§10, Fig. 3/4, Table 3",
+          "at equal steps (ρ = the partial ρ given steps), the passage encoder's marginal "
+          "follows unique passage coverage and the question encoder's the number of examples",
+          *data_stats_lib.TREND_NAMES,
+          tuple(Check(f"top-{k}: ρ({side} marginal, {stat})") for k in (5, 20)
+                for side, stat in (("P", "unique coverage"), ("Q", "#examples"))),
+          study="data-stats-equal-steps",
+          quote=("passage encoders are affected by positive passage overlap and corpus "
+                 "coverage of the training data, while question encoders are sensitive to the "
+                 "training sample complexity"),
+          setting="mixed world, 3 questions per positive, DPR on 10–100 % at equal steps",
+          seeds=_S012, note=_I50),
+    # Table 9 in its own metrics (item 1): seen in the stored paired tables, so exploratory.
+    Claim("eadpr-2neg-oe-t9", "EADPR", "App. A, Table 9",
+          "EADPR beats DPR trained with as many negatives per question in Table 9's metrics "
+          "(top-1 48.6 vs 45.5, top-20 80.1 vs 79.4, MRR 57.6 vs 55.4)", "dpr_oe_2neg",
+          "eadpr_oe", (Check("top-1"), Check("top-20"), Check("MRR (×100)")),
+          quote=("we compare the performance of EADPR with the baseline DPR trained using the "
+                 "same number of negatives per instance as EADPR"),
+          setting=_OE_SET + "; A: DPR with 2 BM25 negatives" + _VW, seeds=_S012, status=_EXPL,
+          note=_I50 + "; an exploratory re-specification of eadpr-2neg-oe: its top-1 and MRR "
+                      "gains had been seen in the stored tables (review 3 §2.3 item 2)"),
+    # picl-type where AAR can move (DPR's AAR 75-81 % with other-entity negatives).
+    Claim("picl-type-oe", "PiCL", "App. B, Table 6",
+          "PiCL's AAR gain holds for every question type", "dpr_oe", "picl_oe",
+          (Check("AAR by type"),),
+          quote=("DPR+PiCL shows 1) significant improvements in AAR over a vanilla DPR for all "
+                 "question types"), setting=_OE_SET + _VW, seeds=_S012, status=_EXPL,
+          note=_I50 + "; the overall AAR gain of these runs had been seen"),
 )
 CLAIM_IDS = tuple(c.id for c in CLAIMS)
+
+# Issue 50 item 2: the pre-registered rows re-trained once on three world draws (the world
+# seed follows the training seed), headline rows first; the data-statistics rows already draw
+# a world per seed. Command (resumable, in this order):
+#   python -m dense_cf.studies.replicate --out runs/rep_worlds --vary_world --seeds 0,1,2 \
+#       --claims <the ids below, in order>
+VARY_WORLD_ORDER: tuple[str, ...] = (
+    "picl-aar-oe", "picl-robust-oe", "eadpr-aa-oe", "eadpr-robust-oe", "picl-topk-oe",
+    "eadpr-topk-oe", "eadpr-2neg-oe", "picl-h0-tau02", "picl-robust-did-oe",
+    "eadpr-robust-did-oe", "fx-sibling-mean", "fx-oe-cls", "picl-t4-chn", "picl-t4-cpp",
+    "picl-t4-nodpr", "picl-topk", "picl-aar", "picl-gap", "picl-type", "picl-aa",
+    "picl-robust", "eadpr-aa", "eadpr-topk", "eadpr-robust", "picl-ablation-chn",
+    "picl-ablation-nodpr")
 
 
 def plan(claim_ids: Sequence[str]) -> list[str]:
