@@ -565,9 +565,10 @@ def main(argv: Sequence[str]) -> None:
     elif part == "encode":
         run_encode(sink, shapes, steps)
     elif part == "pack":
-        # tiny: one batch per layout (the CPU smoke test); full: 3 (fits the part's limit)
+        # tiny: one batch, one round (the CPU smoke test); full: 3 and 3 (fits the part's limit)
+        tiny = _SIZE.value == "tiny"
         for fig in packing.measure(_CORPUS.value, _TOK.value, _SIZE.value,
-                                   batches=1 if _SIZE.value == "tiny" else 3):
+                                   batches=1 if tiny else 3, rounds=1 if tiny else 3):
             sink("pack", **fig)
     elif part == "decide":
         result = decide(read_lines(_OUT.value))

@@ -6,7 +6,9 @@ backward, packed rows vs padded rows, on a corpus of real passage lengths.
 
 Passages are tokenised as training tokenises them (``inputs.tokens.tokenize_passages`` at
 ``max_p_len`` 256) and cut into batches of ``passages`` in corpus order. Three layouts of the
-same batches, timed in one process (median over the batches, after one warm-up each):
+same batches, timed in one process: per round, each layout's median step over the batches
+(after one warm-up call), ``--rounds`` rounds alternating the layouts' order; the median round
+is reported, with every round's figure:
 
 - ``padded``: every passage in its own row of 256 (the paper's loop without length buckets);
 - ``padded_longest``: each batch cut to its longest passage rounded up to 32 (what
@@ -51,6 +53,8 @@ _TOK = flags.DEFINE_string("tokenizer", "minilm", "Vocabulary directory or name.
 _SIZE = flags.DEFINE_enum("size", "tiny", ["tiny", "full"], "full: BERT-base bf16, 384 passages "
                           "a batch (a GPU); tiny: a small BERT on the CPU.", flag_values=FLAGS)
 _BATCHES = flags.DEFINE_integer("batches", 4, "Batches timed per layout.", flag_values=FLAGS)
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds over the layouts, alternating their order.",
+                               flag_values=FLAGS)
 
 SIZES = {
     "full": dict(bert=dict(BERT_BASE), dtype="bfloat16", passages=384),
@@ -80,7 +84,7 @@ def _median_s(fn, args_list: Sequence[tuple]) -> float:
 
 
 def measure(corpus: str, tokenizer: str, size: str = "tiny", batches: int = 4,
-            steps: int = 0) -> Iterator[dict[str, Any]]:
+            rounds: int = 3, steps: int = 0) -> Iterator[dict[str, Any]]:
     """Yields one figure per layout, then the comparison (module docstring). ``steps`` is
     accepted for the levers driver's interface and ignored (the batches are the repeats)."""
     del steps
@@ -115,41 +119,53 @@ def measure(corpus: str, tokenizer: str, size: str = "tiny", batches: int = 4,
             return jnp.mean(jnp.square(e))
         return jax.value_and_grad(loss)(prm)
 
-    results: dict[str, dict[str, Any]] = {}
-    # padded: every row at MAX_P_LEN
-    args = [(params, ids[g], mask[g]) for g in groups]
-    results["padded"] = dict(slots=p * MAX_P_LEN, s=_median_s(jax.jit(padded_step), args))
-    # padded_longest: one length for the run, the largest batch-longest bucket (one compile)
-    longest = max(int(math.ceil(mask[g].sum(1).max() / BUCKET) * BUCKET) for g in groups)
-    args = [(params, ids[g][:, :longest], mask[g][:, :longest]) for g in groups]
-    results["padded_longest"] = dict(slots=p * longest, s=_median_s(jax.jit(padded_step), args),
-                                     length=longest)
-    # packed: rows fixed to the most any batch needs
+    mean_real = float(np.mean(real))
+    # The three layouts' step functions and batches; each compiled (first call) before timing.
     rows = max(len(packing.assign_rows(mask[g].sum(1), ROW_LEN)) for g in groups)
     packs = [packing.pack(ids[g], mask[g], ROW_LEN, num_rows=rows) for g in groups]
-    args = [(params, b.ids, b.mask, b.segment_ids, b.position_ids, b.starts) for b in packs]
-    results["packed"] = dict(slots=rows * ROW_LEN, s=_median_s(jax.jit(packed_step), args),
-                             rows=rows, row_len=ROW_LEN)
-    mean_real = float(np.mean(real))
-    for name, r in results.items():
-        yield {"layout": name, "passages": p, "batches": len(groups),
-               "real_tokens_per_batch": mean_real, "slots_per_batch": r["slots"],
-               "fill": mean_real / r["slots"], "step_ms": r["s"] * 1e3,
-               "real_tokens_per_s": mean_real / r["s"], "slots_per_s": r["slots"] / r["s"],
-               **{k: v for k, v in r.items() if k not in ("slots", "s")},
+    longest = max(int(math.ceil(mask[g].sum(1).max() / BUCKET) * BUCKET) for g in groups)
+    layouts = {
+        "packed": (jax.jit(packed_step), [(params, b.ids, b.mask, b.segment_ids, b.position_ids,
+                                           b.starts) for b in packs],
+                   dict(slots=rows * ROW_LEN, rows=rows, row_len=ROW_LEN)),
+        "padded_longest": (jax.jit(padded_step), [(params, ids[g][:, :longest],
+                                                   mask[g][:, :longest]) for g in groups],
+                           dict(slots=p * longest, length=longest)),
+        "padded": (jax.jit(padded_step), [(params, ids[g], mask[g]) for g in groups],
+                   dict(slots=p * MAX_P_LEN)),
+    }
+    times: dict[str, list[float]] = {name: [] for name in layouts}
+    # Rounds alternate the layouts' order (shared, loaded CPUs drift); the median round counts.
+    for k in range(rounds):
+        names = list(layouts) if k % 2 == 0 else list(layouts)[::-1]
+        for name in names:
+            fn, args, _ = layouts[name]
+            times[name].append(_median_s(fn, args))
+    med = {name: float(np.median(t)) for name, t in times.items()}
+    for name, (_, _, info) in layouts.items():
+        yield {"layout": name, "passages": p, "batches": len(groups), "rounds": rounds,
+               "real_tokens_per_batch": mean_real, "slots_per_batch": info["slots"],
+               "fill": mean_real / info["slots"], "step_ms": med[name] * 1e3,
+               "step_ms_rounds": [round(t * 1e3, 1) for t in times[name]],
+               "real_tokens_per_s": mean_real / med[name],
+               "slots_per_s": info["slots"] / med[name],
+               **{k: v for k, v in info.items() if k != "slots"},
                "model": f"{cfg.num_layers}x{cfg.hidden_size} {cfg.dtype}"}
     yield {"layout": "compare",
-           "packed_vs_padded": results["padded"]["s"] / results["packed"]["s"],
-           "packed_vs_padded_longest": results["padded_longest"]["s"] / results["packed"]["s"]}
+           "packed_vs_padded": med["padded"] / med["packed"],
+           "packed_vs_padded_longest": med["padded_longest"] / med["packed"],
+           "packed_vs_padded_longest_rounds": [round(a / b, 3) for a, b in
+                                               zip(times["padded_longest"], times["packed"])]}
 
 
 def main(argv: Sequence[str]) -> None:
     del argv
     print(f"backend {jax.default_backend()}, device {jax.devices()[0].device_kind}")
-    for fig in measure(_CORPUS.value, _TOK.value, _SIZE.value, _BATCHES.value):
+    for fig in measure(_CORPUS.value, _TOK.value, _SIZE.value, _BATCHES.value, _ROUNDS.value):
         if fig["layout"] == "compare":
             print(f"packed real tokens/s: {fig['packed_vs_padded']:.2f}x padded (256), "
-                  f"{fig['packed_vs_padded_longest']:.2f}x padded to the batch's longest")
+                  f"{fig['packed_vs_padded_longest']:.2f}x padded to the batch's longest "
+                  f"(per round {fig['packed_vs_padded_longest_rounds']})")
         else:
             print(f"{fig['layout']:<15} fill {fig['fill']:.3f}  step {fig['step_ms']:8.1f} ms  "
                   f"real tokens/s {fig['real_tokens_per_s']:10.0f}  ({fig['model']}, "
