@@ -113,3 +113,17 @@ def test_hlo_classifier_reads_cublas_and_cudnn_custom_calls():
                                  "bytes": (64 * 2304 * 2 + 1024) + 64 * 768 * 2 + 768 * 2304 * 2}
     assert classes["attention"]["ops"] == 1 and classes["attention"]["flops"] == 0
     assert classes["layernorm"]["ops"] == 1 and classes["layernorm"]["bytes"] == 64 * 768 * (2 + 4)
+
+
+def test_levers_step_part_runs_the_isolated_step_with_levers(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), LEVERS_SIZE="tiny", LEVERS_WORK=str(tmp_path / "work"),
+               LEVERS_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=xla_flags(1), PYTHON=sys.executable, LEVERS_PARTS="step",
+               LEVERS_STEP_ARGS="--layer_norm_remat --fused_qkv --remat "
+                                "--remat_policy=matmul_outputs")
+    r = subprocess.run(["bash", "tools/gpu/levers.sh"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "rc=0 (step)" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    (line,) = [json.loads(ln) for ln in (out / "levers.jsonl").read_text().splitlines()]
+    assert line["part"] == "step" and line["step_s_median"] > 0 and "--fused_qkv" in line["args"]

@@ -135,6 +135,10 @@ class BenchOptions:
     search_k: int = 100
     rng_impl: str = ""  # dropout key's PRNG implementation; "": jax's default (the loop's)
     seed: int = 0
+    # training levers (BertConfig; issue 47): off = the measured baseline
+    layer_norm_remat: bool = False
+    fused_qkv: bool = False
+    hidden_act: str = "gelu"
 
 
 def peak_bf16_flops(device_kind: str) -> tuple[float | None, str | None]:
@@ -169,7 +173,9 @@ def bert_config(opts: BenchOptions, dtype: str | None = None):
     base = BERT_BASE if opts.shapes == "paper" else TINY
     return BertConfig(**base, dtype=dtype or opts.dtype, attention_impl=opts.attention_impl,
                       dropout_rate=opts.dropout, attention_dropout_rate=opts.attention_dropout,
-                      remat=opts.remat, remat_policy=opts.remat_policy)
+                      remat=opts.remat, remat_policy=opts.remat_policy,
+                      layer_norm_remat=opts.layer_norm_remat, fused_qkv=opts.fused_qkv,
+                      hidden_act=opts.hidden_act)
 
 
 def count_params(cfg) -> tuple[int, int]:
@@ -646,6 +652,12 @@ _ATTN_DROPOUT = flags.DEFINE_float("attention_dropout", 0.0,
                                    "Attention-probability dropout (> 0 forces the einsum path).", flag_values=FLAGS)
 _REMAT = flags.DEFINE_bool("remat", False, "Rematerialise encoder layers.", flag_values=FLAGS)
 _REMAT_POLICY = flags.DEFINE_string("remat_policy", "nothing_saveable", "jax checkpoint policy.", flag_values=FLAGS)
+_LN_REMAT = flags.DEFINE_bool("layer_norm_remat", False, "LayerNorm recomputed from its bf16 "
+                               "input (BertConfig.layer_norm_remat).", flag_values=FLAGS)
+_FUSED_QKV = flags.DEFINE_bool("fused_qkv", False, "One QKV matmul (BertConfig.fused_qkv).",
+                               flag_values=FLAGS)
+_ACT = flags.DEFINE_string("hidden_act", "gelu", "gelu (BERT's erf) | gelu_new (tanh).",
+                           flag_values=FLAGS)
 _CHUNKS = flags.DEFINE_integer("grad_cache_chunks", 0, "GradCache chunks; 0: 1, doubled on OOM.", flag_values=FLAGS)
 _BATCH = flags.DEFINE_integer("global_batch", 0, "Questions per step; 0: the shapes' default.", flag_values=FLAGS)
 _LQ = flags.DEFINE_integer("max_q_len", 0, "Question tokens; 0: the shapes' default (paper 64).", flag_values=FLAGS)
@@ -683,7 +695,8 @@ def main(argv) -> None:
         export_batches=_EXPORT_BATCHES.value, check_sharding=_CHECK.value,
         matmul_peak=_MATMUL.value, export=_EXPORT.value, search=_SEARCH.value,
         search_n=_SEARCH_N.value, search_queries=_SEARCH_QUERIES.value, search_k=_SEARCH_K.value,
-        rng_impl=_RNG.value)
+        rng_impl=_RNG.value, layer_norm_remat=_LN_REMAT.value, fused_qkv=_FUSED_QKV.value,
+        hidden_act=_ACT.value)
     res = run_benchmark(opts)
     print(json.dumps(res["inventory"], indent=1))
     print(summary(res))

@@ -17,6 +17,9 @@
 #           table, 32k-row shards, 128K-token batches per bucket, 3 batches in flight, background
 #           shard writer; its encode-only rate and MFU apart
 #   decide  the §6 decision rules over levers.jsonl: which lever is adopted
+#   step    (not in the default list; ~75 s) the isolated train step at the paper's shapes
+#           (dense_cf.bench.accelerator) with LEVERS_STEP_ARGS, e.g. "--layer_norm_remat
+#           --fused_qkv --remat --remat_policy=matmul_outputs", under LEVERS_STEP_XLA_FLAGS
 # Environment: LEVERS_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_levers.py);
 # LEVERS_CARRY (default .carry, from tools/gpu/prepare_carry.sh); LEVERS_TOKENIZER (tiny: a
 # vocabulary directory); LEVERS_VARIANTS (layer: a comma subset). Full size fits 8 device-minutes
@@ -91,6 +94,19 @@ if has export; then
   [ -f "$W/export.json" ] && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1]));
 d.update(part='export'); print(json.dumps(d, sort_keys=True, default=float))" "$W/export.json" \
     | tee -a "$J"
+fi
+if has step; then
+  if [ "$SIZE" = tiny ]; then STEP_SIZE=(--shapes=small --steps=2 --warmup=1); else
+    STEP_SIZE=(--shapes=paper --steps=5 --warmup=1); fi
+  # shellcheck disable=SC2086  # LEVERS_STEP_ARGS is a list of flags
+  XLA_FLAGS="${XLA_FLAGS:-} ${LEVERS_STEP_XLA_FLAGS:-}" part step 150 "$PY" -m \
+    dense_cf.bench.accelerator "${STEP_SIZE[@]}" --export=false --search=false \
+    --matmul_peak=false --check_sharding=false ${LEVERS_STEP_ARGS:-} --out="$W/step.json"
+  [ -f "$W/step.json" ] && "$PY" -c "import json,sys; t=json.load(open(sys.argv[1]))['train'];
+print(json.dumps({'part': 'step', 'args': sys.argv[2], 'xla_flags': sys.argv[3],
+                  **{k: t.get(k) for k in ('step_s_median', 'achieved_flops_model', 'mfu',
+                                           'compile_s', 'loss')}}, default=float))" \
+    "$W/step.json" "${LEVERS_STEP_ARGS:-}" "${LEVERS_STEP_XLA_FLAGS:-}" | tee -a "$J"
 fi
 has decide && part decide 60 "${L[@]}" --part=decide && grep -v "^[IW][0-9]\{4\}\|^{" "$W/decide.log"
 say "done"
