@@ -98,7 +98,7 @@ def test_library_modules_define_no_flags():
     there, ``cli/`` imports it; docs/ARCHITECTURE.md), the benchmarks and studies (each a
     binary with its own FlagValues) and the flag helpers those share."""
     owners = tuple(m.removeprefix("dense_cf.").replace(".", "/") + ".py" for m in ALIASES)
-    top = ("main.py", "demo.py", "experiment.py", "app.py", "datasets/download_flags.py",
+    top = ("main.py", "demo.py", "experiment.py", "app.py",
            "mining/flags.py") + owners
     # Moved to dense_cf/cli/{synthetic,mine_bm25}.py by the synthetic/negatives split.
     pending = ("synthetic/generate.py", "mining/negatives.py")

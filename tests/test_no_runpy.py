@@ -31,11 +31,10 @@ def test_no_runpy(path):
     assert not _uses_runpy(path), f"{path}: runpy at lines {_uses_runpy(path)}"
 
 
-# The eval binaries (issue 48) are owned by cli/; dense_cf.eval.<name> only forwards to them when
-# run (tests/test_cli.py checks the forwarding).
+# The eval and dataset binaries (issue 48) are owned by cli/; dense_cf.eval.<name> and
+# dense_cf.datasets.{dpr,dpr_tfds} only forward to them when run (tests/test_cli.py checks it).
 ALIASES = {"evidence": "dense_cf.mining.evidence.annotate", "mine_model": "dense_cf.mining.model_negatives",
-           "stats": "dense_cf.mining.stats", "prepare": "dense_cf.datasets.dpr",
-           "prepare_tfds": "dense_cf.datasets.dpr_tfds"}
+           "stats": "dense_cf.mining.stats"}
 
 
 @pytest.mark.parametrize("alias,owner", sorted(ALIASES.items()))
@@ -78,12 +77,12 @@ def _deps(name: str) -> frozenset[str]:
     return frozenset(out)
 
 
-EVAL_BINARIES = ("eval_aar", "eval_retrieval", "eval_robustness", "eval_multihop", "eval_e2e",
-                 "marginalize", "compare")
+CLI_OWNED = ("eval_aar", "eval_retrieval", "eval_robustness", "eval_multihop", "eval_e2e",
+             "marginalize", "compare", "prepare", "prepare_tfds")
 
 
 @pytest.mark.parametrize("owner", sorted(set(ALIASES.values()))
-                         + [f"dense_cf.cli.{b}" for b in EVAL_BINARIES])
+                         + [f"dense_cf.cli.{b}" for b in CLI_OWNED])
 def test_a_binary_runs_once(owner):
     """``python -m owner`` executes owner's file once: nothing it imports imports it again."""
     seen, todo = set(), list(_deps(owner) | {".".join(owner.split(".")[:i]) for i in range(1, owner.count(".") + 1)})

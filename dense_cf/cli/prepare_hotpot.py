@@ -18,8 +18,8 @@ from typing import Sequence
 from absl import app, flags
 
 from dense_cf import app as _app
+from dense_cf.cli import _download_flags
 from dense_cf.datasets import download, hotpotqa
-from dense_cf.datasets import download_flags as _download_flags
 
 FLAGS = flags.FlagValues()
 

@@ -29,15 +29,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import flags, logging
+from absl import logging
 from etils import epath
 
-from dense_cf import app as _app
 from dense_cf.datasets import download, formats
 from dense_cf.datasets import dpr as prepare
 
@@ -226,51 +224,7 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
-# The binary ``python -m dense_cf.datasets.dpr_tfds`` (alias ``dense_cf.cli.prepare_tfds``); its --help text:
-USAGE = """Build DPR's retriever data as the TFDS dataset ``dpr_retriever/<config>`` (docs/method.md §8).
-
-    python -m dense_cf.cli.prepare_tfds --config nq --data_dir ~/tensorflow_datasets \
-        [--manual_dir M] [--raw_dir DIR] [--base_url URL]
-
-Prints the number of examples of every split. Exit status 1 on a download error. The builder
-is :class:`dense_cf.datasets.dpr_tfds.DprRetriever`; see docs/datasets.md.
-"""
-
-FLAGS = flags.FlagValues()
-
-_CONFIG = flags.DEFINE_string(
-    "config", None, ", ".join(c.name for c in DprRetriever.BUILDER_CONFIGS),
-    required=True, flag_values=FLAGS)
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data_dir.", required=True,
-                                flag_values=FLAGS)
-_MANUAL_DIR = flags.DEFINE_string("manual_dir", None, "Take raw files from here (no network).",
-                                  flag_values=FLAGS)
-_RAW_DIR = flags.DEFINE_string(
-    "raw_dir", None, "Where raw files are (or go); e.g. a prepare --data_dir to reuse them.",
-    flag_values=FLAGS)
-_BASE_URL = flags.DEFINE_string("base_url", None, "DPR mirror URL.", flag_values=FLAGS)
-
-
-def main(argv: Sequence[str]) -> int:
-    """Downloads (or takes) the raw files and prepares the TFDS dataset."""
-    _app.no_positional(argv)
-    builder = DprRetriever(config=_CONFIG.value, data_dir=_DATA_DIR.value,
-                                    base_url=_BASE_URL.value, raw_dir=_RAW_DIR.value)
-    try:
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=_MANUAL_DIR.value))
-    except download.DownloadError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for name, split in builder.info.splits.items():
-        print(f"{builder.info.full_name} {name}: {split.num_examples} examples")
-    return 0
-
-
-def run_cli(argv: Sequence[str]) -> int:
-    """``main`` in-process on ``argv`` (flags, no program name); returns the exit status."""
-    return main(_app.parse(FLAGS, argv, __name__))
-
-
-if __name__ == "__main__":
-    _app.run(main, FLAGS, USAGE)
+if __name__ == "__main__":  # the design card's command; its binary is cli/prepare_tfds.py
+    from dense_cf import app
+    from dense_cf.cli import prepare_tfds
+    app.run(prepare_tfds.main, prepare_tfds.FLAGS, prepare_tfds.USAGE)
