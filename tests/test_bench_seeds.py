@@ -107,6 +107,7 @@ def test_multihop_bench_two_seeds(tmp_path, capsys):
         assert diff[metric]["B − A"] == _cell(shown, signed=True)
     saved = json.load(open(os.path.join(out, "bench_multihop_over_seeds.json")))
     assert saved["seeds"] == [0, 1] and saved["seed_spread"] == res["seed_spread"]
+    assert set(saved["stamp"]) == {"commit", "dirty", "written"}  # issue 50
     md = open(os.path.join(out, "bench_multihop_over_seeds.md")).read()
     assert md == res["markdown"] and "## Mean ± std [min, max] over seeds [0, 1]" in md
     assert f"| MDR+EADPR | 2 | {spread['MDR+EADPR']['chain R@2']} |" in md
@@ -122,7 +123,7 @@ def test_multihop_bench_two_seeds(tmp_path, capsys):
 
 # ------------------------------------------------------------------ bench.marginalize
 MARGINALIZE_KEYS = {"domains", "summary", "contrast", "contrast_rows", "train_s",
-                    "marginalize_s", "total_s", "params", "reports"}  # run_study's, unchanged
+                    "marginalize_s", "total_s", "params", "reports", "stamp"}  # + issue 50's
 
 
 def test_marginalize_bench_two_seeds(tmp_path):

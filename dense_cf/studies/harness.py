@@ -535,6 +535,8 @@ def summarise_seeds(results: Sequence[dict[str, Any]],
         return results[0]
     res = summarise(results)
     res[files_key] = {s: files[s] for s in res["seeds"]}
+    # Each seed's report carries its runs' times; this summary, the commit it was written at.
+    res["stamp"] = {**code_version(), "written": utc_now()}
     write_json(os.path.join(out, f"{stem}.json"), {k: v for k, v in res.items() if k != "markdown"})
     with atomic_open(os.path.join(out, f"{stem}.md")) as f:
         f.write(res["markdown"])

@@ -43,6 +43,7 @@ from dense_cf.eval import marginalize as mg
 from dense_cf.eval import stats
 from dense_cf.eval.report import markdown_table, write_json
 from dense_cf.experiment import train_and_evaluate as train
+from dense_cf.files import utc_now
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
@@ -110,6 +111,7 @@ def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1
         harness.StudyRun(name, lambda seed, name=name: domain_config(
             os.path.join(data_root, name), model=model, steps=steps, batch=batch, lr=lr,
             seed=seed)) for name in names))
+    started = utc_now()
     trained = harness.train_study(study, out, [seed], reuse=False, train=train,
                                   workdir=lambda name, _: os.path.join(out, "runs", name))
     workdirs, train_s = [], {}
@@ -162,7 +164,9 @@ def run_study(out: str, *, domains: int = 3, steps: int = 100, passages: int = 1
               "params": {"model": model, "steps": steps, "worlds": worlds, "qpp": qpps,
                          "passages": passages, "test_questions": test_questions,
                          "batch": batch, "lr": lr, "seed": seed},
-              "reports": {n: mg.report_path(os.path.join(out, "marginalize", n)) for n in names}}
+              "reports": {n: mg.report_path(os.path.join(out, "marginalize", n)) for n in names},
+              "stamp": harness.report_stamp(started, {n: t.workdir
+                                                      for (n, _), t in trained.items()})}
     write_json(os.path.join(out, "summary.json"), result)
     return result
 
