@@ -239,11 +239,14 @@ class Checkpointer:
     @contextlib.contextmanager
     def abandon_on_error(self):
         """Around the training loop: an error there (not a second signal, which stops at once)
-        abandons (:meth:`abandon`) the save in flight before it propagates."""
+        abandons (:meth:`abandon`) the save in flight before it propagates (one process)."""
         try:
             yield self
         except Exception:
-            self.abandon()
+            # On several hosts a save in flight is collective: waiting for it after a peer was
+            # lost could hang past the heartbeat bound; its leftover goes at the next start.
+            if jax.process_count() == 1:
+                self.abandon()
             raise
 
     def abandon(self) -> None:
