@@ -23,7 +23,7 @@
 # Environment: LEVERS_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_levers.py);
 # LEVERS_CARRY (default .carry, from tools/gpu/prepare_carry.sh); LEVERS_TOKENIZER (tiny: a
 # vocabulary directory); LEVERS_VARIANTS (layer: a comma subset). Full size fits 8 device-minutes
-# (the limits below sum to 465 s), leaving room for one rerun of a part in a 15-minute lease.
+# (the limits below sum to 470 s), leaving room for one rerun of a part in a 15-minute lease.
 set -u
 : "${OUT:?set OUT to a folder for the results}"
 SIZE=${LEVERS_SIZE:-full}
@@ -62,11 +62,12 @@ else
   TOK=$W/minilm
   [ -d "$CARRY/minilm_bf16" ] && "$PY" -m dense_cf.bench.gpu_check --mode=unpack_minilm \
     --src="$CARRY/minilm_bf16" --dst="$TOK" 2>&1 | tail -1
-  # Estimated (gpu-levers.md §6; compiles of ~4-8 s per layer variant, ~15 s per 12-layer
-  # step): layer ~90 s, flags ~80, hlo ~20, attn ~15, encode ~40, pack ~50 (three compiled
-  # layouts), export ~80 (table build, the buckets' compiles, 100k passages twice). Sum of the
-  # limits: 465 s, under the 8 device-minutes, with the rest for start-up and decide.
-  L_LAYER=105 L_FLAGS=95 L_HLO=40 L_ATTN=25 L_ENCODE=45 L_PACK=60 L_EXPORT=95
+  # Estimated (gpu-levers.md §6; compiles of ~4-8 s per layer variant): layer ~90 s, flags ~90
+  # (5 subprocesses of ~15 s: import, CUDA init, compile), hlo ~20, attn ~15, encode ~45 (four
+  # 12-layer compiles), pack ~45 (three 4-layer fwd+bwd compiles), export ~80 (table build,
+  # the buckets' compiles, 100k passages twice). Sum of the limits: 470 s, under the 8
+  # device-minutes, with the rest for start-up and decide.
+  L_LAYER=100 L_FLAGS=110 L_HLO=35 L_ATTN=25 L_ENCODE=55 L_PACK=55 L_EXPORT=90
   # 128K-token batches: 4096 x 32 ... 512 x 256 (gpu-levers.md §5.2 lever 4)
   EXPORT_SIZE=(--tiny=768,12,12 --passages=100000 --batch_size=512 --max_p_len=256
                --shard_size=32768 --dtype=bfloat16 --token_budget=131072)
@@ -81,7 +82,7 @@ say "host"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
   --format=csv,noheader
 has layer && part layer "$L_LAYER" "${L[@]}" --part=layer ${LEVERS_VARIANTS:+--variants=$LEVERS_VARIANTS}
-has flags && part flags "$L_FLAGS" "${L[@]}" --part=flags --flag_timeout=$(( L_FLAGS / 6 + 10 ))
+has flags && part flags "$L_FLAGS" "${L[@]}" --part=flags --flag_timeout=35
 has hlo && part hlo "$L_HLO" "${L[@]}" --part=hlo
 has attn && part attn "$L_ATTN" "${L[@]}" --part=attn
 has encode && part encode "$L_ENCODE" "${L[@]}" --part=encode
