@@ -372,3 +372,24 @@ def test_verify_checks_a_whole_run_directory(world, run_dir, tmp_path, capsys):
     assert any(ln.startswith("UNVERIFIED checkpoints/1") for ln in lines), lines
     assert any(ln.startswith("CHANGED    input dev_file of checkpoints/1") for ln in lines), lines
     assert lines[-1].endswith("1 FAILED, 1 UNVERIFIED, 1 CHANGED")
+
+
+# ------------------------------------------------------------------ the token table (issue 47)
+def test_a_changed_token_table_is_refused_when_opened(world, run_dir, tmp_path):
+    """The pre-tokenised corpus carries SHA256SUMS; a byte changed in its tokens is refused
+    (before: an export from it encoded other tokens, silently)."""
+    import shutil
+
+    from dense_cf.retrieval import token_table
+    from dense_cf.train.run import load_run
+    corpus = str(tmp_path / "psgs.tsv")
+    shutil.copy(world / "psgs_synth.tsv", corpus)
+    tok = load_run(run_dir).tokenizer
+    table = token_table.open_table(corpus, tok, 64)
+    assert set(files.read_sums(os.path.join(table.path, files.SUMS_NAME))) == {
+        "tokens.npy", "offsets.npy", "pid_hash.npy", "pid_row.npy", "table.json"}
+    victim = os.path.join(table.path, "tokens.npy")
+    flip_byte(victim, 0.6)
+    with pytest.raises(files.IntegrityError, match=f"{victim}: content does not match.*delete "
+                                                   f"{table.path} and run the same command again"):
+        token_table.open_table(corpus, tok, 64)

@@ -17,7 +17,9 @@ A row is exactly what ``inputs.tokens.tokenize_passages`` pads: ``[CLS] title [S
 cut to ``max_p_len - 1`` plus ``[SEP]``; :meth:`TokenTable.tokenize` pads it the same way, so an
 export from the table equals the TSV export bit for bit (tests/test_token_table.py). A table
 whose corpus file changed (size or mtime, then its sha256) or whose tokenizer differs is
-rebuilt; a passage id the table lacks is an error naming it.
+rebuilt; a passage id the table lacks is an error naming it. ``SHA256SUMS`` (``files.write_sums``)
+holds the sha256 of the arrays and ``table.json``; a table whose bytes changed since is refused
+when opened, in one line naming the file (issue 49).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from dense_cf.retrieval.export import rows_fingerprint
 
 FORMAT = 1
 TABLE_JSON = "table.json"
+_ARRAYS = ("tokens.npy", "offsets.npy", "pid_hash.npy", "pid_row.npy")
 _BUILD_CHUNK = 20_000
 
 
@@ -69,6 +72,9 @@ class TokenTable:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        if os.path.exists(os.path.join(path, files.SUMS_NAME)):  # tables of issue 49 on
+            files.verify_sums(os.path.join(path, files.SUMS_NAME),
+                              f"delete {path} and run the same command again to rebuild it")
         with open(os.path.join(path, TABLE_JSON), encoding="utf-8") as f:
             self.meta = json.load(f)
         self.max_p_len = int(self.meta["max_p_len"])
@@ -178,6 +184,8 @@ def build(corpus: str, tokenizer, max_p_len: int, out: str | None = None) -> Tok
             "passages": n, "tokens": int(offsets[-1]),
             "build_s": round(time.perf_counter() - t0, 2)}
     files.write_json(os.path.join(tmp, TABLE_JSON), meta)
+    files.write_sums(os.path.join(tmp, files.SUMS_NAME),  # checked by TokenTable (issue 49)
+                     [os.path.join(tmp, n) for n in (*_ARRAYS, TABLE_JSON)])
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     logging.info("token table %s: %d passages, %d tokens in %.1f s", out, n, meta["tokens"],
