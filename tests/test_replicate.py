@@ -353,3 +353,18 @@ def test_every_registered_run_has_a_valid_config():
     t4 = rep.run_config("t4_dpr_cpp", "/nonexistent", steps=2, seed=0, model="tiny")
     assert t4.data.synthetic.hard_negatives == "random" and t4.loss.tau2 == 0.2
     assert t4.loss.tau1 == 0.0 and t4.data.num_hard == 1
+
+
+def test_aa_against_the_untrained_checkpoint():
+    """Issue 50: where DPR ends below the untrained model on AA, B's AA is also reported
+    against the untrained model (the other-entity world's seed 0: 34.33, 69.33, untrained 53.67)."""
+    claim = {"id": "picl-robust-oe", "per_seed": {
+        0: {"checks": [{"metric": "AA score", "A": "34.33 [29.19, 39.87]",
+                        "B": "69.33 [63.90, 74.28]"}]},
+        1: {"checks": [{"metric": "AA score", "A": "57.33 [51.68, 62.80]",
+                        "B": "85.00 [80.52, 88.60]"}]}}}
+    rows = rep.aa_against_untrained([claim], {("picl-robust-oe", 0): 53.67,
+                                              ("picl-robust-oe", 1): 53.67})
+    assert rows == [{"claim": "picl-robust-oe", "seed": 0, "untrained": 53.67, "A": 34.33,
+                     "B": 69.33, "B − untrained": 15.66, "A − untrained": -19.34}]
+    assert rep.aa_against_untrained([claim], {}) == []   # no untrained figure: nothing said

@@ -676,6 +676,7 @@ CLAIMS: tuple[Claim, ...] = (
           note=_I50 + "; the overall AAR gain of these runs had been seen"),
 )
 CLAIM_IDS = tuple(c.id for c in CLAIMS)
+CLAIMS_BY_ID = {c.id: c for c in CLAIMS}
 
 # Issue 50 item 2: the pre-registered rows re-trained once on three world draws (the world
 # seed follows the training seed), headline rows first; the data-statistics rows already draw
@@ -1008,11 +1009,43 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
               for (name, seed), res in studies.items() if res.get("table_markdown")}
     result = {"setup": setup, "claims": claims, "study_tables": tables,
               "over_seeds": seed_summary(claims), "untrained": baselines}
+    untrained_aa: dict[tuple[str, int], float | None] = {}
+    for c in claims:
+        if c.get("study") or not any(k.metric == "AA score" for k in CLAIMS_BY_ID[c["id"]].checks):
+            continue
+        for seed in c["per_seed"]:
+            world, pooling, norm = _baseline_key(run_config(c["a"], out, seed=seed, steps=steps,
+                                                            **budget))
+            untrained_aa[c["id"], seed] = next(
+                (b["AA score (%)"] for b in baselines if b["world"] == world
+                 and b["pooling"] == pooling + (" + normalize" if norm else "")), None)
+    result["aa_vs_untrained"] = aa_against_untrained(claims, untrained_aa)
     result["markdown"] = markdown(result)
     with atomic_open(os.path.join(out, "replicate.md")) as f:
         f.write(result["markdown"])
     write_json(os.path.join(out, "replicate.json"), result)
     return result
+
+
+def aa_against_untrained(claims: Sequence[dict[str, Any]],
+                         untrained_aa: dict[tuple[str, int], float | None]
+                         ) -> list[dict[str, Any]]:
+    """Issue 50 item 1: where the reference run A ends below the untrained checkpoint on the
+    AA score, B's AA relative to the untrained model (not only to A), per claim and seed:
+    rows ``{claim, seed, untrained, A, B, "B − untrained", "A − untrained"}`` in points.
+    ``untrained_aa``: the untrained AA (%) of the claim's world and pooling at that seed."""
+    rows = []
+    for c in claims:
+        for seed, e in c["per_seed"].items():
+            u = untrained_aa.get((c["id"], seed))
+            aa = next((k for k in e["checks"] if k["metric"] == "AA score" and "A" in k), None)
+            if u is None or aa is None:
+                continue
+            a, b = (float(str(aa[x]).split()[0]) for x in ("A", "B"))
+            if a < u:
+                rows.append({"claim": c["id"], "seed": seed, "untrained": u, "A": a, "B": b,
+                             "B − untrained": round(b - u, 2), "A − untrained": round(a - u, 2)})
+    return rows
 
 
 def seed_summary(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1114,6 +1147,13 @@ def markdown(result: dict[str, Any]) -> str:
                      "triplets: a trained run below it was degraded by training.\n\n"
                      + report_lib.markdown_table(result["untrained"], [
                          "world", "pooling", "runs", "AAR (%)", "AA score (%)", "note"]))
+    if result.get("aa_vs_untrained"):
+        parts.append("## AA score against the untrained checkpoint\n\nWhere DPR (A) ends below "
+                     "the untrained checkpoint, part of B − A is B undoing a degradation that A's "
+                     "training caused: B's AA relative to the untrained model (points).\n\n"
+                     + report_lib.markdown_table(result["aa_vs_untrained"], [
+                         "claim", "seed", "untrained", "A", "B", "A − untrained",
+                         "B − untrained"]))
     if result.get("over_seeds"):
         parts.append("## Over seeds\n\nB − A per check over the training seeds: mean ± sample "
                      "std [min, max] (points for rates, raw for score gaps), and the verdicts "
