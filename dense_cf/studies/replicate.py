@@ -17,9 +17,11 @@ claims that use it:
 
 For each check the paired comparison (:func:`dense_cf.eval.compare.compare`: exact McNemar on
 top-k hits and AAR / AA outcomes, paired bootstrap on MRR and the mean gaps) gives B − A, its
-interval and p; the verdicts follow :mod:`dense_cf.eval.claims` (Tango intervals and
-non-inferiority margins, Holm within a claim, the four words, seeds pooled by a stratified
-test; docs/replication.md "Method"). The command writes
+interval and p; the verdicts follow :mod:`dense_cf.eval.claims` (Tango's score test and
+interval, non-inferiority margins, "reproduced" as an intersection–union test and Holm within
+a claim for "reversed", infeasible checks "uninformative", seeds pooled by a stratified test
+with the seed-level t-test beside it; docs/replication.md "Method"). ``--vary_world`` draws
+one world per seed (issue 50). The command writes
 ``replicate.md`` and ``replicate.json`` to ``--out``; finished runs are reused (resumable) and
 ``--claims`` runs only the runs those claims need. ``--list`` prints the claims, the runs each
 needs and the estimated budget, and trains nothing.
