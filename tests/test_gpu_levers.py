@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import pytest
 from helpers import xla_flags
 
@@ -127,3 +129,18 @@ def test_levers_step_part_runs_the_isolated_step_with_levers(tmp_path):
     assert r.returncode == 0 and "rc=0 (step)" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     (line,) = [json.loads(ln) for ln in (out / "levers.jsonl").read_text().splitlines()]
     assert line["part"] == "step" and line["step_s_median"] > 0 and "--fused_qkv" in line["args"]
+
+
+@pytest.mark.parametrize("variant", list(levers.LAYER_VARIANTS))
+def test_every_layer_variant_traces_at_the_papers_shapes(variant):
+    # Abstract evaluation (no compile, no memory): shape errors at BERT-base sizes show here,
+    # not in the device run.
+    shapes = levers.SHAPES["full"]
+    cfg, policy = levers.layer_config(shapes, variant)
+    params = jax.eval_shape(lambda: levers.layer_params(levers.layer_config(shapes, "baseline")[0]))
+    x = jax.ShapeDtypeStruct((shapes.rows, shapes.length, cfg.hidden_size), jnp.bfloat16)
+    loss = levers.layer_loss(cfg, policy, shapes.rows, shapes.length)
+    value, (g_params, g_x) = jax.eval_shape(jax.value_and_grad(loss, argnums=(0, 1)), params, x,
+                                            jax.random.key(0))
+    assert value.shape == () and g_x.shape == x.shape
+    assert jax.tree.structure(g_params) == jax.tree.structure(params)
