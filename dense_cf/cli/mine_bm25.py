@@ -15,8 +15,8 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf import app as _app
+from dense_cf.cli._mining_flags import define_common_flags
 from dense_cf.index.bm25 import ANSERINI
-from dense_cf.mining.flags import define_common_flags
 from dense_cf.mining.negatives import mine_bm25
 
 FLAGS = flags.FlagValues()
