@@ -17,7 +17,8 @@ import pytest
 from helpers import xla_flags
 
 from dense_cf.index.faiss_index import IndexSpec, build_index, build_index_from_dir
-from dense_cf.index.jax_search import JaxIndex, JaxSearchSpec, build_jax_index, build_jax_index_from_dir, load_index
+from dense_cf.index.jax_search import JaxIndex, JaxSearchSpec, build_jax_index, build_jax_index_from_dir
+from dense_cf.index.rerank import load_index
 
 DEVICES = 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -29,6 +29,7 @@ from dense_cf.index import (
     load_index,
     projected_bytes,
 )
+from dense_cf.index.base import Index
 from dense_cf.retrieval.retriever import (
     INDEX_SOURCE,
     index_spec,
@@ -317,5 +318,9 @@ def test_jax_kind_shares_the_wiring_and_refuses_rerank(tmp_path, data):
                                rtol=1e-5, atol=1e-5)
     assert type(open_saved_index(ix_dir, emb, None)) is type(index)
     assert type(load_index(ix_dir)) is type(index)  # the package's one loader opens jax too
+    # Every kind is an index.base.Index: search(queries, k) -> (scores, ids), save(directory).
+    rerank, _ = load_or_build_index(emb, str(tmp_path / "ixr"), "flat", manifest, rerank=20)
+    for ix in (index, flat, rerank):
+        assert isinstance(ix, Index), type(ix)
     with pytest.raises(ValueError, match="eval.rerank"):
         load_or_build_index(emb, ix_dir, "jax", manifest, rerank=100)

@@ -50,6 +50,7 @@ import numpy as np
 from absl import logging
 
 from dense_cf import files
+from dense_cf.index.base import MANIFEST_NAME, DictSpec, merge_topk
 from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
 from dense_cf.index.shards import list_shards as list_embedding_shards
 from dense_cf.progress import Progress, timed
@@ -89,7 +90,6 @@ _IVF_KINDS = frozenset({"ivfpq", "ivfsq"})
 _GPU_MAX_K = 2048  # faiss GPU k-selection limit (also the nprobe limit)
 _GPU_MAX_PQ_BYTES = 96  # largest GPU IVFPQ code size (needs float16 lookup tables)
 
-MANIFEST_NAME = "index.json"
 # setup.py's extras: one faiss build per machine (README "Install").
 FAISS_INSTALL = ('pip install -e ".[cpu]" (faiss-cpu; [tpu] brings it too) or '
                  'pip install -e ".[gpu]" (faiss-gpu-cu12)')
@@ -100,21 +100,6 @@ _FORMAT_VERSION = 1
 # --------------------------------------------------------------------------------------------
 # Spec
 # --------------------------------------------------------------------------------------------
-
-class DictSpec:
-    """``to_dict`` / ``from_dict`` (unknown fields refused, named) for a spec dataclass."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]):
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields {unknown}")
-        return cls(**d)
-
 
 @dataclasses.dataclass(frozen=True)
 class IndexSpec(DictSpec):
@@ -348,29 +333,6 @@ def _train(index: faiss.Index, sample: np.ndarray, spec: IndexSpec, use_gpu: boo
 # --------------------------------------------------------------------------------------------
 # Top-k merge
 # --------------------------------------------------------------------------------------------
-
-def merge_topk(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Merges per-shard results [Q, k_i] into the top k per row.
-
-    Order: score descending, then lower id first (deterministic for ties). Entries with
-    id < 0 (faiss "no result") are dropped to the end as (-inf, -1).
-    """
-    s = np.concatenate([np.asarray(x, np.float32) for x in scores], axis=1)
-    i = np.concatenate([np.asarray(x, np.int64) for x in ids], axis=1)
-    missing = i < 0
-    s = np.where(missing, np.float32(-np.inf), s)
-    i = np.where(missing, np.int64(-1), i)
-    # lexsort: last key is primary -> (missing last, score desc, id asc).
-    order = np.lexsort((i, -s, missing), axis=1)[:, :k]
-    s = np.take_along_axis(s, order, axis=1)
-    i = np.take_along_axis(i, order, axis=1)
-    if s.shape[1] < k:  # fewer candidates than k in total
-        pad = k - s.shape[1]
-        s = np.concatenate([s, np.full((s.shape[0], pad), -np.inf, np.float32)], axis=1)
-        i = np.concatenate([i, np.full((i.shape[0], pad), -1, np.int64)], axis=1)
-    return s, i
-
 
 def check_search_args(queries: np.ndarray, k: int, dim: int) -> tuple[np.ndarray, int]:
     """(queries as an array, k as int) after checking a search's shape [Q, dim] and k >= 1."""

@@ -71,7 +71,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import json
 import os
 import time
 from functools import partial
@@ -86,25 +85,26 @@ from jax.sharding import PartitionSpec as P
 
 from dense_cf import files
 from dense_cf.index import faiss_index
-from dense_cf.index.faiss_index import MANIFEST_NAME, DenseIndex, merge_topk
+from dense_cf.index.base import MANIFEST_NAME, DictSpec, merge_topk
+from dense_cf.index.faiss_index import DenseIndex
 from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.progress import Progress
 
-__all__ = ["ALL_KINDS", "DTYPES", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
+__all__ = ["ALL_KINDS", "DTYPES", "FORMAT", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
            "build_jax_index", "build_jax_index_from_dir", "build_jax_index_generated",
-           "chunked_applies", "exact_index", "load_index", "memory_per_device", "resolve_select"]
+           "chunked_applies", "exact_index", "memory_per_device", "resolve_select"]
 
 KIND = "jax"
 ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SELECTS: tuple[str, ...] = ("auto", "bmc", "chunked", "sort")
-_FORMAT = "dense_cf.jax_index"
+FORMAT = _FORMAT = "dense_cf.jax_index"  # the manifest "format" of a saved JaxIndex
 _FORMAT_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxSearchSpec(faiss_index.DictSpec):
+class JaxSearchSpec(DictSpec):
     """How a :class:`JaxIndex` stores and searches vectors (configs/base.py ``eval.jax_*``).
 
     ``dtype``: corpus dtype on the devices (queries are rounded to it; float32 accumulation).
@@ -761,17 +761,3 @@ def build_jax_index_from_dir(emb_dir: str, spec: JaxSearchSpec | None = None, *,
               "shards": [{"file": os.path.abspath(e), "rows": int(n),
                           "key": files.file_key(e)} for (e, _), n in zip(source.files, source.rows)]}
     return _build(source, ids, spec or JaxSearchSpec(), mesh, progress, record)
-
-
-def load_index(directory: str, **kwargs: Any) -> DenseIndex | JaxIndex:
-    """The index saved in ``directory``, whichever kind wrote it (faiss or jax); ``kwargs`` go
-    to ``DenseIndex.load``. ``index.load_index`` (index/rerank.py) also opens re-rank indexes."""
-    path = os.path.join(directory, MANIFEST_NAME)
-    try:
-        with open(path) as f:
-            fmt = json.load(f).get("format")
-    except (OSError, ValueError, AttributeError) as e:
-        raise FileNotFoundError(f"no readable {MANIFEST_NAME} in {directory}: {e}") from e
-    if fmt == _FORMAT:
-        return JaxIndex.load(directory)
-    return DenseIndex.load(directory, **kwargs)

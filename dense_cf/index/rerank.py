@@ -22,6 +22,7 @@ export that changed since (a re-export writes new files), naming the file that d
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -29,13 +30,13 @@ import numpy as np
 
 from dense_cf import files
 from dense_cf.index import jax_search
+from dense_cf.index.base import MANIFEST_NAME, Index, merge_topk
 from dense_cf.index.faiss_index import (
     _GPU_MAX_K,
     DenseIndex,
     IndexSpec,
     build_index_from_dir,
     bytes_per_vector,
-    merge_topk,
 )
 from dense_cf.index.jax_search import JaxIndex
 from dense_cf.index.shards import ExportShards, list_shards
@@ -207,14 +208,23 @@ def build_rerank_index(emb_dir: str, spec: IndexSpec, depth: int, *,
     return RerankIndex(build_index_from_dir(emb_dir, spec, progress=progress), emb_dir, depth)
 
 
-def load_index(directory: str, **kwargs: Any) -> DenseIndex | JaxIndex | RerankIndex:
-    """Any saved index: a :class:`RerankIndex` when ``directory`` has ``rerank.json``, else
-    what ``jax_search.load_index`` opens (a jax or faiss index; ``kwargs`` go to
+def load_index(directory: str, **kwargs: Any) -> Index:
+    """The one dispatcher: the index saved in ``directory``, whichever kind wrote it, by what the
+    directory records: ``rerank.json`` → :class:`RerankIndex`; else the manifest's ``format``: a
+    :class:`~dense_cf.index.jax_search.JaxIndex`'s, or a faiss ``DenseIndex`` (``kwargs`` go to
     ``DenseIndex.load``)."""
     if os.path.exists(os.path.join(directory, RERANK_NAME)):
         return RerankIndex.load(directory, **kwargs)
     kwargs.pop("source_dir", None)
-    return jax_search.load_index(directory, **kwargs)
+    path = os.path.join(directory, MANIFEST_NAME)
+    try:
+        with open(path) as f:
+            fmt = json.load(f).get("format")
+    except (OSError, ValueError, AttributeError) as e:
+        raise FileNotFoundError(f"no readable {MANIFEST_NAME} in {directory}: {e}") from e
+    if fmt == jax_search.FORMAT:
+        return JaxIndex.load(directory)
+    return DenseIndex.load(directory, **kwargs)
 
 
 def projected_bytes(spec: IndexSpec, n: int, dim: int, *, stored_bytes: int = 2
