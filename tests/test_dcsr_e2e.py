@@ -173,4 +173,5 @@ def test_localisation_binary(trained, run):
     with pytest.raises(ValueError, match="sentence-unit"):
         cfg = run.config.copy_and_resolve_references()
         cfg.method = "dpr"
-        localisation(dataclasses.replace(run, config=cfg), [], [])
+        # method=None: the Run resolves the method from its config again (it carries it).
+        localisation(dataclasses.replace(run, config=cfg, method=None), [], [])
