@@ -218,9 +218,9 @@ def _storage_dtype(dtype: str) -> np.dtype:
 
 
 # What ``select="auto"`` runs per platform, and bmc's bin size there: measured fastest.
-#   cpu: bmc, L = 128. 2-core AMD EPYC (Zen 4, AVX-512), 262,144 x 768 float32, k = 100,
-#        batch 256 (docs/scale.md "Exact top-k by a bin-max certificate"): bmc beat sort and
-#        chunked in one run; L = 64 / 128 / 256 within a few percent.
+#   cpu: bmc, L = 128. 2-core AMD EPYC (Zen 4, AVX-512), float32, k = 100, batch 256, one
+#        run (docs/scale.md "Exact top-k by a bin-max certificate"): bmc 1.11x sort at
+#        262,144 x 768 and 1.12x at 1,048,576; chunked 0.73-0.75x; L = 64 / 128 / 256 within 6 %.
 #   gpu: bmc, L = 128. Not yet timed on a device: chosen from the analysis in
 #        ../shared/reviews/gpu-levers.md §1-3 (sort: 21 bitonic passes over every score; bmc:
 #        one extra read and two small sorts). tools/gpu/check.sh stage d times sort, chunked
