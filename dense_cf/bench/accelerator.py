@@ -235,8 +235,8 @@ def _memory(device) -> dict[str, int | None]:
             "bytes_in_use": stats.get("bytes_in_use"), "bytes_limit": stats.get("bytes_limit")}
 
 
-def _timed(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
-
+def timed(fn: Callable[[], Any], steps: int, warmup: int) -> list[float]:
+    """Seconds of each of ``steps`` calls of ``fn`` (blocked until ready), after ``warmup``."""
     for _ in range(warmup):
         jax.block_until_ready(fn())
     times = []
@@ -366,7 +366,7 @@ def bench_train(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
                     holder["state"], m = compiled(holder["state"], batch, rng)
                     return holder["state"], m
 
-                times = _timed(call, opts.steps, opts.warmup)
+                times = timed(call, opts.steps, opts.warmup)
                 metrics = jax.device_get(call()[1])
                 _log(f"train: median step {statistics.median(times) * 1e3:.1f} ms")
                 setup.trained_params = holder["state"].params
@@ -428,7 +428,7 @@ def bench_export(setup: _Setup, opts: BenchOptions) -> dict[str, Any]:
         compile_s = time.perf_counter() - t0
         xla_flops, mem = _xla_cost(compiled)
         _log(f"export: compiled in {compile_s:.1f}s")
-        times = _timed(lambda: compiled(params, g["ids"], g["mask"]), opts.steps, opts.warmup)
+        times = timed(lambda: compiled(params, g["ids"], g["mask"]), opts.steps, opts.warmup)
         _log(f"export: median batch {statistics.median(times) * 1e3:.1f} ms; Encoder.passages")
         # End to end through the project's Encoder: host ids in, host float32 embeddings out.
         n = eb * opts.export_batches

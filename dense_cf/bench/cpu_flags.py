@@ -98,7 +98,8 @@ def parse_variants(spec: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def _env(xla_flags: str) -> dict[str, str]:
+def env_with_xla_flags(xla_flags: str) -> dict[str, str]:
+    """This process's environment with ``xla_flags`` appended to ``XLA_FLAGS`` (for a child)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), xla_flags) if x)
     return env
@@ -109,7 +110,7 @@ def probe(xla_flags: str, timeout: float = 300.0) -> tuple[bool, str]:
     ``(accepted, the child's last line of error output when not)``."""
     if not xla_flags:
         return True, ""
-    p = subprocess.run([sys.executable, "-c", _PROBE], env=_env(xla_flags), capture_output=True,
+    p = subprocess.run([sys.executable, "-c", _PROBE], env=env_with_xla_flags(xla_flags), capture_output=True,
                        text=True, timeout=timeout)
     if p.returncode == 0:
         return True, ""
@@ -162,7 +163,7 @@ class _Worker:
         self.name = name
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dense_cf.bench.cpu_flags", "--worker", impl or "-", *argv],
-            env=_env(xla_flags), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            env=env_with_xla_flags(xla_flags), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read()
 
     def _read(self) -> dict[str, Any]:

@@ -49,7 +49,8 @@ from flax import linen as nn
 
 from dense_cf import app as _app
 from dense_cf.bench import packing
-from dense_cf.bench.accelerator import BERT_BASE, peak_bf16_flops
+from dense_cf.bench.accelerator import BERT_BASE, peak_bf16_flops, timed
+from dense_cf.bench.cpu_flags import env_with_xla_flags
 from dense_cf.models.bert import BertConfig, BertEncoder, BertLayer, remat_policy
 
 FLAGS = flags.FlagValues()
@@ -159,14 +160,7 @@ def _mfu(flops: float, seconds: float) -> float | None:
 
 
 def _median_time(fn: Callable[[], Any], steps: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(np.median(timed(fn, steps, warmup)))
 
 
 def layer_flops(cfg: BertConfig, rows: int, length: int) -> float:
@@ -246,7 +240,7 @@ def run_flags(sink: Sink, size: str, out: str, timeout: int) -> None:
     """Each flag of the sweep in its own subprocess (an unknown XLA flag aborts the process)."""
     table = FLAG_VARIANTS if jax.default_backend() == "gpu" else CPU_FLAG_VARIANTS
     for label, (flag, variants) in table.items():
-        env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + flag).strip())
+        env = env_with_xla_flags(flag)
         cmd = [sys.executable, "-m", "dense_cf.bench.levers", "--part=layer", f"--size={size}",
                f"--out={out}", f"--variants={','.join(variants)}", f"--label=flag:{label}",
                f"--steps={_STEPS.value}"]
