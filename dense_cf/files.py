@@ -49,7 +49,7 @@ __all__ = ["TMP_MARKER", "atomic_open", "atomic_open_gz", "atomic_save_npy", "at
            "workdir_lock", "unwritable_error", "STAGING_MARKER", "make_dir", "staging_dir",
            "remove_stale_staging", "build_dir_atomically", "SUMS_NAME", "SIDECAR_SUFFIX",
            "IntegrityError", "file_sha256", "write_sums", "read_sums", "check_sums",
-           "verify_sums", "sidecar", "write_sidecar", "verify_sidecar"]
+           "verify_sums", "sidecar", "write_sidecar", "verify_sidecar", "seal_dir", "verify_dir"]
 
 # Every temporary file is ".<name>.<random>.tmp" in the target's directory.
 TMP_MARKER = ".tmp"
@@ -492,14 +492,35 @@ def write_sidecar(path: str | os.PathLike) -> str:
     return write_sums(sidecar(path), [path])[os.path.basename(path)]
 
 
-def verify_sidecar(path: str | os.PathLike, rebuild: str) -> bool:
+def verify_sidecar(path: str | os.PathLike, rebuild: str, *, editable: bool = True) -> bool:
     """Checks ``path`` against its ``<path>.sha256`` when it has one (False when not: a file
     from elsewhere, nothing to check); a mismatch is :class:`IntegrityError` ending in
-    ``rebuild``, or in deleting the checksum file when the change was meant."""
+    ``rebuild``, and for an ``editable`` file (one a user may change on purpose, unlike a
+    cache) in deleting the checksum file when the change was meant."""
     if not os.path.exists(sidecar(path)):
         return False
-    verify_sums(sidecar(path), f"{rebuild} (if you changed it on purpose, delete "
-                               f"{sidecar(path)})", [os.path.basename(path)])
+    meant = f" (if you changed it on purpose, delete {sidecar(path)})" if editable else ""
+    verify_sums(sidecar(path), rebuild + meant, [os.path.basename(path)])
+    return True
+
+
+def seal_dir(directory: str | os.PathLike) -> dict[str, str]:
+    """Writes ``<directory>/SHA256SUMS`` over every file under ``directory`` (a directory built
+    whole: call it last, before the staging directory is renamed into place)."""
+    directory = os.fspath(directory)
+    sums = os.path.join(directory, SUMS_NAME)
+    paths = sorted(os.path.join(r, n) for r, _, names in os.walk(directory) for n in names
+                   if os.path.join(r, n) != sums)
+    return write_sums(sums, paths)
+
+
+def verify_dir(directory: str | os.PathLike, rebuild: str) -> bool:
+    """Checks every file of ``<directory>/SHA256SUMS`` (:func:`verify_sums`); False when the
+    directory has none (built before checksums existed: nothing to check)."""
+    sums = os.path.join(os.fspath(directory), SUMS_NAME)
+    if not os.path.exists(sums):
+        return False
+    verify_sums(sums, rebuild)
     return True
 
 

@@ -169,7 +169,7 @@ def test_resume_after_interruption_gives_identical_output(files, monkeypatch):
     monkeypatch.setattr(writers.ShardedParts, "write", real_write)
     assert not os.path.exists(part)
     assert sorted(os.listdir(part + ".parts")) == ["part-00000.done.json", "part-00000.jsonl",
-                                                   "settings.json"]
+                                                   "part-00000.jsonl.sha256", "settings.json"]
     second = run_bm25(str(inp), corpus, part, **kw)
     assert second["reused_shards"] == 1 and second["mined_this_run"] == 4
     assert second["stats"] == first["stats"]

@@ -19,6 +19,7 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 from absl import logging
 
+from dense_cf import files
 from dense_cf.datasets import formats
 from dense_cf.datasets.formats import SkipReport
 from dense_cf.index.passage_store import (
@@ -27,6 +28,7 @@ from dense_cf.index.passage_store import (
     build_atomically,
     check_fingerprint,
     corpus_fingerprint,
+    verify_built,
     write_meta_json,
 )
 from dense_cf.progress import timed
@@ -64,8 +66,9 @@ def bm25_document(title: str, text: str) -> str:
 class BM25Index:
     """bm25s over ``title + text`` of a corpus, with its :class:`PassageStore`.
 
-    ``directory`` layout: ``bm25/`` (bm25s ``save``; loaded with ``mmap=True``), the store files
-    and ``meta.json`` (written last: parameters, corpus fingerprint, bm25s version).
+    ``directory`` layout: ``bm25/`` (bm25s ``save``; loaded with ``mmap=True``), the store files,
+    ``meta.json`` (parameters, corpus fingerprint, bm25s version) and ``SHA256SUMS`` over them
+    all (written last; checked by :meth:`load`).
     """
 
     def __init__(self, retriever, store: PassageStore, meta: Mapping[str, Any],
@@ -142,6 +145,7 @@ class BM25Index:
                     "vocab_size": len(vocab), "tokenize_s": tok_s,
                     "index_s": time.perf_counter() - t0 - tok_s, **dict(meta or {})}
             write_meta_json(os.path.join(out, "meta.json"), info)  # last: marks the index complete
+            files.seal_dir(out)  # checked by every load
             logging.info("BM25 index: %d passages, %d terms, %.1f s", n, len(vocab),
                          time.perf_counter() - t0)
 
@@ -158,6 +162,7 @@ class BM25Index:
     def load(cls, directory: str) -> "BM25Index":
         import bm25s
 
+        verify_built(directory, "BM25 index")
         with open(os.path.join(directory, "meta.json")) as f:
             meta = json.load(f)
         if meta.get("format") != INDEX_FORMAT:

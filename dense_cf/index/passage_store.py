@@ -20,8 +20,7 @@ from dense_cf.datasets.formats import SkipReport
 from dense_cf.progress import Progress
 
 __all__ = ["PassageStore", "CorpusChangedError", "corpus_fingerprint", "check_fingerprint",
-           "build_atomically",
-           "open_store", "write_meta_json", "INDEX_FORMAT"]
+           "build_atomically", "verify_built", "open_store", "write_meta_json", "INDEX_FORMAT"]
 
 # Version of the on-disk layout of stores and BM25 indexes (meta.json / store.json "format").
 INDEX_FORMAT = 1
@@ -32,13 +31,15 @@ class PassageStore:
 
     Line ``i`` of ``passages.jsonl`` is the JSON array ``[id, title, text]`` of corpus row ``i``
     (TSV order, bad rows skipped); ``offsets.npy`` (int64 [n+1]) holds the byte offsets. The file
-    is memory-mapped, so 21M passages cost page cache, not Python objects.
+    is memory-mapped, so 21M passages cost page cache, not Python objects. The directory's
+    ``SHA256SUMS`` (written last by its builder) is checked before anything is read.
     """
 
     DATA, OFFSETS = "passages.jsonl", "offsets.npy"
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        verify_built(directory, "passage store")
         self.offsets = np.load(os.path.join(directory, self.OFFSETS), mmap_mode="r")
         path = os.path.join(directory, self.DATA)
         size = os.path.getsize(path)
@@ -134,6 +135,22 @@ def check_fingerprint(directory: str, meta: Mapping[str, Any], corpus: str | Non
                         directory, have["name"], corpus)
 
 
+_UNVERIFIED_WARNED: set[str] = set()
+
+
+def verify_built(directory: str, what: str) -> None:
+    """Checks the ``SHA256SUMS`` of a store or BM25 index directory (every file, once per
+    process while unchanged): a changed byte is :class:`files.IntegrityError` naming the file
+    and saying to delete ``directory`` (it is rebuilt from its corpus). A directory built before
+    checksums existed is used unverified, with one warning."""
+    rebuild = (f"delete {directory} and run the same command again (the {what} is rebuilt "
+               f"from its corpus)")
+    if not files.verify_dir(directory, rebuild) and directory not in _UNVERIFIED_WARNED:
+        _UNVERIFIED_WARNED.add(directory)
+        logging.warning("%s: a %s without %s (built by an older version): used unverified; "
+                        "delete it to rebuild it with checksums", directory, what, files.SUMS_NAME)
+
+
 def build_atomically(directory: str, build: Callable[[str], None]) -> None:
     """Runs ``build(tmp_dir)`` and renames the result to ``directory`` (``files.build_dir_atomically``:
     a crash leaves a staging directory that the next build removes; modes follow the umask)."""
@@ -173,18 +190,19 @@ def open_store(corpus: str, directory: str, *, skip_bad: bool = True,
                          "passages": n, "skipped_rows": rep.count(corpus),
                          "skipped_by_reason": {r: k for (f, r), k in sorted(rep.counts.items())
                                                if f == os.fspath(corpus)}})
+            files.seal_dir(tmp)  # last: checked by every open (PassageStore)
         if stale:  # the old store is swapped out once the new one is complete
             files.build_dir_atomically(directory, build, replace=True)
         else:
             build_atomically(directory, build)
+    # before its store.json (or a BM25 index's meta.json) is trusted
+    verify_built(directory, "BM25 index" if meta_path.endswith("meta.json") else "passage store")
     with open(meta_path) as f:
         check_fingerprint(directory, json.load(f), corpus)
     return PassageStore(directory)
 
 
 def write_meta_json(path: str, obj: Any) -> None:
-    """Writes ``obj`` as indented JSON via a temporary file and a rename."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    """Writes ``obj`` as indented JSON, atomically (:func:`files.atomic_open`)."""
+    with files.atomic_open(path) as f:
         json.dump(obj, f, indent=2, default=str)
-    os.replace(tmp, path)

@@ -75,18 +75,25 @@ class Ragged:
 def save_tables(path: str, *, ragged: dict[str, Ragged], dense: dict[str, np.ndarray],
                 stats: dict) -> None:
     """One ``.npz`` cache: each :class:`Ragged` as ``<name>_values``/``<name>_splits``, dense
-    arrays by name, ``stats`` as JSON. Written atomically under a unique temp name, since hosts
-    sharing a file system may write the same cache at once."""
+    arrays by name, ``stats`` as JSON; then ``<path>.sha256`` (checked by :func:`load_tables`).
+    Written atomically under a unique temp name, since hosts sharing a file system may write
+    the same cache at once."""
     arrays = {}
     for name, r in ragged.items():
         arrays[f"{name}_values"], arrays[f"{name}_splits"] = r.values, r.row_splits
     with files.atomic_open(path, "wb") as f:
         np.savez(f, stats=np.asarray(json.dumps(stats)), **dense, **arrays)
+    # Equal tables are equal bytes (np.savez stamps no clock into its members), so when two
+    # hosts write one cache at once, whichever checksum lands matches whichever file did.
+    files.write_sidecar(path)
 
 
 def load_tables(path: str, ragged: Sequence[str], dense: Sequence[str]
                 ) -> tuple[dict[str, Ragged], dict[str, np.ndarray], dict]:
-    """What :func:`save_tables` wrote: (ragged tables, dense arrays, stats)."""
+    """What :func:`save_tables` wrote: (ragged tables, dense arrays, stats), after checking
+    ``<path>.sha256`` (a cache written before checksums existed is read unchecked)."""
+    files.verify_sidecar(path, "delete it and run the same command again (the data file is "
+                               "tokenised again into a new cache)", editable=False)
     with np.load(path) as z:
         return ({n: Ragged(z[f"{n}_values"], z[f"{n}_splits"]) for n in ragged},
                 {n: z[n] for n in dense}, json.loads(str(z["stats"])))

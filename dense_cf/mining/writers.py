@@ -5,7 +5,10 @@ A job (e.g. hard-negative mining over NQ-train) processes the input list in shar
 extent never depends on what was skipped). Each finished shard is written to the work directory
 as ``part-KKKKK.jsonl`` (one output record per line) and then marked done with
 ``part-KKKKK.done.json`` (its statistics); both are written to a temporary file and renamed, so a
-crash leaves either a finished shard or nothing. A restarted job skips done shards. The final
+crash leaves either a finished shard or nothing. Between the two, ``part-KKKKK.jsonl.sha256``
+records the records' sha256 (:func:`files.write_sidecar`); a done shard is checked against it
+when it is reused and when it is assembled, so a part changed on disk is refused in one line
+naming it. A restarted job skips done shards. The final
 output is assembled by streaming the parts' lines in order into one JSON list laid out like
 :func:`formats.write_biencoder`'s (atomic, gzip for ``.gz``).
 
@@ -66,8 +69,19 @@ class ShardedParts:
         return os.path.join(self.work_dir, f"part-{shard:05d}.{suffix}")
 
     def is_done(self, shard: int) -> bool:
-        return (os.path.exists(self._path(shard, "done.json"))
+        """Whether ``shard`` is finished; a finished shard whose records changed on disk is
+        :class:`files.IntegrityError` (checked on the writer only: the others read no part)."""
+        done = (os.path.exists(self._path(shard, "done.json"))
                 and os.path.exists(self._path(shard, "jsonl")))
+        if done and not self.read_only:
+            self._verify(shard)
+        return done
+
+    def _verify(self, shard: int) -> None:
+        path = self._path(shard, "jsonl")
+        files.verify_sidecar(path, f"delete {path} and {self._path(shard, 'done.json')} and run "
+                                   f"the same command again (shard {shard} is computed again; "
+                                   f"the other shards are kept)", editable=False)
 
     def stats(self, shard: int) -> dict[str, Any]:
         with open(self._path(shard, "done.json"), encoding="utf-8") as f:
@@ -80,12 +94,14 @@ class ShardedParts:
             return
         _atomic_write_text(self._path(shard, "jsonl"),
                            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        files.write_sidecar(self._path(shard, "jsonl"))
         _atomic_write_text(self._path(shard, "done.json"), json.dumps(dict(stats), indent=1))
 
     def iter_records(self, num_shards: int) -> Iterator[dict[str, Any]]:
         for shard in range(num_shards):
             if not self.is_done(shard):
                 raise FileNotFoundError(f"{self._path(shard, 'jsonl')}: shard {shard} not done")
+            self._verify(shard)
             with open(self._path(shard, "jsonl"), encoding="utf-8") as f:
                 for line in f:
                     yield json.loads(line)
@@ -101,6 +117,7 @@ class ShardedParts:
         for shard in range(num_shards):
             if not self.is_done(shard):
                 raise FileNotFoundError(f"{self._path(shard, 'jsonl')}: shard {shard} not done")
+            self._verify(shard)  # again on a read-only view; free while unchanged (memoised)
         n = 0
         with files.atomic_open_gz(output, "wb", compresslevel=compresslevel) as out:
             out.write(b"[")
