@@ -2,8 +2,9 @@
 
     python -m dense_cf.cli.verify RUN [RUN ...]
 
-Walks RUN for the checksum files their producers wrote: ``SHA256SUMS`` of checkpoint steps,
-embedding exports, faiss indexes and HF export towers, ``<file>.sha256`` of mined negatives. It
+Walks RUN (any directory) for the checksum files their producers wrote: ``SHA256SUMS`` of
+checkpoint steps, embedding exports, faiss indexes, HF export towers, passage stores and BM25
+index directories, ``<file>.sha256`` of mined negatives, mining parts and tokenised caches. It
 re-reads every file they list and prints one line per artefact: ``OK``, ``FAILED`` (the file
 and what is wrong) or ``UNVERIFIED`` (a checkpoint step or export written without checksums:
 older versions, or a kill between a save and its seal). The newest checkpoint step's recorded
