@@ -18,7 +18,7 @@ from helpers import xla_flags
 
 from dense_cf.index.faiss_index import IndexSpec, build_index, build_index_from_dir
 from dense_cf.index.jax_search import JaxIndex, JaxSearchSpec, build_jax_index, build_jax_index_from_dir
-from dense_cf.index.rerank import load_index
+from dense_cf.index.kinds import load as load_index
 
 DEVICES = 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,8 +208,8 @@ else:
         c = base_config()
         c.eval.jax.dtype = "float16"
         assert not [p for p in config_problems(c, check_files=False) if "eval." in p]
-        from dense_cf.retrieval.retriever import jax_search_spec
-        assert jax_search_spec(c.eval) == JaxSearchSpec(dtype="float16")  # every key is a field
+        from dense_cf.retrieval.retriever import index_spec
+        assert index_spec(c.eval, "jax") == JaxSearchSpec(dtype="float16")  # every key is a field
 
     def test_retrieval_eval_with_jax_equals_flat(tmp_path):
         """An untrained tiny run over a 300-passage synthetic benchmark: the top-k report of

@@ -64,7 +64,7 @@ _SCRIPT = textwrap.dedent("""
             np.save(os.path.join(emb, f"ids-{{part:05d}}.npy"), ids[lo:hi])
         saved = os.path.join(d, "jax-index")
         jax_search.build_jax_index_from_dir(emb, progress=False).save(saved)
-        loaded = index_pkg.load_index(saved)
+        loaded = index_pkg.kinds.load(saved)
         assert isinstance(loaded, jax_search.JaxIndex), loaded
         s2, i2 = loaded.search(q, k)
         np.testing.assert_array_equal(s2, want_s)
@@ -91,7 +91,7 @@ _SCRIPT = textwrap.dedent("""
             json.dump({{"format": "dense_cf.index", "version": 1, "kind": "flat", "dim": 16,
                        "ntotal": 203, "spec": {{"kind": "flat"}}, "shards": []}}, f)
         try:
-            index_pkg.load_index(faiss_dir)
+            index_pkg.kinds.load(faiss_dir)
         except ImportError as e:
             errors.append(str(e))
     print("ERRORS " + json.dumps(errors))

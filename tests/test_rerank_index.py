@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,14 +27,15 @@ from dense_cf.index import (
     RerankIndex,
     build_index,
     build_rerank_index,
-    load_index,
+    kinds,
     projected_bytes,
 )
 from dense_cf.index.base import Index
+from dense_cf.index.jax_search import JaxSearchSpec
+from dense_cf.index.kinds import load as load_index
 from dense_cf.retrieval.retriever import (
     INDEX_SOURCE,
     index_spec,
-    jax_search_spec,
     load_or_build_index,
     open_saved_index,
 )
@@ -143,13 +145,13 @@ def test_stale_export_is_refused_naming_the_file(tmp_path, data):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     with pytest.raises(ValueError, match=r"rerank\.json.*not the one this index was built from "
                                          r"\(embeddings-00002\.npy changed"):
-        RerankIndex.load(str(tmp_path / "ix"))
+        load_index(str(tmp_path / "ix"))
     os.remove(path)
     with pytest.raises(ValueError, match=r"embeddings-00002\.npy is gone"):
         load_index(str(tmp_path / "ix"))
     # A moved export is found through source_dir, and still checked.
     with pytest.raises(ValueError, match="not the one"):
-        RerankIndex.load(str(tmp_path / "ix"), source_dir=emb)
+        load_index(str(tmp_path / "ix"), source_dir=emb)
 
 
 def test_export_of_another_size_is_refused(tmp_path, data):
@@ -301,26 +303,120 @@ def test_bench_command_prints_both_rows_and_the_projection(tmp_path):
     assert any(ln.startswith("projection to 1,000,000 x 32") for ln in lines)
 
 
-def test_jax_kind_shares_the_wiring_and_refuses_rerank(tmp_path, data):
-    # eval.index=jax goes through the same load-or-build path: built once, then reused;
-    # it searches exactly, so asking it to re-rank is a configuration error.
+def test_jax_kind_shares_the_wiring_and_reranks(tmp_path, data):
+    # eval.index=jax goes through the same load-or-build path: built once, then reused; and
+    # re-ranking wraps it as it wraps a faiss index (a 16-bit corpus re-scored exactly).
     emb, manifest = one_shard_export(str(tmp_path / "export"), data[0][:1000])
     cfg = base_config().eval
-    assert index_spec(cfg, "jax") is None
+    assert index_spec(cfg, "jax") == JaxSearchSpec()  # eval.jax: no `None means jax`
     ix_dir = str(tmp_path / "ixj")
-    index, reused = load_or_build_index(emb, ix_dir, "jax", manifest, spec=index_spec(cfg, "jax"),
-                                        jax_spec=jax_search_spec(cfg))
+    index, reused = load_or_build_index(emb, ix_dir, "jax", manifest, spec=index_spec(cfg, "jax"))
     assert not reused and index.ntotal == 1000
     again, reused = load_or_build_index(emb, ix_dir, "jax", manifest)
     assert reused and type(again) is type(index)
     flat, _ = load_or_build_index(emb, str(tmp_path / "ixf"), "flat", manifest)
     np.testing.assert_allclose(again.search(data[1], 10)[0], flat.search(data[1], 10)[0],
                                rtol=1e-5, atol=1e-5)
-    assert type(open_saved_index(ix_dir, emb, None)) is type(index)
+    assert type(open_saved_index(ix_dir, emb, index_spec(cfg, "jax"))) is type(index)
     assert type(load_index(ix_dir)) is type(index)  # the package's one loader opens jax too
     # Every kind is an index.base.Index: search(queries, k) -> (scores, ids), save(directory).
     rerank, _ = load_or_build_index(emb, str(tmp_path / "ixr"), "flat", manifest, rerank=20)
-    for ix in (index, flat, rerank):
+    jax_rerank, _ = load_or_build_index(emb, ix_dir, "jax", manifest, rerank=30)
+    assert isinstance(jax_rerank, RerankIndex) and jax_rerank.base.kind == "jax"
+    for ix in (index, flat, rerank, jax_rerank):
         assert isinstance(ix, Index), type(ix)
-    with pytest.raises(ValueError, match="eval.rerank"):
-        load_or_build_index(emb, ix_dir, "jax", manifest, rerank=100)
+    np.testing.assert_array_equal(jax_rerank.search(data[1], 10)[1], flat.search(data[1], 10)[1])
+    # A saved re-ranking index over a jax base reopens through the one dispatcher.
+    jax_rerank.save(str(tmp_path / "jr"))
+    reopened = load_index(str(tmp_path / "jr"))
+    assert isinstance(reopened, RerankIndex) and type(reopened.base) is type(index)
+    assert reopened.depth == 30
+    np.testing.assert_array_equal(reopened.search(data[1], 10)[1], flat.search(data[1], 10)[1])
+
+
+def test_unknown_kind_lists_the_known_ones(tmp_path):
+    msg = r"unknown index kind 'annoy'; known kinds: flat, hnsw, ivfpq, sq8, ivfsq, jax"
+    with pytest.raises(ValueError, match=msg):
+        kinds.get("annoy")
+    with pytest.raises(ValueError, match=msg):
+        index_spec(base_config().eval, "annoy")
+    with pytest.raises(ValueError, match=msg):
+        load_or_build_index(str(tmp_path), str(tmp_path / "ix"), "annoy", {})
+    os.makedirs(tmp_path / "odd")
+    with open(tmp_path / "odd" / "index.json", "w") as f:
+        json.dump({"format": "someone.else", "version": 1}, f)
+    with pytest.raises(ValueError, match=r"unknown index format 'someone.else'; known formats: "
+                                         r"dense_cf.index, dense_cf.jax_index"):
+        load_index(str(tmp_path / "odd"))
+    c = base_config()
+    c.eval.index = "annoy"
+    assert any("config.eval.index" in p and "jax" in p for p in problems(c, check_files=False))
+
+
+# The on-disk records as the code before the kind registry (issue 48 item 6) wrote them, spelled
+# out literally: a renamed field or format string here would orphan every saved index.
+_FAISS_SPEC_V1 = {"kind": "flat", "metric": "ip", "hnsw_m": 32, "ef_construction": 200,
+                  "ef_search": 128, "nlist": None, "nprobe": 32, "pq_m": None, "pq_nbits": 8,
+                  "train_size": 262144, "seed": 0, "use_gpu": "auto", "shards": 1,
+                  "omp_threads": None, "query_batch_size": 4096, "add_batch_size": 32768}
+_JAX_SPEC_V1 = {"dtype": "float32", "approx": False, "recall_target": 0.95,
+                "query_batch_size": 256, "block_rows": 65536, "select": "auto", "chunk_rows": 1024,
+                "chunk_k": 16, "rescan_chunks": 4, "bin_rows": 0, "prune_bins": 0}
+_FAISS_BUILD_V1 = {"kind": "flat", "nlist": None, "pq_m": None, "pq_nbits": 8, "hnsw_m": 32,
+                   "ef_construction": 200, "train_size": 262144, "seed": 0}
+
+
+def test_indexes_saved_before_the_kind_registry_still_load_and_are_reused(tmp_path, data):
+    import faiss
+
+    x, q, stored = data
+    n = 1500
+    emb, manifest = one_shard_export(str(tmp_path / "export"), x[:n])
+    source = {"corpus_sha256": "abc", "passages": n, "rows": n, "settings": {}}
+    # faiss Flat, as DenseIndex.save wrote it (no checksum file: read unverified).
+    fdir = tmp_path / "step_0_flat"
+    os.makedirs(fdir)
+    flat = faiss.IndexIDMap(faiss.IndexFlatIP(D))
+    flat.add_with_ids(stored[:n], np.arange(n, dtype=np.int64))
+    faiss.write_index(flat, str(fdir / "shard-00000.faiss"))
+    with open(fdir / "index.json", "w") as f:
+        json.dump({"format": "dense_cf.index", "version": 1, "kind": "flat", "dim": D,
+                   "ntotal": n, "spec": _FAISS_SPEC_V1,
+                   "shards": [{"file": "shard-00000.faiss", "ntotal": n}],
+                   "faiss_version": faiss.__version__}, f)
+    with open(fdir / INDEX_SOURCE, "w") as f:
+        json.dump(dict(source, index=_FAISS_BUILD_V1), f)
+    # jax, as JaxIndex.save wrote it: the spec and the export shards' file keys.
+    jdir = tmp_path / "step_0_jax"
+    os.makedirs(jdir)
+    shard = os.path.join(emb, "embeddings-00000.npy")
+    st = os.stat(shard)
+    with open(jdir / "index.json", "w") as f:
+        json.dump({"format": "dense_cf.jax_index", "version": 1, "kind": "jax", "dim": D,
+                   "ntotal": n, "spec": _JAX_SPEC_V1, "source": os.path.abspath(emb),
+                   "shards": [{"file": os.path.abspath(shard), "rows": n,
+                               "key": [os.path.abspath(shard), st.st_size, st.st_mtime_ns]}]}, f)
+    with open(jdir / INDEX_SOURCE, "w") as f:
+        json.dump(dict(source, jax=_JAX_SPEC_V1, index={"kind": "jax"}), f)
+    # A re-ranking index: the faiss files plus rerank.json.
+    rdir = tmp_path / "rerank"
+    shutil.copytree(fdir, rdir)
+    ids_path = os.path.join(emb, "ids-00000.npy")
+    fingerprint = {"shards": [[os.path.basename(p), os.stat(p).st_size, os.stat(p).st_mtime_ns]
+                              for p in (shard, ids_path)], "manifest_sha256": None}
+    with open(rdir / "rerank.json", "w") as f:
+        json.dump({"format": "dense_cf.rerank", "version": 1, "depth": 50,
+                   "source": os.path.abspath(emb), "fingerprint": fingerprint}, f)
+
+    want_s, want_i = exact(stored[:n], q, 10)
+    for path, cls in ((fdir, DenseIndex), (jdir, None), (rdir, RerankIndex)):
+        ix = load_index(str(path))
+        assert cls is None or type(ix) is cls
+        s, i = ix.search(q, 10)
+        np.testing.assert_array_equal(i, want_i)
+        np.testing.assert_allclose(s, want_s, rtol=1e-5, atol=1e-5)
+    # The retriever reuses both (the build records match), rather than rebuilding.
+    for kind, path in (("flat", fdir), ("jax", jdir)):
+        ix, reused = load_or_build_index(emb, str(path), kind, manifest)
+        assert reused, kind
+        np.testing.assert_array_equal(ix.search(q, 10)[1], want_i)

@@ -43,7 +43,7 @@ from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval import stats
 from dense_cf.files import atomic_save_npy
-from dense_cf.index.faiss_index import is_saved_index
+from dense_cf.index.base import is_saved_index
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus, load_qa
 from dense_cf.retrieval.retriever import (

@@ -72,7 +72,7 @@ from dense_cf.eval import aar, aar_math, outcomes, stats
 from dense_cf.eval import metrics as metrics_lib
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.base import Evaluator
-from dense_cf.index.jax_search import exact_index
+from dense_cf.index import kinds as index_kinds
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
@@ -290,7 +290,7 @@ def _search_family(dset: DistractorSet, base: np.ndarray, d_emb: np.ndarray, q_e
         sel = np.concatenate([offsets[q] + np.arange(min(K, n)) for q, n in enumerate(n_var)]
                              ).astype(np.int64)
         vectors = np.concatenate([base, d_emb[sel]]) if len(sel) else base
-        index = exact_index(vectors, index_kind)
+        index = index_kinds.exact_index(vectors, index_kind)
         scores, rows = index.search(q_emb, k)
         all_ids = corpus.ids + [d_ids[j] for j in sel]
         all_titles = corpus.titles + [d_titles[j] for j in sel]
@@ -411,7 +411,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
 
     result = {"workdir": os.path.abspath(workdir), "method": cfg.method, "step": run.step,
               "k": k, "ks": list(ks), "counts": counts, "max_distractors": max_distractors,
-              "seed": seed, "mode": mode, "index": "jax" if index_kind == "jax" else "flat",
+              "seed": seed, "mode": mode, "index": index_kinds.exact_kind(index_kind),
               "base_corpus_size": n_base,
               "n_questions": len(dset.questions), "triplet_stats": triplets.stats,
               "triplet_join": triplets.join.to_json() if triplets.join else None,

@@ -1,6 +1,10 @@
 """Retrieval indexes over exported passage embeddings: faiss (``faiss_index``), JAX
-(``jax_search``), re-ranking (``rerank``). Imports without faiss (docs/scale.md, "Without faiss")."""
+(``jax_search``), re-ranking (``rerank``), each an ``Index`` (``base``), built and opened by kind
+name through ``kinds`` (``kinds.build``, ``kinds.load``). Imports without faiss (docs/scale.md,
+"Without faiss")."""
 
+from dense_cf.index import kinds
+from dense_cf.index.base import Index
 from dense_cf.index.faiss_index import (
     FAISS_INSTALL,
     GPU_KINDS,
@@ -24,7 +28,6 @@ from dense_cf.index.rerank import (
     RERANK_NAME,
     RerankIndex,
     build_rerank_index,
-    load_index,
     projected_bytes,
     rerank_topk,
     source_fingerprint,
@@ -32,6 +35,8 @@ from dense_cf.index.rerank import (
 from dense_cf.index.shards import ExportShards
 
 __all__ = [
+    "Index",
+    "kinds",
     "FAISS_INSTALL",
     "GPU_KINDS",
     "KINDS",
@@ -53,7 +58,6 @@ __all__ = [
     "RerankIndex",
     "ExportShards",
     "build_rerank_index",
-    "load_index",
     "projected_bytes",
     "rerank_topk",
     "source_fingerprint",

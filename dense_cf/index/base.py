@@ -2,17 +2,19 @@
 file name, the spec (de)serialisation and the deterministic top-k merge.
 
 faiss (``faiss_index``), JAX (``jax_search``) and re-ranking (``rerank``) indexes each implement
-:class:`Index`; ``rerank.load_index`` is the one dispatcher that opens a saved index of any kind.
+:class:`Index`; ``kinds`` builds and opens one by its kind's name (the one dispatcher).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["MANIFEST_NAME", "DictSpec", "Index", "merge_topk"]
+__all__ = ["MANIFEST_NAME", "DictSpec", "Index", "check_search_args", "is_saved_index",
+           "merge_topk"]
 
 MANIFEST_NAME = "index.json"  # every saved index's manifest (its "format" names the kind)
 
@@ -43,6 +45,20 @@ class DictSpec:
         return cls(**d)
 
 
+def is_saved_index(directory: str) -> bool:
+    """True when ``directory`` holds a saved index of any kind (its :data:`MANIFEST_NAME`; an
+    export directory's manifest.json is a different file)."""
+    return os.path.isfile(os.path.join(directory, MANIFEST_NAME))
+
+
+def check_search_args(queries: np.ndarray, k: int, dim: int) -> tuple[np.ndarray, int]:
+    """(queries as an array, k as int) after checking a search's shape [Q, dim] and k >= 1."""
+    q = np.asarray(queries)
+    if q.ndim != 2 or q.shape[1] != dim:
+        raise ValueError(f"queries must have shape [Q, {dim}], got {q.shape}")
+    if int(k) < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return q, int(k)
 
 
 def merge_topk(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int

@@ -31,9 +31,9 @@ moved with ``faiss.index_cpu_to_all_gpus`` (sharded over the GPUs); hnsw and sq8
 GPU implementation and stay on the CPU. ``save`` always writes CPU indexes.
 
 Without faiss (an accelerator host without the ``[cpu]``/``[tpu]``/``[gpu]`` extra) this module
-still imports: the specs, ``merge_topk``, the argument checks and the export-directory reader
-serve ``jax_search`` and ``rerank``; building or loading a faiss index raises ImportError
-(:func:`require_faiss`; docs/scale.md, "Without faiss").
+still imports: its spec and the export-directory reader serve ``rerank`` and ``kinds``;
+building or loading a faiss index raises ImportError (:func:`require_faiss`; docs/scale.md,
+"Without faiss").
 """
 
 from __future__ import annotations
@@ -50,7 +50,13 @@ import numpy as np
 from absl import logging
 
 from dense_cf import files
-from dense_cf.index.base import MANIFEST_NAME, DictSpec, merge_topk
+from dense_cf.index.base import (
+    MANIFEST_NAME,
+    DictSpec,
+    check_search_args,
+    is_saved_index,
+    merge_topk,
+)
 from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
 from dense_cf.index.shards import list_shards as list_embedding_shards
 from dense_cf.progress import Progress, timed
@@ -65,6 +71,7 @@ else:
 
 __all__ = [
     "FAISS_INSTALL",
+    "FORMAT",
     "GPU_KINDS",
     "KINDS",
     "MANIFEST_NAME",
@@ -93,8 +100,11 @@ _GPU_MAX_PQ_BYTES = 96  # largest GPU IVFPQ code size (needs float16 lookup tabl
 # setup.py's extras: one faiss build per machine (README "Install").
 FAISS_INSTALL = ('pip install -e ".[cpu]" (faiss-cpu; [tpu] brings it too) or '
                  'pip install -e ".[gpu]" (faiss-gpu-cu12)')
-_FORMAT = "dense_cf.index"
+FORMAT = _FORMAT = "dense_cf.index"  # the manifest "format" of a saved DenseIndex
 _FORMAT_VERSION = 1
+# What makes two builds differ (nprobe / ef_search / threads are search-time settings).
+_BUILD_FIELDS = ("kind", "nlist", "pq_m", "pq_nbits", "hnsw_m", "ef_construction", "train_size",
+                 "seed")
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,6 +153,11 @@ class IndexSpec(DictSpec):
             v = getattr(self, name)
             if v is not None and int(v) < 1:
                 raise ValueError(f"IndexSpec.{name} must be >= 1 or None, got {v}")
+
+    def build_record(self) -> dict[str, Any]:
+        """What a built index records about this spec (the retriever rebuilds when it differs):
+        the build settings under ``index``; search-time ones (nprobe, ef_search, threads) not."""
+        return {"index": {f: getattr(self, f) for f in _BUILD_FIELDS}}
 
 
 def auto_nlist(n: int, n_train: int | None = None) -> int:
@@ -331,20 +346,6 @@ def _train(index: faiss.Index, sample: np.ndarray, spec: IndexSpec, use_gpu: boo
 
 
 # --------------------------------------------------------------------------------------------
-# Top-k merge
-# --------------------------------------------------------------------------------------------
-
-def check_search_args(queries: np.ndarray, k: int, dim: int) -> tuple[np.ndarray, int]:
-    """(queries as an array, k as int) after checking a search's shape [Q, dim] and k >= 1."""
-    q = np.asarray(queries)
-    if q.ndim != 2 or q.shape[1] != dim:
-        raise ValueError(f"queries must have shape [Q, {dim}], got {q.shape}")
-    if int(k) < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    return q, int(k)
-
-
-# --------------------------------------------------------------------------------------------
 # DenseIndex
 # --------------------------------------------------------------------------------------------
 
@@ -495,12 +496,6 @@ class DenseIndex:
             _set_search_params(ix, spec, on_gpu)
         out_cls = ShardedIndex if len(indexes) > 1 else DenseIndex
         return out_cls(indexes, spec, dim, on_gpu=on_gpu)
-
-
-def is_saved_index(directory: str) -> bool:
-    """True when ``directory`` holds an index written by ``DenseIndex.save`` (its index.json;
-    an export directory's manifest.json is a different file)."""
-    return os.path.isfile(os.path.join(directory, MANIFEST_NAME))
 
 
 class ShardedIndex(DenseIndex):

@@ -84,19 +84,16 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dense_cf import files
-from dense_cf.index import faiss_index
-from dense_cf.index.base import MANIFEST_NAME, DictSpec, merge_topk
-from dense_cf.index.faiss_index import DenseIndex
+from dense_cf.index.base import MANIFEST_NAME, DictSpec, check_search_args, merge_topk
 from dense_cf.index.shards import ExportShards, check_ids, check_unique, check_vectors
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.progress import Progress
 
-__all__ = ["ALL_KINDS", "DTYPES", "FORMAT", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
+__all__ = ["DTYPES", "FORMAT", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "auto_query_batch",
            "build_jax_index", "build_jax_index_from_dir", "build_jax_index_generated",
-           "chunked_applies", "exact_index", "memory_per_device", "resolve_select"]
+           "chunked_applies", "memory_per_device", "resolve_select"]
 
 KIND = "jax"
-ALL_KINDS: tuple[str, ...] = faiss_index.KINDS + (KIND,)  # what eval.index accepts
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SELECTS: tuple[str, ...] = ("auto", "bmc", "chunked", "sort")
 FORMAT = _FORMAT = "dense_cf.jax_index"  # the manifest "format" of a saved JaxIndex
@@ -163,6 +160,11 @@ class JaxSearchSpec(DictSpec):
     @property
     def kind(self) -> str:
         return KIND
+
+    def build_record(self) -> dict[str, Any]:
+        """What a built index records about this spec (the retriever rebuilds when it differs):
+        the whole spec, under ``jax``."""
+        return {"jax": self.to_dict(), "index": {"kind": KIND}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -608,7 +610,7 @@ class JaxIndex:
         and the matmul's, float32 or the corpus dtype, the stored corpus cast per block), e.g. a
         float32 reference over a bfloat16 corpus. A ``chunk_rows`` that does not divide the
         layout's blocks searches by sort."""
-        q, k = faiss_index.check_search_args(queries, k, self.dim)
+        q, k = check_search_args(queries, k, self.dim)
         unknown = sorted(set(overrides) - set(_SEARCH_FIELDS))
         if unknown:
             raise ValueError(f"search: {unknown} are not search-time fields {_SEARCH_FIELDS}")
@@ -738,17 +740,6 @@ def build_jax_index_generated(n: int, dim: int, make_block: Callable[..., jax.Ar
     exist on the host (``bench.jax_search --data device``)."""
     return _build(_GeneratedRows(n, dim, make_block), np.arange(n, dtype=np.int64),
                   spec or JaxSearchSpec(), mesh, progress, None)
-
-
-def exact_index(vectors: np.ndarray, kind: str) -> DenseIndex | JaxIndex:
-    """An exact inner-product index over [N, D] ``vectors`` (ids 0..N-1) for an ``eval.index``
-    value: a float32 JaxIndex for ``jax``, faiss Flat for every faiss kind (their exact peer), so
-    evaluations that must be exact follow the run's choice of library and run without faiss."""
-    if kind == KIND:
-        return build_jax_index(vectors)
-    if kind not in faiss_index.KINDS:
-        raise ValueError(f"unknown index kind {kind!r}; kinds: {', '.join(ALL_KINDS)}")
-    return faiss_index.build_index(vectors, None, faiss_index.IndexSpec(kind="flat"))
 
 
 def build_jax_index_from_dir(emb_dir: str, spec: JaxSearchSpec | None = None, *,

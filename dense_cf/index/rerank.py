@@ -1,12 +1,13 @@
 """Compressed index + exact re-ranking from memory-mapped export shards (docs/scale.md,
 "Index: 21M × 768 in 8 GB").
 
-A :class:`RerankIndex` keeps only a compressed faiss index in RAM (IVF-PQ codes, inverted
-lists, coarse centroids: a :class:`~dense_cf.index.faiss_index.DenseIndex`), asks it for the
-top ``depth`` candidates of each query, reads those candidates' stored vectors from the export
-shards ``embeddings-K.npy`` opened with ``np.load(mmap_mode="r")`` and returns the top k by
-their exact inner products. The shards are never loaded whole: only the candidate rows are
-read, through the page cache (which the kernel may drop; it is not the process's RSS).
+A :class:`RerankIndex` wraps any :class:`~dense_cf.index.base.Index` (typically a compressed
+faiss index, the only thing kept in RAM: IVF-PQ codes, inverted lists, coarse centroids; or a
+16-bit JaxIndex), asks it for the top ``depth`` candidates of each query, reads those
+candidates' stored vectors from the export shards ``embeddings-K.npy`` opened with
+``np.load(mmap_mode="r")`` and returns the top k by their exact inner products. The shards are
+never loaded whole: only the candidate rows are read, through the page cache (which the kernel
+may drop; it is not the process's RSS).
 
 Scores are the inner products of the float32 query with the stored rows (float16 rows are
 widened to float32), i.e. the scores a flat index built from the same shards gives, so every
@@ -14,7 +15,7 @@ candidate that is in the exact top-k comes back with its exact score and rank. R
 scores float32 descending, equal scores by lower id, missing results id -1 / score -inf (as
 ``DenseIndex.search``).
 
-Saved form: the compressed index's directory (``index.json`` + ``shard-*.faiss``) plus
+Saved form: the wrapped index's directory (its ``index.json`` and files) plus
 ``rerank.json`` = candidate depth, the export directory and its fingerprint (name, size and
 mtime of every shard file, the export manifest's sha256). :meth:`RerankIndex.load` refuses an
 export that changed since (a re-export writes new files), naming the file that differs.
@@ -22,26 +23,22 @@ export that changed since (a re-export writes new files), naming the file that d
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
 from dense_cf import files
-from dense_cf.index import jax_search
-from dense_cf.index.base import MANIFEST_NAME, Index, merge_topk
+from dense_cf.index.base import Index, merge_topk
 from dense_cf.index.faiss_index import (
     _GPU_MAX_K,
-    DenseIndex,
     IndexSpec,
     build_index_from_dir,
     bytes_per_vector,
 )
-from dense_cf.index.jax_search import JaxIndex
 from dense_cf.index.shards import ExportShards, list_shards
 
-__all__ = ["RERANK_NAME", "RerankIndex", "build_rerank_index", "load_index",
+__all__ = ["RERANK_NAME", "RerankIndex", "build_rerank_index", "is_rerank_index",
            "projected_bytes", "rerank_topk", "source_fingerprint"]
 
 RERANK_NAME = "rerank.json"
@@ -108,19 +105,19 @@ def rerank_topk(queries: np.ndarray, cand_ids: np.ndarray, vectors: np.ndarray, 
 # --------------------------------------------------------------------------------------------
 
 class RerankIndex:
-    """A compressed ``base`` index whose top ``depth`` candidates are re-scored exactly from
-    the export shards in ``source_dir`` (module docstring). Searches like ``DenseIndex``.
+    """Any ``base`` index whose top ``depth`` candidates are re-scored exactly from the export
+    shards in ``source_dir`` (module docstring). Searches like ``DenseIndex``.
 
     ``fingerprint`` (from a saved index) is checked against the export now; None records the
     export as it is.
     """
 
-    def __init__(self, base: DenseIndex, source_dir: str, depth: int, *,
+    def __init__(self, base: Index, source_dir: str, depth: int, *,
                  fingerprint: dict[str, Any] | None = None, where: str = ""):
         depth = int(depth)
         if depth < 1:
             raise ValueError(f"re-ranking depth must be >= 1, got {depth}")
-        if base.on_gpu and depth > _GPU_MAX_K:
+        if getattr(base, "on_gpu", False) and depth > _GPU_MAX_K:
             raise ValueError(f"re-ranking depth {depth} exceeds the faiss GPU limit {_GPU_MAX_K} "
                              "on candidates: lower it or search the compressed index on CPU")
         have = source_fingerprint(source_dir)
@@ -139,23 +136,24 @@ class RerankIndex:
         self.depth = depth
         self.fingerprint = have
 
-    # DenseIndex's read-only surface -------------------------------------------------------
+    # The base index's read-only surface ----------------------------------------------------
     spec = property(lambda self: self.base.spec)
     dim = property(lambda self: self.base.dim)
     ntotal = property(lambda self: self.base.ntotal)
     kind = property(lambda self: self.base.kind)
-    on_gpu = property(lambda self: self.base.on_gpu)
+    on_gpu = property(lambda self: getattr(self.base, "on_gpu", False))
     num_shards = property(lambda self: self.base.num_shards)
     build_info = property(lambda self: self.base.build_info)
-    faiss_indexes = property(lambda self: self.base.faiss_indexes)
+    faiss_indexes = property(lambda self: self.base.faiss_indexes)  # a faiss base only
 
     def __repr__(self) -> str:
         return f"RerankIndex({self.base!r}, depth={self.depth}, source={self.source_dir!r})"
 
     def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None,
                           depth: int | None = None) -> None:
-        """Changes the base index's nprobe / ef_search and the candidate depth."""
-        self.base.set_search_params(nprobe=nprobe, ef_search=ef_search)
+        """Changes the base index's nprobe / ef_search (a faiss base) and the candidate depth."""
+        if nprobe is not None or ef_search is not None:
+            self.base.set_search_params(nprobe=nprobe, ef_search=ef_search)
         if depth is not None:
             self.depth = int(depth)
 
@@ -166,7 +164,8 @@ class RerankIndex:
         q = np.asarray(queries, np.float32)
         k = int(k)
         depth = max(self.depth, k)
-        _, cand = self.base.search(q, depth, batch_size=batch_size)
+        # batch_size only when asked: Index.search is (queries, k).
+        _, cand = self.base.search(q, depth, **({"batch_size": batch_size} if batch_size else {}))
         # Gather in slices of queries so the float32 candidate rows stay under _GATHER_BYTES.
         step = max(1, _GATHER_BYTES // (depth * self.dim * 4))
         out_s = np.empty((len(q), k), np.float32)
@@ -188,17 +187,22 @@ class RerankIndex:
         return dict(manifest, rerank=record)
 
     @classmethod
-    def load(cls, directory: str, *, source_dir: str | None = None,
-             use_gpu: bool | str | None = None, omp_threads: int | None = None) -> "RerankIndex":
-        """Reads an index written by :meth:`save`. ``source_dir`` overrides the recorded export
-        directory (a moved one); its shards must still match the recorded fingerprint."""
+    def load(cls, directory: str, base: Index, *, source_dir: str | None = None) -> "RerankIndex":
+        """Reads the ``rerank.json`` written by :meth:`save` around ``base``, the index saved in
+        the same ``directory`` (opened by ``kinds.load``, whatever its kind). ``source_dir``
+        overrides the recorded export directory (a moved one); its shards must still match the
+        recorded fingerprint."""
         path = os.path.join(directory, RERANK_NAME)
         record = files.read_json(path)
         if not isinstance(record, dict) or record.get("format") != _RERANK_FORMAT:
             raise ValueError(f"{path}: not a re-ranking index record (missing or another format)")
-        base = DenseIndex.load(directory, use_gpu=use_gpu, omp_threads=omp_threads)
         return cls(base, source_dir or record["source"], record["depth"],
                    fingerprint=record["fingerprint"], where=path)
+
+
+def is_rerank_index(directory: str) -> bool:
+    """Whether ``directory`` holds a saved :class:`RerankIndex` (its ``rerank.json``)."""
+    return os.path.exists(os.path.join(directory, RERANK_NAME))
 
 
 def build_rerank_index(emb_dir: str, spec: IndexSpec, depth: int, *,
@@ -206,25 +210,6 @@ def build_rerank_index(emb_dir: str, spec: IndexSpec, depth: int, *,
     """Builds ``spec``'s compressed index from the export shards in ``emb_dir``
     (:func:`build_index_from_dir`, streaming) and re-ranks its top ``depth`` from them."""
     return RerankIndex(build_index_from_dir(emb_dir, spec, progress=progress), emb_dir, depth)
-
-
-def load_index(directory: str, **kwargs: Any) -> Index:
-    """The one dispatcher: the index saved in ``directory``, whichever kind wrote it, by what the
-    directory records: ``rerank.json`` → :class:`RerankIndex`; else the manifest's ``format``: a
-    :class:`~dense_cf.index.jax_search.JaxIndex`'s, or a faiss ``DenseIndex`` (``kwargs`` go to
-    ``DenseIndex.load``)."""
-    if os.path.exists(os.path.join(directory, RERANK_NAME)):
-        return RerankIndex.load(directory, **kwargs)
-    kwargs.pop("source_dir", None)
-    path = os.path.join(directory, MANIFEST_NAME)
-    try:
-        with open(path) as f:
-            fmt = json.load(f).get("format")
-    except (OSError, ValueError, AttributeError) as e:
-        raise FileNotFoundError(f"no readable {MANIFEST_NAME} in {directory}: {e}") from e
-    if fmt == jax_search.FORMAT:
-        return JaxIndex.load(directory)
-    return DenseIndex.load(directory, **kwargs)
 
 
 def projected_bytes(spec: IndexSpec, n: int, dim: int, *, stored_bytes: int = 2

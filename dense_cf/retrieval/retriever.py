@@ -24,10 +24,9 @@ import numpy as np
 from absl import logging
 
 from dense_cf.files import write_json
-from dense_cf.index import jax_search
-from dense_cf.index.faiss_index import IndexSpec, build_index_from_dir, is_saved_index
-from dense_cf.index.jax_search import JaxSearchSpec, build_jax_index_from_dir
-from dense_cf.index.rerank import RerankIndex, load_index
+from dense_cf.index import kinds
+from dense_cf.index.base import is_saved_index
+from dense_cf.index.rerank import RerankIndex
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import Corpus, StoredCorpus
 from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve, rank_passages
@@ -43,105 +42,63 @@ def _index_source(manifest: dict) -> dict:
             "settings": manifest["settings"]}
 
 
-def jax_search_spec(eval_config) -> JaxSearchSpec:
-    """``eval.jax`` (configs/base.py) as the spec of an ``eval.index=jax`` searcher."""
-    return JaxSearchSpec.from_dict(dict(eval_config.jax))
+def index_spec(eval_cfg: Any, kind: str) -> Any:
+    """The spec of index ``kind`` that ``config.eval`` asks for (docs/scale.md): a faiss kind's
+    ``index_nlist`` / ``index_pq_m`` (0 = the defaults), ``index_train_size`` and
+    ``index_nprobe``; ``jax``'s ``eval.jax`` (``kinds.spec_from_config``)."""
+    return kinds.spec_from_config(kind, eval_cfg)
 
 
-def index_spec(eval_cfg: Any, kind: str) -> IndexSpec | None:
-    """The faiss index ``config.eval`` asks for (docs/scale.md): ``kind`` with ``index_nlist`` /
-    ``index_pq_m`` (0 = the defaults), ``index_train_size`` and ``index_nprobe``; None for
-    ``kind="jax"``, whose settings are ``eval.jax`` (:func:`jax_search_spec`)."""
-    if kind == jax_search.KIND:
-        return None
-    return IndexSpec(kind=kind, nlist=int(eval_cfg.index_nlist) or None,
-                     pq_m=int(eval_cfg.index_pq_m) or None,
-                     train_size=int(eval_cfg.index_train_size),
-                     nprobe=int(eval_cfg.index_nprobe))
-
-
-# What makes two builds differ (nprobe / ef_search / threads are search-time settings).
-_BUILD_FIELDS = ("kind", "nlist", "pq_m", "pq_nbits", "hnsw_m", "ef_construction", "train_size",
-                 "seed")
-
-
-def _build_fields(kind: str, spec: IndexSpec | None) -> dict:
-    if spec is None:  # jax: its settings are recorded under "jax" in the source record
-        return {"kind": kind}
-    return {f: getattr(spec, f) for f in _BUILD_FIELDS}
-
-
-def _build_index(export_dir: str, kind: str, spec: IndexSpec | None,
-                 jax_spec: JaxSearchSpec | None):
-    if spec is None:  # JAX on the device mesh (docs/scale.md); else a faiss kind
-        return build_jax_index_from_dir(export_dir, jax_spec)
-    return build_index_from_dir(export_dir, spec)
-
-
-def _searchable(index, export_dir: str, spec: IndexSpec | None, rerank: int):
-    """``index`` with the search-time settings: ``spec.nprobe``, and ``rerank`` > 0 re-ranks
-    that many candidates exactly from the export shards. A jax index (``spec`` None) is exact
-    and has neither."""
-    if spec is None:
-        if rerank:
-            raise ValueError("eval.rerank re-ranks a compressed faiss index's candidates; "
-                             "eval.index=jax searches exactly already: set eval.rerank=0")
-        return index
-    index.set_search_params(nprobe=spec.nprobe)
+def _searchable(index, export_dir: str, rerank: int):
+    """``index``, wrapped to re-rank ``rerank`` > 0 candidates exactly from the export shards."""
     return RerankIndex(index, export_dir, int(rerank)) if rerank else index
 
 
-def open_saved_index(index_dir: str, export_dir: str, spec: IndexSpec | None, rerank: int = 0):
+def open_saved_index(index_dir: str, export_dir: str, spec: Any, rerank: int = 0):
     """An index saved by :func:`load_or_build_index` (for callers that drop it and reload it
-    later), with the same search-time settings."""
-    return _searchable(load_index(index_dir), export_dir, spec, rerank)
+    later), with the same search-time settings (``spec``'s, and ``rerank``)."""
+    return _searchable(kinds.load(index_dir, spec=spec), export_dir, rerank)
 
 
 def load_or_build_index(export_dir: str, index_dir: str, kind: str, manifest: dict, *,
-                        spec: IndexSpec | None = None, rerank: int = 0,
-                        jax_spec: JaxSearchSpec | None = None):
+                        spec: Any = None, rerank: int = 0):
     """The index of ``export_dir`` (its ``manifest``): loaded from ``index_dir`` when it was
-    built from that same export with the same build settings (``spec``, default
-    ``IndexSpec(kind)``; for ``kind="jax"`` the same ``jax_spec``), else built and saved there;
-    ``spec.nprobe`` applies either way. ``rerank`` > 0 wraps a faiss index in a
+    built from that same export with the same build settings (``spec``, default the kind's
+    default spec; ``spec.build_record()``), else built and saved there; the spec's search-time
+    settings (a faiss ``nprobe``) apply either way. ``rerank`` > 0 wraps the index in a
     :class:`RerankIndex` over ``export_dir`` (that many candidates re-scored exactly from the
     memory-mapped shards). Returns ``(index, reused)``."""
-    want = _index_source(manifest)
-    if kind == jax_search.KIND:
-        spec = None
-        jax_spec = jax_spec or JaxSearchSpec()
-        want["jax"] = jax_spec.to_dict()
-    else:
-        spec = spec or IndexSpec(kind=kind)
-        if spec.kind != kind:
-            raise ValueError(f"spec.kind={spec.kind!r} but kind={kind!r}")
-    built = _build_fields(kind, spec)
+    spec = spec if spec is not None else kinds.spec(kind)
+    if spec.kind != kind:
+        raise ValueError(f"spec.kind={spec.kind!r} but kind={kind!r}")
+    want = dict(_index_source(manifest), **spec.build_record())
     source_path = os.path.join(index_dir, INDEX_SOURCE)
     reused = False
     if is_saved_index(index_dir):
         try:
             with open(source_path) as f:
                 stored = json.load(f)
-            # A record without "index" predates it: the index was built with IndexSpec(kind).
-            stored_build = stored.pop("index", _build_fields(kind, spec and IndexSpec(kind=kind)))
-            reused = stored == want and stored_build == built
+            # A record without "index" predates it: the index was built with the kind's
+            # default spec.
+            stored.setdefault("index", kinds.spec(kind).build_record()["index"])
+            reused = stored == want
         except (OSError, ValueError, AttributeError):
             reused = False
         if not reused:
             logging.info("index %s was not built from the export in %s with these settings (or "
                          "predates %s): rebuilding", index_dir, export_dir, INDEX_SOURCE)
     if reused:
-        index = load_index(index_dir)
+        index = kinds.load(index_dir, spec=spec)
     else:
         with contextlib.suppress(FileNotFoundError):  # a crash while saving must not leave
             os.remove(source_path)                     # the old record next to a new index
-        index = _build_index(export_dir, kind, spec, jax_spec)
+        index = kinds.build(export_dir, spec)
         index.save(index_dir)
-        write_json(source_path, dict(want, index=built))  # last: marks the index as built from it
+        write_json(source_path, want)  # last: marks the index as built from it
     if index.ntotal != manifest["count"]:
         raise RuntimeError(f"index {index_dir} has {index.ntotal} vectors, the export in "
                            f"{export_dir} {manifest['count']} rows: delete the stale index")
-    return _searchable(index, export_dir, spec, rerank), reused
+    return _searchable(index, export_dir, rerank), reused
 
 
 def export_corpus(run, corpus, workdir: str, *, sentences: bool, batch_size: int, dtype: str,
@@ -173,8 +130,7 @@ def _export_and_index(run, corpus, workdir: str, *, sentences: bool, kind: str, 
     t0 = time.perf_counter()
     cfg = run.config.eval
     index, reused = load_or_build_index(export_dir, index_dir, kind, manifest,
-                                        spec=index_spec(cfg, kind), rerank=int(cfg.rerank),
-                                        jax_spec=jax_search_spec(cfg))
+                                        spec=index_spec(cfg, kind), rerank=int(cfg.rerank))
     timing = {"export_s": export_s, "export_passages_per_s": manifest["passages_per_s"],
               "encoded_this_run": manifest["encoded_this_run"],
               "index_s": time.perf_counter() - t0, "index_reused": reused}

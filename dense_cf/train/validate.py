@@ -15,7 +15,7 @@ import ml_collections
 from dense_cf.configs.checks import enum as _enum
 from dense_cf.configs.checks import number as _range
 from dense_cf.files import UserError
-from dense_cf.index.jax_search import ALL_KINDS as INDEX_KINDS
+from dense_cf.index import kinds as index_kinds
 from dense_cf.index.jax_search import DTYPES as JAX_DTYPES
 from dense_cf.index.jax_search import SELECTS as JAX_SELECTS
 from dense_cf.inputs import dpr as dpr_inputs
@@ -100,7 +100,7 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
         _range(out, f"train.{f}", t[f], 1)
     _range(out, "train.eval_every", t.eval_every, 0)  # 0: no dev evaluation
 
-    _enum(out, "eval.index", ev.index, INDEX_KINDS)
+    _enum(out, "eval.index", ev.index, index_kinds.names())
     _enum(out, "eval.jax.dtype", ev.jax.dtype, JAX_DTYPES)
     _range(out, "eval.jax.recall_target", ev.jax.recall_target, 0, 1, lo_open=True)
     _range(out, "eval.jax.query_batch_size", ev.jax.query_batch_size, 0)  # 0: sized to the device
