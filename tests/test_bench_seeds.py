@@ -1,4 +1,4 @@
-"""``--seeds`` on bench.multihop, bench.marginalize and bench.data_stats (issue 16 §1): one set
+"""``--seeds`` on studies.multihop, studies.marginalize and studies.data_stats (issue 16 §1): one set
 of runs per seed, the spread tables' mean ± std [min, max] against the per-seed figures, and a
 single seed's output as before. Tiny random models, a few steps."""
 
@@ -62,7 +62,7 @@ def test_seed_table_says_na_for_a_missing_or_non_finite_figure():
         {"run": "b", "seeds": 1, "x": "5.00 ± 0.00 [5.00, 5.00]", "y": "n/a"}]
 
 
-# ------------------------------------------------------------------ bench.multihop
+# ------------------------------------------------------------------ studies.multihop
 MULTIHOP_KEYS = {"setup", "table", "paired", "train", "runs", "reader"}  # before --seeds
 
 
@@ -121,7 +121,7 @@ def test_multihop_bench_two_seeds(tmp_path, capsys):
     assert not os.path.exists(os.path.join(out, "bench_multihop_over_seeds.json"))
 
 
-# ------------------------------------------------------------------ bench.marginalize
+# ------------------------------------------------------------------ studies.marginalize
 MARGINALIZE_KEYS = {"domains", "summary", "contrast", "contrast_rows", "train_s",
                     "marginalize_s", "total_s", "params", "reports", "stamp"}  # + issue 50's
 
@@ -133,7 +133,7 @@ def test_marginalize_bench_two_seeds(tmp_path):
     res = marginalize_bench.run_seeds(out, [0, 1], **kw)
     per = {r["params"]["seed"]: r for r in res["per_seed"]}
     assert per[0]["domains"] == per[1]["domains"] and len(per[0]["domains"]) == 2
-    for seed, d in ((0, out), (1, out + "_seed1")):   # bench.replicate's layout
+    for seed, d in ((0, out), (1, out + "_seed1")):   # studies.replicate's layout
         saved = json.load(open(os.path.join(d, "summary.json")))
         assert set(saved) == MARGINALIZE_KEYS and saved["params"]["seed"] == seed
         assert all(os.path.isdir(os.path.join(d, "runs", n)) for n in per[0]["domains"])
@@ -171,7 +171,7 @@ def test_marginalize_bench_two_seeds(tmp_path):
     assert not os.path.exists(os.path.join(out, "over_seeds.json"))
 
 
-# ------------------------------------------------------------------ bench.data_stats
+# ------------------------------------------------------------------ studies.data_stats
 def test_data_stats_bench_two_seeds(tmp_path):
     out = str(tmp_path / "ds")
     kw = dict(fractions=(0.4, 0.7, 1.0), steps=2, passages=150, test_questions=12,

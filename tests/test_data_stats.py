@@ -1,4 +1,4 @@
-"""``dense_cf.bench.data_stats``: the per-fraction table and the claim rows from hand-made
+"""``dense_cf.studies.data_stats``: the per-fraction table and the claim rows from hand-made
 statistics and marginalisation ranks (the study end to end is in tests/test_replicate.py)."""
 
 import numpy as np

@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
 LAYERS = ("console", "progress", "files", "app", "text", "configs", "losses", "datasets", "models", "parallel",
           "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "analysis", "mining",
           "experiment", "studies")
-TOP = ("main", "demo", "cli", "bench", "export_hf")
+TOP = ("main", "demo", "cli", "bench")
 
 # Third-party modules that may be imported inside a function: optional or heavy, and only
 # some code paths need them (the TF-free core must not pull TensorFlow in at import time).

@@ -192,7 +192,7 @@ def test_mixed_cli_flag_and_bad_world(tmp_path):
 
 
 def test_benchmarks_refuse_data_of_other_settings(tmp_path):
-    # check_params: what bench.dcsr / bench.ablation / bench.replicate / bench.marginalize run
+    # check_params: what studies.dcsr / studies.ablation / studies.replicate / studies.marginalize run
     # on a reused data dir
     d = tmp_path / "data"
     types = synthetic.domain_types(2)[1]

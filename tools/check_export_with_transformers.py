@@ -1,4 +1,4 @@
-"""Checks ``dense_cf.export_hf`` output against transformers itself, across two Python envs.
+"""Checks ``dense_cf.cli.export_hf`` output against transformers itself, across two Python envs.
 
     # 1. with dense_cf (JAX): export MiniLM (or --workdir RUN) in both formats + our embeddings
     python tools/check_export_with_transformers.py write OUT [--workdir RUN]

@@ -5,7 +5,8 @@ DPR or sentence-transformers directory, an ``export_hf`` directory, a hub name) 
 trained: the encoder is evaluated as it is, in ``--out_root/<model name>-<pooling>-<hash>/``
 (which holds its ``config.json`` like a run directory, so exports and indexes are reused).
 The data come from ``--config`` (e.g. ``configs/demo.py``; default: the base config) with
-``--data_dir`` and the file flags of each binary on top.
+``--data_dir`` and the file flags of each binary on top (:func:`define_data_flags`: ``--gold``,
+``--qa``, ``--corpus``, ``--index``, one definition for every evaluation binary).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ml_collections import config_flags
 
 from dense_cf.configs.base import base_config, merge_over_base, resolve_paths
 from dense_cf.files import UserError, read_json
+from dense_cf.index import kinds as index_kinds
 from dense_cf.models.checkpoints import EXPORT_MANIFEST
 from dense_cf.models.dual_encoder import AUTO, POOLINGS
 from dense_cf.train.run import Run, model_workdir, pretrained_run
@@ -45,6 +47,32 @@ def define_model_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("data_dir", None, "With --model: the data directory (config.data.data_dir).", **kw)
     flags.DEFINE_string("out_root", DEFAULT_OUT_ROOT, "With --model: reports go to "
                         "OUT_ROOT/<model>-<pooling>-<hash>/.", **kw)
+
+
+# The evaluation binaries' data flags: name -> default help (a binary may reword one).
+DATA_FLAGS = {
+    "gold": "Gold passages info JSON (default: config).",
+    "qa": "Test qa CSV with the answers (default: config).",
+    "corpus": "Corpus TSV (default: the run's config).",
+    "index": f"{' | '.join(index_kinds.names())} (default: config).",
+}
+
+
+def define_data_flags(fv: flags.FlagValues, *names: str, **helps: str
+                      ) -> dict[str, flags.FlagHolder]:
+    """The data flags ``names`` (of :data:`DATA_FLAGS`; ``gold`` also as ``--gold_file``) in
+    ``fv``, strings defaulting to None (the run's config); ``helps`` rewords a flag's help."""
+    unknown = sorted(set(names) - set(DATA_FLAGS)) + sorted(set(helps) - set(names))
+    if unknown:
+        raise ValueError(f"define_data_flags: unknown or undefined flags {unknown}; "
+                         f"data flags: {sorted(DATA_FLAGS)}")
+    out = {}
+    for name in names:
+        out[name] = flags.DEFINE_string(name, None, helps.get(name, DATA_FLAGS[name]),
+                                        flag_values=fv)
+        if name == "gold":
+            flags.DEFINE_alias("gold_file", "gold", flag_values=fv)
+    return out
 
 
 def model_config(fv: flags.FlagValues) -> Any:

@@ -31,11 +31,7 @@ USAGE = __doc__
 FLAGS = flags.FlagValues()
 
 _model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
-_GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
-                            flag_values=FLAGS)
-flags.DEFINE_alias("gold_file", "gold", flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
-                          flag_values=FLAGS)
+_DATA = _model_flags.define_data_flags(FLAGS, "gold", "qa")
 _STRATEGIES = flags.DEFINE_list("strategies", None, "Counterfactual strategies "
                                 "(default: config).", flag_values=FLAGS)
 
@@ -45,7 +41,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_aar", warn=logging.warning):
-        res = evaluate_aar(workdir, run=run, gold_path=_GOLD.value, qa_path=_QA.value,
+        res = evaluate_aar(workdir, run=run, gold_path=_DATA["gold"].value, qa_path=_DATA["qa"].value,
                            strategies=_STRATEGIES.value)
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk in ("aar", "triplets", "triplet_fates")}
                       for k, v in res["strategies"].items()}, indent=2, default=float))

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf import app as _app
+from dense_cf.cli import _model_flags
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.datasets.formats import SkipReport, read_gold_info
 from dense_cf.eval.localisation import localisation
@@ -27,11 +28,9 @@ from dense_cf.train.run import RunDir, load_run
 
 FLAGS = flags.FlagValues()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Trained sentence-unit run.", flag_values=FLAGS)
-_GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config; the DCSR "
-                            "benchmark's configs leave it empty: pass synth-test_gold_info.json).",
-                            flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
-                          flag_values=FLAGS)
+_DATA = _model_flags.define_data_flags(
+    FLAGS, "gold", "qa", gold="Gold passages info JSON (default: config; the DCSR benchmark's "
+    "configs leave it empty: pass synth-test_gold_info.json).")
 _MAX = flags.DEFINE_integer("max_records", 0, "Score at most this many records (0 = all).",
                             flag_values=FLAGS)
 
@@ -43,8 +42,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         raise ValueError("--workdir is required")
     run = load_run(_WORKDIR.value)
     data = run.config.data
-    gold_path = resolve_data_file(data, "gold_file", _GOLD.value)
-    qa_path = resolve_data_file(data, "test_file", _QA.value)
+    gold_path = resolve_data_file(data, "gold_file", _DATA["gold"].value)
+    qa_path = resolve_data_file(data, "test_file", _DATA["qa"].value)
     questions, answers = load_qa(qa_path)
     by_q = dict(zip(questions, answers))
     report = SkipReport()

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from absl import app, flags, logging
 
 from dense_cf import app as _app
+from dense_cf.cli import _model_flags
 from dense_cf.eval.multihop import READER_KS, evaluate_multihop
 from dense_cf.files import workdir_lock
 
@@ -29,12 +30,9 @@ USAGE = __doc__
 FLAGS = flags.FlagValues()
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run directory.", flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "HotpotQA-format question file (default: the run's "
-                          "config.data.test_file).", flag_values=FLAGS)
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
-                              flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: config).",
-                             flag_values=FLAGS)
+_DATA = _model_flags.define_data_flags(
+    FLAGS, "qa", "corpus", "index",
+    qa="HotpotQA-format question file (default: the run's config.data.test_file).")
 _BEAM = flags.DEFINE_integer("beam_size", None, "Hop-1 passages expanded (default: "
                              "config.multihop.beam_size).", flag_values=FLAGS)
 _HOP2_K = flags.DEFINE_integer("hop2_k", None, "Hop-2 passages per beam (default: config).",
@@ -56,8 +54,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         raise app.UsageError("--workdir is required")
     workdir = _WORKDIR.value
     with workdir_lock(workdir, "eval_multihop", warn=logging.warning):
-        summary = evaluate_multihop(workdir, qa_path=_QA.value, corpus_path=_CORPUS.value,
-                                    index_kind=_INDEX.value, beam_size=_BEAM.value,
+        summary = evaluate_multihop(workdir, qa_path=_DATA["qa"].value, corpus_path=_DATA["corpus"].value,
+                                    index_kind=_DATA["index"].value, beam_size=_BEAM.value,
                                     hop2_k=_HOP2_K.value, top_chains=_TOP.value,
                                     max_questions=_MAX_Q.value, reader=_READER.value,
                                     reader_ks=[int(k) for k in _READER_KS.value])

@@ -31,12 +31,8 @@ USAGE = __doc__
 FLAGS = flags.FlagValues()
 
 _model_flags.define_model_flags(FLAGS)  # --workdir RUN | --model CHECKPOINT
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's config).",
-                              flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV (default: the run's config).",
-                          flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: config).",
-                             flag_values=FLAGS)
+_DATA = _model_flags.define_data_flags(FLAGS, "corpus", "qa", "index",
+                                       qa="Test qa CSV (default: the run's config).")
 _K = flags.DEFINE_integer("k", None, "Passages per question (default: config).",
                           flag_values=FLAGS)
 _REBUILD = flags.DEFINE_bool(
@@ -50,8 +46,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     _app.no_positional(argv)
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_retrieval", warn=logging.warning):
-        summary = evaluate_run(workdir, run=run, corpus_path=_CORPUS.value, qa_path=_QA.value,
-                               index_kind=_INDEX.value, k=_K.value,
+        summary = evaluate_run(workdir, run=run, corpus_path=_DATA["corpus"].value, qa_path=_DATA["qa"].value,
+                               index_kind=_DATA["index"].value, k=_K.value,
                                rebuild_changed_corpus=_REBUILD.value)
     print(json.dumps(summary, indent=2, default=float))
     _app.say_written(summary["out_dir"])

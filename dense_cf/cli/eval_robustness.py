@@ -37,20 +37,15 @@ _MAX_DISTRACTORS = flags.DEFINE_integer(
 _COUNTS = flags.DEFINE_list(
     "counts", [str(c) for c in DEFAULT_COUNTS],
     "Distractors per question to evaluate (each <= max_distractors).", flag_values=FLAGS)
-_GOLD = flags.DEFINE_string("gold", None, "Gold passages info JSON (default: config).",
-                            flag_values=FLAGS)
-flags.DEFINE_alias("gold_file", "gold", flag_values=FLAGS)
-_QA = flags.DEFINE_string("qa", None, "Test qa CSV with the answers (default: config).",
-                          flag_values=FLAGS)
-_CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: config).", flag_values=FLAGS)
+_DATA = _model_flags.define_data_flags(
+    FLAGS, "gold", "qa", "corpus", "index", corpus="Corpus TSV (default: config).",
+    index="jax: exact JaxIndex search (no faiss needed); any faiss kind: faiss Flat (default: "
+    "the config's eval.index).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.",
                              flag_values=FLAGS)
 _HELDOUT = flags.DEFINE_bool(
     "heldout", None, "Also the held-out distractor family (value swaps, paraphrases, namesakes; "
     "default: the config's eval.robustness_heldout).", flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "jax: exact JaxIndex search (no faiss needed); any "
-                             "faiss kind: faiss Flat (default: the config's eval.index).",
-                             flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -59,9 +54,9 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     workdir, run = _model_flags.workdir_and_run(FLAGS)
     with workdir_lock(workdir, "eval_robustness", warn=logging.warning):
         res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],
-                                  max_distractors=_MAX_DISTRACTORS.value, gold_path=_GOLD.value,
-                                  qa_path=_QA.value, corpus_path=_CORPUS.value, seed=_SEED.value,
-                                  index_kind=_INDEX.value, heldout=_HELDOUT.value)
+                                  max_distractors=_MAX_DISTRACTORS.value, gold_path=_DATA["gold"].value,
+                                  qa_path=_DATA["qa"].value, corpus_path=_DATA["corpus"].value, seed=_SEED.value,
+                                  index_kind=_DATA["index"].value, heldout=_HELDOUT.value)
         table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
                      "distractors_per_question_actual": e["distractors_per_question_actual"]}
                  for K, e in res["table"].items()}

@@ -1,6 +1,6 @@
 """A trained run's encoders as Hugging Face / DPR directories (docs/interop.md).
 
-    python -m dense_cf.export_hf --workdir RUN [--step N] --out DIR [--format hf|dpr] [--overwrite]
+    python -m dense_cf.cli.export_hf --workdir RUN [--step N] --out DIR [--format hf|dpr] [--overwrite]
 
 ``hf`` (default): ``DIR/question_encoder/`` and ``DIR/passage_encoder/`` (``DIR/encoder/`` when
 the towers are shared), each a transformers ``BertModel`` directory with the run's tokenizer and

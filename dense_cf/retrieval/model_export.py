@@ -1,6 +1,6 @@
 """A trained run's encoders as Hugging Face directories (docs/interop.md).
 
-    python -m dense_cf.export_hf --workdir RUN [--step N] --out DIR [--format hf|dpr]
+    python -m dense_cf.cli.export_hf --workdir RUN [--step N] --out DIR [--format hf|dpr]
 
 Layout of ``DIR``:
 - ``question_encoder/`` and ``passage_encoder/`` (one ``encoder/`` when the towers are shared):
@@ -76,7 +76,7 @@ def _card(run: Run, workdir: str | None, fmt: str, towers: dict[str, str]) -> st
     added = _added_tokens(run)
     lines = [
         f"# dense_cf {cfg.method} retriever (step {run.step})", "",
-        f"Dual encoder exported by `dense_cf.export_hf --format {fmt}` from "
+        f"Dual encoder exported by `dense_cf.cli.export_hf --format {fmt}` from "
         f"`{os.path.abspath(workdir) if workdir else 'an untrained checkpoint'}`.", "",
         "| | |", "|---|---|",
         f"| method | {cfg.method} |",
