@@ -15,9 +15,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "dense_cf"
 
 # Bottom to top. A module may import only packages at or below its own rank.
-LAYERS = ("console", "progress", "files", "app", "text", "configs", "losses", "datasets", "models", "parallel",
-          "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval", "analysis", "mining",
-          "experiment", "studies")
+LAYERS = ("registry", "console", "progress", "files", "app", "text", "configs", "losses", "datasets",
+          "models", "parallel", "index", "inputs", "synthetic", "methods", "train", "retrieval", "eval",
+          "analysis", "mining", "experiment", "studies")
 TOP = ("main", "demo", "cli", "bench")
 
 # Third-party modules that may be imported inside a function: optional or heavy, and only

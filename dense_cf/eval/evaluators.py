@@ -8,7 +8,6 @@ evaluator defined elsewhere) chooses them; empty means the method's own set
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from typing import Any, Sequence
@@ -18,40 +17,26 @@ from absl import logging
 from dense_cf import methods
 from dense_cf.eval import aar, multihop, outcomes, retrieval, robustness
 from dense_cf.eval.base import Evaluator, Result
+from dense_cf.registry import Registry
 from dense_cf.train.run import Run, RunDir
 
 __all__ = ["chosen", "get", "names", "register", "run_evaluators"]
 
-_REGISTRY: dict[str, Evaluator] = {}
+_REGISTRY: Registry[Evaluator] = Registry(Evaluator, "evaluator")
 
 
 def register(evaluator: Evaluator) -> Evaluator:
     """Adds ``evaluator`` under its name (refuses a second one of that name)."""
-    if evaluator.name in _REGISTRY and _REGISTRY[evaluator.name] is not evaluator:
-        raise ValueError(f"evaluator {evaluator.name!r} is already registered")
-    _REGISTRY[evaluator.name] = evaluator
-    return evaluator
+    return _REGISTRY.register(evaluator)
 
 
 def names() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get(name: str) -> Evaluator:
     """The evaluator called ``name`` (a registered name or ``"module:ATTRIBUTE"``)."""
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if ":" in name:
-        module, attr = name.split(":", 1)
-        try:
-            found = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"evaluator {name!r}: cannot load {attr} from {module}: {e}") from e
-        if not isinstance(found, Evaluator):
-            raise ValueError(f"evaluator {name!r} is a {type(found).__name__}, not an Evaluator")
-        return found
-    raise ValueError(f"unknown evaluator {name!r}; registered: {', '.join(names())} "
-                     f"(or 'package.module:ATTRIBUTE' for a plug-in)")
+    return _REGISTRY.get(name)
 
 
 def chosen(config: Any) -> list[Evaluator]:
