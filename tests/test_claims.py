@@ -11,7 +11,7 @@ import pytest
 from scipy import optimize
 from scipy import stats as sp_stats
 
-from dense_cf.eval import claims, stats
+from dense_cf.eval import claims, outcomes, stats
 from dense_cf.studies import replicate as rep
 
 PAPERS = os.environ.get("DENSE_CF_PAPERS", "/work/shared/papers")
@@ -141,17 +141,18 @@ def test_claim_verdict_takes_the_worst_word():
 
 def test_not_worse_needs_a_margin_and_a_reason():
     with pytest.raises(ValueError, match="margin"):
-        claims.Check("top-1", "not_worse")
+        claims.Check("retrieval.top1", "not_worse")
     with pytest.raises(ValueError, match="margin"):
-        claims.Check("top-1", "not_worse", 2.0)
+        claims.Check("retrieval.top1", "not_worse", 2.0)
     with pytest.raises(ValueError, match="only not_worse"):
-        claims.Check("top-1", "up", 2.0)
-    assert claims.not_worse("top-1").null == -claims.RATE_MARGIN
+        claims.Check("retrieval.top1", "up", 2.0)
+    assert claims.not_worse("retrieval.top1").null == -claims.RATE_MARGIN
 
 
-def _rows(a, b, metric="top-5"):
-    return [stats.compare_outcomes(metric, np.asarray(a, bool), np.asarray(b, bool),
-                                   names=("A", "B"))]
+def _rows(a, b, metric="retrieval.top5"):
+    """One paired row of metric id ``metric`` (its label from eval.outcomes)."""
+    return [{**stats.compare_outcomes(outcomes.metric(metric).label, np.asarray(a, bool),
+                                      np.asarray(b, bool), names=("A", "B")), "id": metric}]
 
 
 @pytest.mark.parametrize("lost,word", [(0, "reproduced"), (7, "not reproduced"),
@@ -160,7 +161,7 @@ def test_non_inferiority_margin_rule(lost, word):
     # 300 items, A right on 270 (90 %: a feasible reference); B loses `lost` of them.
     a = [True] * 270 + [False] * 30
     b = [True] * (270 - lost) + [False] * (30 + lost)
-    (e,) = claims.evaluate_checks(_rows(a, b), [claims.not_worse("top-5")], ("A", "B"))
+    (e,) = claims.evaluate_checks(_rows(a, b), [claims.not_worse("retrieval.top5")], ("A", "B"))
     lo, hi = e["interval"]
     assert lo < -lost / 3 < hi or lost == 0
     assert e["verdict"] == word
@@ -171,8 +172,8 @@ def test_non_inferiority_margin_rule(lost, word):
 def test_binary_rows_get_a_paired_interval_and_holm():
     a = [True] * 100 + [False] * 100
     b = [True] * 100 + [True] * 7 + [False] * 93   # 7 vs 0 discordant: exact p = 0.0156
-    checks = [claims.Check("top-5"), claims.Check("top-1")]
-    rows = _rows(a, b) + _rows(a, b, "top-1")
+    checks = [claims.Check("retrieval.top5"), claims.Check("retrieval.top1")]
+    rows = _rows(a, b) + _rows(a, b, "retrieval.top1")
     one = claims.evaluate_checks(rows[:1], checks[:1], ("A", "B"))[0]
     # The row keeps its exact McNemar p; the test that decides is Tango's score test at 0,
     # McNemar's z = 7 / sqrt(7), whose inversion is the printed interval.
@@ -187,7 +188,7 @@ def test_binary_rows_get_a_paired_interval_and_holm():
     eight = claims.evaluate_checks(rows * 4, checks * 4, ("A", "B"))
     assert {e["verdict"] for e in eight} == {"reproduced"}
     # ... while reversed is Holm-corrected: 8 × 0.0082 > 0.05, no check is reversed.
-    down = [claims.Check("top-5", "down"), claims.Check("top-1", "down")] * 4
+    down = [claims.Check("retrieval.top5", "down"), claims.Check("retrieval.top1", "down")] * 4
     assert {e["verdict"] for e in claims.evaluate_checks(rows * 4, down, ("A", "B"))} == {
         "no difference detected"}
     assert {e["verdict"] for e in claims.evaluate_checks(rows[:1], down[:1], ("A", "B"))} == {
@@ -200,7 +201,7 @@ def test_the_deciding_test_and_the_interval_agree(b01, b10, n):
     happen any more; the check's p at 0 is below 0.05 exactly when Tango's interval excludes 0."""
     a = [True] * b10 + [False] * b01 + [True] * (n - b01 - b10)
     b = [False] * b10 + [True] * b01 + [True] * (n - b01 - b10)
-    (e,) = claims.evaluate_checks(_rows(a[:n], b[:n]), [claims.Check("top-5")], ("A", "B"))
+    (e,) = claims.evaluate_checks(_rows(a[:n], b[:n]), [claims.Check("retrieval.top5")], ("A", "B"))
     lo, hi = e["interval"]
     assert (e["p_null"] < 0.05) == (lo > 0 or hi < 0)
 
@@ -208,12 +209,12 @@ def test_the_deciding_test_and_the_interval_agree(b01, b10, n):
 def test_infeasible_reference_makes_a_check_uninformative():
     a = [True] * 297 + [False] * 3         # 99 %: at the ceiling
     b = [True] * 300
-    (e,) = claims.evaluate_checks(_rows(a, b), [claims.Check("top-5")], ("A", "B"))
+    (e,) = claims.evaluate_checks(_rows(a, b), [claims.Check("retrieval.top5")], ("A", "B"))
     assert e["verdict"] == claims.UNINFORMATIVE and "p_holm" not in e
     assert claims.claim_verdict([e["verdict"]]) == claims.UNINFORMATIVE
     assert claims.infeasible(3.0) and claims.infeasible(97.0) and not claims.infeasible(50.0)
-    mixed = claims.evaluate_checks(_rows(a, b) + _rows([True] * 150 + [False] * 150, b, "top-1"),
-                                   [claims.Check("top-5"), claims.Check("top-1")], ("A", "B"))
+    mixed = claims.evaluate_checks(_rows(a, b) + _rows([True] * 150 + [False] * 150, b, "retrieval.top1"),
+                                   [claims.Check("retrieval.top5"), claims.Check("retrieval.top1")], ("A", "B"))
     # top-1 alone decides (150 vs 0 discordant), without Holm over the uninformative check.
     assert [m["verdict"] for m in mixed] == [claims.UNINFORMATIVE, "reproduced"]
     assert mixed[1]["p_holm"] == mixed[1]["p_null"]
@@ -225,7 +226,7 @@ def test_seed_level_analysis_and_fragile_verdicts():
     def seed(b01, b10):  # one seed: A 150/300 right; b01 items only B right, b10 only A
         a = [True] * 150 + [False] * 150
         b = ([False] * b10 + [True] * (150 - b10)) + ([True] * b01 + [False] * (150 - b01))
-        return claims.evaluate_checks(_rows(a, b), [claims.Check("top-5")], ("A", "B"))
+        return claims.evaluate_checks(_rows(a, b), [claims.Check("retrieval.top5")], ("A", "B"))
     steady = claims.pool_claim([seed(20, 5), seed(21, 5), seed(19, 5)])
     assert steady["verdict"] == steady["seed_verdict"] == "reproduced"
     assert not steady["fragile"] and steady["seed_checks"][0]["signs"] == "+++"
@@ -241,12 +242,13 @@ def test_seed_level_analysis_and_fragile_verdicts():
 
 # --- Re-judging stored results ------------------------------------------------------------------
 
+# A stored claim table (docs/results), its rows keyed by metric id as in a rows sibling.
 _STORED = """
-| metric | expect | A | B | B − A | test | p |
+| id | expect | A | B | B − A | test | p |
 |---|---|---|---|---|---|---|
-| top-1 | nw | 52.33 [46.69, 57.92] | 56.00 [50.34, 61.51] | +3.67 | McNemar exact (24 vs 35 discordant) | 0.192 |
-| top-5 | nw | 99.33 [97.60, 99.82] | 97.00 [94.40, 98.41] | -2.33 | McNemar exact (7 vs 0 discordant) | 0.0156 |
-| mean gap | up | 0.5 [0.4, 0.6] | 6.8 [6.5, 7.1] | +6.2738 [5.9842, 6.5786] | paired bootstrap | 0.0002 |
+| retrieval.top1 | nw | 52.33 [46.69, 57.92] | 56.00 [50.34, 61.51] | +3.67 | McNemar (24 vs 35 discordant) | 0.192 |
+| retrieval.top5 | nw | 99.33 [97.60, 99.82] | 97.00 [94.40, 98.41] | -2.33 | McNemar (7 vs 0 discordant) | 0.0156 |
+| aar.sentence.gap | up | 0.5 [0.4, 0.6] | 6.8 [6.5, 7.1] | +6.2738 [5.9842, 6.5786] | paired bootstrap | 0.0002 |
 """
 
 
@@ -264,8 +266,8 @@ def test_infer_n_from_a_stored_rate_and_its_wilson_interval():
 
 def test_rejudge_stored_rows():
     rows = claims.parse_check_table(_STORED)
-    checks = [claims.not_worse("top-1"), claims.not_worse("top-5"),
-              claims.Check("mean gap"), claims.Check("AAR")]
+    checks = [claims.not_worse("retrieval.top1"), claims.not_worse("retrieval.top5"),
+              claims.Check("aar.sentence.gap"), claims.Check("aar.sentence")]
     got = claims.rejudge(rows, checks)
     # top-1: the 95 % interval [−1.38, +8.80] clears −2 (p at −2 = 0.0285): reproduced, with
     # no Holm (intersection–union). top-5: A at 99.33 % is at the ceiling: uninformative.
@@ -282,7 +284,7 @@ def test_rejudge_stored_rows():
 
 def test_pool_seed_checks_pools_counts_and_intervals():
     rows = claims.parse_check_table(_STORED)
-    checks = [claims.not_worse("top-5"), claims.Check("mean gap")]
+    checks = [claims.not_worse("retrieval.top5"), claims.Check("aar.sentence.gap")]
     seed = claims.rejudge(rows, checks)
     pooled = claims.pool_seed_checks([seed, seed, seed], checks)
     assert pooled[0]["n"] == 900 and pooled[0]["b10"] == 21 and pooled[0]["b01"] == 0
@@ -337,8 +339,9 @@ def test_pool_seed_checks_pools_rank_correlations_by_their_series():
     from dense_cf.eval import marginalize as mg
     x = [100, 250, 400, 700, 1000]
     seeds = [[10, 20, 30, 50, 40], [1, 2, 3, 4, 5], [3, 1, 2, 5, 4]]
-    check = [claims.Check("ρ")]
-    per_seed = [claims.evaluate_checks([mg.trend_row("ρ", x, y, ("A", "B"), ("x", "y"))],
+    rho = "attribution.rho.top5.p_coverage"
+    check = [claims.Check(rho)]
+    per_seed = [claims.evaluate_checks([mg.trend_row(rho, x, y, ("A", "B"), ("x", "y"))],
                                        check, ("A", "B")) for y in seeds]
     assert per_seed[0][0]["series"] == ([float(v) for v in x], [10.0, 20.0, 30.0, 50.0, 40.0])
     pooled = claims.pool_seed_checks(per_seed, check)[0]

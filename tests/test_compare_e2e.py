@@ -89,7 +89,7 @@ def test_demo_report_on_trained_runs(two_runs):
         top5, ci = row["top-5 [95% CI]"], s["eval"]["retrieval"]["top_k_ci"][5]
         assert top5 == f"{s['eval']['retrieval']['top_k'][5]:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
         for col in ("MRR [95% CI]", "AAR [95% CI]", "AA score [95% CI]",
-                    "mean sim(q,p+)-sim(q,p*) [95% CI]"):
+                    "mean sim(q,p+) − sim(q,p*) (sentence) [95% CI]"):
             assert isinstance(row[col], str) and "[" in row[col]
     md = demo.paired_sections(compare_pairs({m: d for m, (d, _) in two_runs.items()},
                                             {m: s["step"] for m, s in results.items()},

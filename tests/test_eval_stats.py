@@ -297,7 +297,7 @@ def test_demo_report_rows_and_paired_sections(two_runs, tmp_path):
     assert rows[0]["MRR [95% CI]"] == "50.00 [45.00, 55.00]"
     assert rows[0]["AAR [95% CI]"] == "75.00 [70.00, 80.00]"
     assert rows[0]["AA score [95% CI]"] == "50.00 [40.00, 60.00]"
-    assert rows[0]["mean sim(q,p+)-sim(q,p*) [95% CI]"] == "0.0123 [0.0100, 0.0150]"
+    assert rows[0]["mean sim(q,p+) − sim(q,p*) (sentence) [95% CI]"] == "0.0123 [0.0100, 0.0150]"
     assert rows[1]["top-1 [95% CI]"] == 40.0  # no saved interval: the bare figure
     # The paired section reads the two runs' eval directories (workdir/<method>/eval/step_N).
     workdir = os.path.dirname(two_runs[0])
@@ -328,7 +328,7 @@ def test_demo_untrained_row(tmp_path):
     from dense_cf.studies import harness
     row = demo.untrained_row(_summary(3)["eval"]["aar"])
     assert row == {"method": demo.UNTRAINED, "steps": 0, "AAR [95% CI]": "75.00 [70.00, 80.00]",
-                   "mean sim(q,p+)-sim(q,p*) [95% CI]": "0.0123 [0.0100, 0.0150]",
+                   "mean sim(q,p+) − sim(q,p*) (sentence) [95% CI]": "0.0123 [0.0100, 0.0150]",
                    "AA score [95% CI]": "50.00 [40.00, 60.00]"}
     cfg = base_config()
     cfg.model.name_or_path = "tiny"  # a random model: no checkpoint worth scoring

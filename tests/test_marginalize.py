@@ -58,13 +58,15 @@ def test_passage_swap_rows_pair_two_passage_encoders_with_one_question_encoder()
 
 
 def test_trend_row_is_a_claim_row_with_rho_as_diff():
-    row = mg.trend_row("top-5: ρ(P marginal, unique coverage)", [10.0, 20, 30, 25, 5],
+    row = mg.trend_row("attribution.rho.top5.p_coverage", [10.0, 20, 30, 25, 5],
                        [40.0, 50, 60, 55, 30], ("statistic", "marginal"),
                        ("unique coverage", "P marginal top-5"))
     assert row["stats"]["diff"] == pytest.approx(1.0) and row["p"] == "0.0167"
     assert row["B − A"] == "ρ = +1.000" and row["significant at 0.05"] == "yes"
     assert (row["statistic"], row["marginal"]) == ("unique coverage", "P marginal top-5")
     assert row["test"] == "Spearman, exact permutation (120 orderings)"
+    assert (row["id"], row["metric"]) == ("attribution.rho.top5.p_coverage",
+                                          "top-5: ρ(P marginal, unique coverage)")
     assert "ρ = +1.000 over 5 settings; significant" in row["sentence"]
 
 

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from dense_cf import methods
-from dense_cf.eval import claims
+from dense_cf.eval import claims, outcomes
+from dense_cf.eval import report as report_lib
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 from dense_cf.studies import replicate as rep
 
@@ -25,9 +26,10 @@ def test_evaluate_checks_on_compare_rows():
     from dense_cf.eval import stats
     a = [True] * 40 + [False] * 60
     b = [True] * 70 + [False] * 30
-    rows = [stats.compare_outcomes("AAR", a, b, names=("x", "y"))]
-    got = claims.evaluate_checks(rows, [claims.Check("AAR"), claims.Check("AAR", "down"),
-                                        claims.Check("AA score")], ("x", "y"))
+    rows = [{**stats.compare_outcomes("AAR", a, b, names=("x", "y")), "id": "aar.sentence"}]
+    got = claims.evaluate_checks(rows, [claims.Check("aar.sentence"),
+                                        claims.Check("aar.sentence", "down"),
+                                        claims.Check("aar.answer")], ("x", "y"))
     # Holm over the two measured checks (p ~ 1e-7 each): both stay significant.
     assert [g["verdict"] for g in got] == ["reproduced", "reversed", "not measured"]
     # The deciding p is Tango's score test at 0 (McNemar's z); Holm doubles it for reversal.
@@ -113,6 +115,19 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
     by_id = {c["id"]: c for c in res["claims"]}
     assert [k["metric"] for k in by_id["picl-aar"]["per_seed"][0]["checks"]] == ["AAR"]
     assert all(k["metric"].startswith("AAR (") for k in by_id["picl-type"]["per_seed"][0]["checks"])
+    # The rows sibling holds each claim's table keyed by metric id, the cells the markdown shows
+    # (what tools/rederive_claims.py reads).
+    sib = report_lib.read_rows(os.path.join(out, "replicate.md"))
+    assert sib["report"] == "replicate.md"
+    assert [(t["claim"], t["seed"]) for t in sib["tables"]] == [(i, 0) for i in ids]
+    for t, c in zip(sib["tables"], res["claims"]):
+        checks = c["per_seed"][0]["checks"]
+        assert list(t["rows"]) == [k["id"] for k in checks]
+        for k in checks:
+            cells = t["rows"][k["id"]]
+            assert (cells["A"], cells["B"], cells["verdict"]) == (
+                k.get("A", ""), k.get("B", ""), k["verdict"])
+            assert f"| {outcomes.family_label(k['id'])} | {cells['expect']} |" in md
     assert set(saved["setup"]["runs"]) == {"dpr", "picl", "dcsr_dpr", "dcsr_dcsr"}
     assert "| claim | status | paper | what the paper says |" in md and "## Runs" in md
     assert all(isinstance(m, float) for m in saved["setup"]["minutes_per_run"].values())
@@ -323,20 +338,21 @@ def test_did_rows_measure_the_drop_per_kind():
         return SimpleNamespace(robustness={
             "questions": qs, "first_hit_rank": {0: clean, 5: clean},
             "heldout": {"questions": qs, "first_hit_rank": held}})
-    rows = {r["metric"]: r for r in rep.did_rows(run(a0, held_a), run(b0, held_b), ("A", "B"),
-                                                 n_resamples=500)}
-    assert set(rows) == {rep.did_metric(label, k) for label, *_ in rep.DID_SPECS for k in (1, 5)}
-    swap = rows[rep.did_metric("value swap (control) K=0→1", 1)]
+    rows = {r["id"]: r for r in rep.did_rows(run(a0, held_a), run(b0, held_b), ("A", "B"),
+                                             n_resamples=500)}
+    assert set(rows) == {rep.did_id(*spec, k) for spec in rep.DID_SPECS for k in (1, 5)}
+    swap = rows[rep.did_id("heldout", 0, 1, 1)]
+    assert swap["metric"] == "drop DiD value swap (control) K=0→1: top-1"
     assert swap["A"] == "-33.33" and swap["B"] == "-33.33" and swap["stats"]["diff"] == 0
-    name = rows[rep.did_metric("namesake K=2→3", 1)]
+    name = rows[rep.did_id("heldout", 2, 3, 1)]
     assert name["stats"]["diff"] == pytest.approx(10 / 60)       # A loses 10 more items
     assert name["stats"]["p_value"] == pytest.approx(2 / 2 ** 10)  # 10 of 10 one way
-    total = rows[rep.did_metric("held-out K=0→5", 1)]
+    total = rows[rep.did_id("heldout", 0, 5, 1)]
     assert total["stats"]["diff"] == pytest.approx((-20 / 60) - (-30 / 60))
     (e,) = claims.evaluate_checks(list(rows.values()),
-                                  [claims.Check(rep.did_metric("namesake K=2→3", 1))], ("A", "B"))
+                                  [claims.Check(rep.did_id("heldout", 2, 3, 1))], ("A", "B"))
     assert e["verdict"] == "reproduced" and e["did_hist"] == [0, 0, 50, 10, 0]
-    pooled = claims.pool_seed_checks([[e], [e]], [claims.Check(e["metric"])])[0]
+    pooled = claims.pool_seed_checks([[e], [e]], [claims.Check(e["id"])])[0]
     assert pooled["n"] == 2 * n and pooled["p_null"] == pytest.approx(2 / 2 ** 20)
 
 
@@ -359,9 +375,9 @@ def test_aa_against_the_untrained_checkpoint():
     """Issue 50: where DPR ends below the untrained model on AA, B's AA is also reported
     against the untrained model (the other-entity world's seed 0: 34.33, 69.33, untrained 53.67)."""
     claim = {"id": "picl-robust-oe", "per_seed": {
-        0: {"checks": [{"metric": "AA score", "A": "34.33 [29.19, 39.87]",
+        0: {"checks": [{"metric": "AA score", "id": "aar.answer", "A": "34.33 [29.19, 39.87]",
                         "B": "69.33 [63.90, 74.28]"}]},
-        1: {"checks": [{"metric": "AA score", "A": "57.33 [51.68, 62.80]",
+        1: {"checks": [{"metric": "AA score", "id": "aar.answer", "A": "57.33 [51.68, 62.80]",
                         "B": "85.00 [80.52, 88.60]"}]}}}
     rows = rep.aa_against_untrained([claim], {("picl-robust-oe", 0): 53.67,
                                               ("picl-robust-oe", 1): 53.67})

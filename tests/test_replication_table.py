@@ -49,6 +49,24 @@ def test_the_documented_table_is_the_rederived_one():
     assert not by_key, sorted(by_key)
 
 
+def _migration():
+    spec = importlib.util.spec_from_file_location(
+        "migrate_results_json", os.path.join(ROOT, "tools", "migrate_results_json.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write_data_stats(tmp_path, name, text):
+    """A data-stats report and its rows sibling (as the migration derives it from the
+    markdown: the per-fraction table, 1 decimal, when no summary JSON is beside it)."""
+    from dense_cf.eval import report as report_lib
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    content = _migration().data_stats_rows(str(path))
+    report_lib.write_rows(str(path), content.pop("tables"), **content)
+
+
 def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
     """Seeds of the data-stats study pool ρ by its stratified permutation test, the series read
     from each seed's per-fraction table where no summary JSON is stored; a table whose
@@ -56,12 +74,14 @@ def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
     import shutil
     tool = _tool()
     results = os.path.join(ROOT, "docs", "results")
-    # The stored reports without the data-stats seeds after 0: seed 0 alone is copied as seed 1.
+    # The stored reports and their rows siblings without the data-stats seeds after 0: seed 0
+    # alone is copied as seed 1.
     for name in (n for n in os.listdir(results)
-                 if n.endswith(".md") and not n.startswith(("data_stats_seed1", "data_stats_seed2"))):
+                 if n.endswith((".md", ".rows.json"))
+                 and not n.startswith(("data_stats_seed1", "data_stats_seed2"))):
         shutil.copy(os.path.join(results, name), tmp_path / name)
     seed0 = open(os.path.join(results, "data_stats_seed0.md"), encoding="utf-8").read()
-    (tmp_path / "data_stats_seed1.md").write_text(seed0, encoding="utf-8")
+    _write_data_stats(tmp_path, "data_stats_seed1.md", seed0)
     rows = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}
     assert ("attribution-data-trend", "1") not in rows  # seed 0's row, then the pooled one
     pooled = rows["attribution-data-trend", "pooled 0,1"]
@@ -74,7 +94,7 @@ def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
     # Two P marginals rounded to the same figure change the ranks: refused, naming the file.
     tied = seed0.replace("| 29.1 | 29.6 |", "| 30.3 | 29.6 |", 1)
     assert tied != seed0
-    (tmp_path / "data_stats_seed1.md").write_text(tied, encoding="utf-8")
+    _write_data_stats(tmp_path, "data_stats_seed1.md", tied)
     with pytest.raises(ValueError, match="data_stats_seed1.md: top-1: ρ"):
         tool.rederive(str(tmp_path))
 
@@ -182,3 +202,42 @@ def test_the_quotes_of_claims_outside_the_registry_are_verbatim():
         paper = where.split(" ")[0].lower()
         with open(os.path.join(PAPERS, f"{paper}.txt"), encoding="utf-8") as f:
             assert norm(quote) in norm(f.read()), cid
+
+
+def test_rederive_reads_the_json_siblings_only():
+    """tools/rederive_claims.py parses no markdown (no regex: review 3 §5 check 7); it reads the
+    reports' rows siblings, and each stored sibling is what the markdown beside it holds
+    (tools/migrate_results_json.py derives them; a hand-edited one would differ)."""
+    import json
+    import re
+    src = open(os.path.join(ROOT, "tools", "rederive_claims.py"), encoding="utf-8").read()
+    assert re.search(r"re\.", src) is None and "import re\n" not in src
+    from dense_cf.eval import report as report_lib
+    results = os.path.join(ROOT, "docs", "results")
+    derived = _migration().siblings(results)
+    assert {n for n in derived} >= set(_tool().REPORTS)
+    for name, content in derived.items():
+        stored = report_lib.read_rows(os.path.join(results, name))
+        assert stored == json.loads(json.dumps({"report": name, **content})), name
+
+
+def test_a_sibling_without_its_markdown_table_is_what_rederive_reads(tmp_path):
+    """The verdicts come from the sibling, not the markdown: a report whose markdown is gone
+    still gives its rows, and a changed sibling changes the derived row."""
+    import shutil
+    tool = _tool()
+    results = os.path.join(ROOT, "docs", "results")
+    for name in os.listdir(results):
+        if name.endswith((".md", ".rows.json")) or name.startswith("data_stats_seed"):
+            shutil.copy(os.path.join(results, name), tmp_path / name)
+    before = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}
+    (tmp_path / "replicate_seed0.md").write_text("(emptied)\n", encoding="utf-8")
+    assert {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))} == before
+    from dense_cf.eval import report as report_lib
+    sib = report_lib.read_rows(str(tmp_path / "replicate_seed0.md"))
+    table = next(t for t in sib["tables"] if t["claim"] == "picl-ablation-cpp")
+    table["rows"]["retrieval.top1"]["test"] = "McNemar exact (17 vs 29 discordant)"
+    report_lib.write_rows(str(tmp_path / "replicate_seed0.md"), sib.pop("tables"),
+                          **{k: v for k, v in sib.items() if k != "report"})
+    after = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}
+    assert after["picl-ablation-cpp", "0"][tool.RESULT] != before["picl-ablation-cpp", "0"][tool.RESULT]

@@ -3,116 +3,100 @@
 
 ``python tools/rederive_claims.py [--results docs/results]`` prints one markdown row per claim
 (seed 0, and the pooled test where several seeds are stored). Each claim's checks come from
-the registry (``studies.replicate.CLAIMS``, with its margins); the stored rows from the per-claim
-tables of ``replicate_*.md`` and the paired tables of the data-stats and multihop reports.
+the registry (``studies.replicate.CLAIMS``, with its margins, keyed by metric id); the stored
+rows from the machine-readable siblings of the reports (``x.rows.json`` beside ``x.md``: their
+paired tables keyed by metric id, ``eval.report.write_rows``): the per-claim tables of
+``replicate_*``, the paired tables of the data-stats, multihop and demo reports. The markdown is
+never parsed here (tools/migrate_results_json.py wrote the siblings of the reports stored
+before issue 48).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 
 from dense_cf.eval import claims as C
-from dense_cf.eval import stats
+from dense_cf.eval import outcomes, stats
+from dense_cf.eval.report import read_rows
 from dense_cf.studies.replicate import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
            "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
            "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md", "replicate_bm25_seeds012.md",
            "replicate_ablation_seeds012.md")
-# Claims measured outside studies.replicate: (id, report of seed 0, table after this line, A, B,
-# checks, the paper's words, where, registered seeds). Seeds 1-2 of both were registered
-# 2026-11-28 after seed 0's result (trained before 9bb5ca3), before their runs (issue 32 item 8).
+# Claims measured outside studies.replicate: (id, report of seed 0, its table (the sibling's
+# table name), A, B, checks, the paper's words, where, registered seeds). Seeds 1-2 of both were
+# registered 2026-11-28 after seed 0's result (trained before 9bb5ca3), before their runs
+# (issue 32 item 8).
 # Exploratory (issue 50 item 4): their checks were written (37b6ab1) after seed 0 had been seen.
 # Seed N > 0 of both is read from OTHER_SEED_REPORT (studies.multihop's bench_multihop_seedN.md:
 # the recall and the reader tables of one seed).
 OTHER = (
-    ("hotpotqa-mdr", "multihop_60steps_seed0.md", "## Paired on the same test questions",
-     "MDR+DPR", "MDR+EADPR", (C.Check("chain R@2"), C.Check("chain R@10"),
-                               C.Check("chain R@20")),
+    ("hotpotqa-mdr", "multihop_60steps_seed0.md", "retrieval",
+     "MDR+DPR", "MDR+EADPR", (C.Check("multihop.chain.r@2"), C.Check("multihop.chain.r@10"),
+                               C.Check("multihop.chain.r@20")),
      "incorporating EADPR into MDR leads to considerable performance gain over the standard "
      "MDR implemented using DPR", "EADPR §4.3, Table 4", (0, 1, 2)),
-    ("hotpotqa-reader", "multihop_reader_60steps_seed0.md", "Paired on the same questions",
-     "MDR+DPR", "MDR+EADPR", (C.Check("EM@1"), C.Check("F1@5")),
+    ("hotpotqa-reader", "multihop_reader_60steps_seed0.md", "reader",
+     "MDR+DPR", "MDR+EADPR", (C.Check("e2e.em@1"), C.Check("e2e.f1@5")),
      "such gain in retrieval performance leads to improvement in QA performance",
      "EADPR §4.3, Table 5", (0, 1, 2)),
     # The demo's end-to-end EM (in-batch DPR and PiCL, the demo's 3-layer reader), rerun
     # 2026-11-28; written by hand into the table before issue 50, derived since.
-    ("end-to-end EM (demo)", "demo_2026-11-28.md", "### EM: picl (B) against dpr (A)",
-     "dpr", "picl", (C.Check("EM@1"),),
+    ("end-to-end EM (demo)", "demo_2026-11-28.md", "em: picl vs dpr",
+     "dpr", "picl", (C.Check("e2e.em@1"),),
      "Overall, applying PiCL on DPR consistently improves the QA performance of the "
      "retriever-reader pipeline under various settings.", "PiCL §5.2, Table 3", (0,)),
 )
 OTHER_SEED_REPORT = "multihop_reader_60steps_seed{seed}.md"
+DATA_STATS = ("data_stats_seed", ".md")  # data_stats_seedN.md, N the seed
+# The data-stats trend rows (outcomes: attribution.rho.topK.<tail>): the per-fraction columns
+# correlated, (statistic, marginal side).
+_TREND = {"p_coverage": ("unique coverage", "P"), "q_examples": ("examples", "Q")}
 
 
-def _sections(text: str) -> dict[tuple[str, int], str]:
-    """``{(claim id, seed): its table}`` of a replicate report."""
-    out = {}
-    for m in re.finditer(r"^## (\S+) \(seed (\d+)\):.*?\n\n(?:[^|\n].*\n\n)?((?:\|.*\n?)+)",
-                         text, re.M):
-        out[m.group(1), int(m.group(2))] = m.group(3)
-    return out
+def _rows(keyed: dict[str, dict[str, str]]) -> list[dict[str, str]]:
+    """A sibling's table as rows with their metric ``id`` (eval.claims.rejudge's input)."""
+    return [{"id": mid, **cells} for mid, cells in keyed.items()]
 
 
-def _table_after(text: str, marker: str) -> str:
-    rest = text[text.index(marker):]
-    m = re.search(r"((?:^\|.*\n?)+)", rest, re.M)
-    return m.group(1) if m else ""
-
-
-_TREND = re.compile(r"top-(\d+): ρ\(([PQ]) marginal, (unique coverage|#examples)\)")
+def _data_stats_seed(name: str) -> int | None:
+    head, tail = DATA_STATS
+    middle = name[len(head):-len(tail)]
+    ok = name.startswith(head) and name.endswith(tail) and middle.isdigit()
+    return int(middle) if ok else None
 
 
 def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
-    """The data-stats reports ``data_stats_seedN.md``: ``({(claim, seed): table}, {(claim,
-    seed): file}, {(claim, seed, metric): (x, y)})``, the last the series behind each ρ row:
-    from the study's ``summary.json`` stored beside it (``data_stats_seedN.json``, full
-    precision) or else from the per-fraction table (1 decimal: refused where rounding changes
-    the stored ρ)."""
+    """The data-stats reports ``data_stats_seedN.md`` (their siblings): ``({(claim, seed):
+    rows}, {(claim, seed): file}, {(claim, seed, metric id): (x, y)})``, the last the series
+    behind each ρ row: the per-fraction figures the sibling holds (from the study's summary at
+    full precision, or the report's table at 1 decimal: refused where rounding changes the
+    stored ρ)."""
     stored, source, series = {}, {}, {}
     for name in sorted(os.listdir(results)):
-        m = re.fullmatch(r"data_stats_seed(\d+)\.md", name)
-        if not m:
+        seed = _data_stats_seed(name)
+        if seed is None:
             continue
-        seed = int(m.group(1))
-        text = open(os.path.join(results, name), encoding="utf-8").read()
-        trend = _table_after(text, "| metric | n | ρ |").replace("| ρ |", "| B − A |")
-        stored["attribution-data-40", seed] = _table_after(text, "Passage encoder 40 % vs 100 %")
+        sib = read_rows(os.path.join(results, name))
+        trend = _rows(sib["tables"]["trend"])
+        stored["attribution-data-40", seed] = _rows(sib["tables"]["swap"])
         stored["attribution-data-trend", seed] = trend
         source["attribution-data-40", seed] = source["attribution-data-trend", seed] = name
-        summary = os.path.join(results, name[:-3] + ".json")
-        if os.path.exists(summary):
-            with open(summary, encoding="utf-8") as f:
-                fractions = json.load(f)["table"]
-        else:
-            fractions = C.parse_check_table(_table_after(text, "| fraction |"))
-        for row in C.parse_check_table(trend):
-            k, side, stat = _TREND.fullmatch(row["metric"]).groups()
-            x = [float(r["examples" if stat == "#examples" else stat]) for r in fractions]
-            y = [float(r[f"{side} marginal top-{k}"]) for r in fractions]
+        fractions = sib["fractions"]
+        for row in trend:
+            _, _, top, tail = row["id"].split(".")
+            stat, side = _TREND[tail]
+            x = [float(r[stat]) for r in fractions]
+            y = [float(r[f"{side} marginal {top[:3]}-{top[3:]}"]) for r in fractions]
             rho = stats.spearman_test(x, y)["rho"]
             if abs(rho - float(row["B − A"])) > 5e-4:  # rounding to 1 decimal made a tie
-                raise ValueError(f"{name}: {row['metric']}: the per-fraction table gives "
-                                 f"ρ = {rho:+.3f}, the stored row {row['B − A']}")
-            series["attribution-data-trend", seed, row["metric"]] = (x, y)
+                raise ValueError(f"{name}: {outcomes.metric(row['id']).label}: the "
+                                 f"per-fraction table gives ρ = {rho:+.3f}, the stored row "
+                                 f"{row['B − A']}")
+            series["attribution-data-trend", seed, row["id"]] = (x, y)
     return stored, source, series
-
-
-def _expand(checks, rows):
-    """The registry's ``by type`` / ``by domain`` checks become one per stored row."""
-    out = []
-    for k in checks:
-        for suffix, prefix in ((" by type", "AAR ("), (" by domain", k.metric[:-10] + ": ")):
-            if k.metric.endswith(suffix):
-                out += [C.Check(r["metric"], k.expect) for r in rows
-                        if r["metric"].startswith(prefix)]
-                break
-        else:
-            out.append(k)
-    return out
 
 
 COLUMNS = ["claim", "status", "paper", "the paper's words", "A vs B", "seed", "report",
@@ -128,13 +112,12 @@ TALLY_BEGIN, TALLY_END = "<!-- tallies: tools/rederive_claims.py -->", "<!-- end
 
 def rederive(results: str = "docs/results") -> list[dict]:
     """One row per claim and seed (and ``pooled``) with the re-derived verdict."""
-    stored: dict[tuple[str, int], str] = {}
+    stored: dict[tuple[str, int], list[dict[str, str]]] = {}
     source: dict[tuple[str, int], str] = {}  # the results file a (claim, seed) comes from
     for name in REPORTS:  # a later report replaces an earlier one's (claim, seed)
-        with open(os.path.join(results, name), encoding="utf-8") as f:
-            found = _sections(f.read())
-        stored.update(found)
-        source.update(dict.fromkeys(found, name))
+        for t in read_rows(os.path.join(results, name))["tables"]:
+            stored[t["claim"], t["seed"]] = _rows(t["rows"])
+            source[t["claim"], t["seed"]] = name
     data_stats, ds_source, series = _stored_data_stats(results)
     stored.update(data_stats)
     source.update(ds_source)
@@ -148,23 +131,23 @@ def rederive(results: str = "docs/results") -> list[dict]:
             raise ValueError(f"{c.id}: stored seeds {unregistered} are not registered "
                              f"(studies.replicate.CLAIMS seeds {c.seeds}); register them first")
         for s in sorted(s for (i, s) in stored if i == c.id):
-            table = C.parse_check_table(stored[c.id, s])
+            table = stored[c.id, s]
+            checks = C.expand(c.checks, [r["id"] for r in table], keep_empty=False)
             # 300 test questions in every replicate run (docs/replication.md, Budget).
-            entries = C.rejudge(table, _expand(c.checks, table), a, b, documented_n=300)
+            entries = C.rejudge(table, checks, a, b, documented_n=300)
             for e in entries:
-                if (c.id, s, e["metric"]) in series:
-                    e["series"] = series[c.id, s, e["metric"]]
+                if (c.id, s, e["id"]) in series:
+                    e["series"] = series[c.id, s, e["id"]]
             per_seed[s] = (entries, source[c.id, s])
         rows += _claim_rows(c.id, c.scope_status, paper, words, f"{c.a} vs {c.b}", per_seed)
-    for cid, name, marker, a, b, checks, quote, where, seeds in OTHER:
+    for cid, name, table, a, b, checks, quote, where, seeds in OTHER:
         per_seed = {}
         for s in seeds:
             report = name if s == 0 else OTHER_SEED_REPORT.format(seed=s)
             path = os.path.join(results, report)
             if os.path.exists(path):
-                text = open(path, encoding="utf-8").read()
-                per_seed[s] = (C.rejudge(C.parse_check_table(_table_after(text, marker)),
-                                         checks, a, b), report)
+                keyed = read_rows(path)["tables"].get(table, {})
+                per_seed[s] = (C.rejudge(_rows(keyed), checks, a, b), report)
         rows += _claim_rows(cid, "exploratory", where, f"“{quote}”", f"{a} vs {b}", per_seed)
     return rows
 

@@ -54,7 +54,8 @@ def compare_outcome_sets(a: RunOutcomes, b: RunOutcomes, *, seed: int = 0,
 def aar_by_type_rows(a: RunOutcomes, b: RunOutcomes, strategy: str = "sentence", *,
                      seed: int = 0, n_resamples: int = stats.DEFAULT_RESAMPLES,
                      names: tuple[str, str] = ("A", "B")) -> list[dict[str, Any]]:
-    """Paired AAR rows per question type (PiCL Table 6; ``question_type``), exact McNemar on
+    """Paired AAR rows per question type (PiCL Table 6; ``question_type``; ids
+    ``aar.<strategy>.type.<type>``), exact McNemar on
     the triplets of each type both runs scored; ``[]`` when either run lacks the strategy's
     per-triplet scores or their question texts."""
     sa, sb = a.aar.get(strategy), b.aar.get(strategy)
@@ -68,8 +69,10 @@ def aar_by_type_rows(a: RunOutcomes, b: RunOutcomes, strategy: str = "sentence",
     for t in QUESTION_TYPES:
         sel = types == t
         if sel.any():
-            rows.append(stats.compare_outcomes(f"AAR ({t})", aware_a[sel], aware_b[sel],
-                                               seed=seed, n_resamples=n_resamples, names=names))
+            m = outcomes_lib.metric(f"aar.{strategy}.type.{t}")
+            rows.append({**stats.compare_outcomes(m.label, aware_a[sel], aware_b[sel], seed=seed,
+                                                  n_resamples=n_resamples, names=names),
+                         "id": m.id})
     return rows
 
 

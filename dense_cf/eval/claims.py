@@ -1,7 +1,7 @@
 """Verdicts of a paper's claims on a paired comparison (docs/replication.md, "Method").
 
-A claim is checked on :func:`dense_cf.eval.compare.compare` rows: each :class:`Check` names a
-row (``metric``) and what the claim expects of B − A. Pure functions; no I/O. The rules,
+A claim is checked on paired rows (``dense_cf.analysis.compare``): each :class:`Check` names a
+row by its metric id (``eval.outcomes``) and what the claim expects of B − A. Pure functions; no I/O. The rules,
 fixed as data before a run (alpha, the margins in the registry; issue 50 item 2):
 
 * Every check is a two-sided test of a point null B − A = δ0 with a claimed side: δ0 = 0 for
@@ -39,10 +39,10 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from dense_cf.eval import stats
+from dense_cf.eval import outcomes, stats
 
 __all__ = ["ALPHA", "CORRECTION", "EXPECTATIONS", "FEASIBLE", "STATUSES", "UNINFORMATIVE",
-           "VERDICTS", "Check", "infeasible",
+           "VERDICTS", "Check", "expand", "infeasible",
            "check_verdict", "claim_verdict", "evaluate_checks", "infer_n", "judge",
            "RATE_MARGIN", "not_worse", "parse_check_table", "pool_claim", "pool_seed_checks",
            "rejudge", "seed_level", "verdict_text"]
@@ -61,9 +61,12 @@ STATUSES = ("pre-registered", "exploratory")
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A paired metric (a row label of ``dense_cf.eval.compare``) and what the claim expects
-    of B − A: ``up``, ``down`` or ``not_worse``. A ``not_worse`` check needs ``margin`` (> 0,
-    in the units of the row's "B − A" column: points for rates) and ``margin_reason``."""
+    """A paired metric, named by its stable id (``eval.outcomes.metric``; a row's ``id``), and
+    what the claim expects of B − A: ``up``, ``down`` or ``not_worse``. An id ending in
+    ``.by_type`` / ``.by_domain`` (``outcomes.FAMILIES``) stands for one check per such row. A
+    ``not_worse`` check needs ``margin`` (> 0, in the units of the row's "B − A" column: points
+    for rates) and ``margin_reason``. An unknown id fails here (``KeyError``), so a claim can
+    not silently lose its row when a label is re-worded."""
 
     metric: str
     expect: str = "up"
@@ -71,6 +74,7 @@ class Check:
     margin_reason: str = ""
 
     def __post_init__(self) -> None:
+        outcomes.family_label(self.metric)  # raises KeyError for an unknown metric id
         if self.expect not in EXPECTATIONS:
             raise ValueError(f"expect must be one of {EXPECTATIONS}, got {self.expect!r}")
         if self.expect == "not_worse" and not (self.margin and self.margin > 0
@@ -78,6 +82,11 @@ class Check:
             raise ValueError(f"{self.metric}: a not_worse check needs a margin > 0 and a reason")
         if self.expect != "not_worse" and self.margin is not None:
             raise ValueError(f"{self.metric}: only not_worse checks take a margin")
+
+    @property
+    def label(self) -> str:
+        """The display label of the check's metric (``eval.outcomes``)."""
+        return outcomes.family_label(self.metric)
 
     @property
     def null(self) -> float:
@@ -181,13 +190,13 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
     """One entry per check: the row's two figures, B − A with its paired 95 % interval, the
     row's own p at 0 (``p``, ``p_value``: exact McNemar for a binary row), the p of the test
     that decides at the check's null (``p_null``, module docstring), the Holm-adjusted p and
-    the verdict (``not measured`` when no row has the check's metric)."""
-    by_metric = {r["metric"]: r for r in rows}
+    the verdict (``not measured`` when no row has the check's metric id). Rows are matched by
+    their ``id``; an entry's ``metric`` is the id's display label."""
+    by_id = {r["id"]: r for r in rows if "id" in r}
     entries = []
     for check in checks:
-        r = by_metric.get(check.metric)
-        base = {"metric": check.metric, "expect": check.expect, "margin": check.margin,
-                "margin_reason": check.margin_reason}
+        r = by_id.get(check.metric)
+        base = _base(check)
         if r is None:
             entries.append({**base, "verdict": "not measured"})
             continue
@@ -214,6 +223,28 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
         e["95% CI"] = _fmt_interval(e.get("interval"))
         entries.append(e)
     return judge(entries, checks, alpha)
+
+
+def _base(check: Check) -> dict[str, Any]:
+    """An entry's check fields: the display label (``metric``) and the id."""
+    return {"metric": check.label, "id": check.metric, "expect": check.expect,
+            "margin": check.margin, "margin_reason": check.margin_reason}
+
+
+def expand(checks: Sequence[Check], row_ids: Sequence[str], *,
+           keep_empty: bool = True) -> list[Check]:
+    """A family check (``aar.sentence.by_type``, ``retrieval.top1.by_domain``) becomes one
+    check per row id with its prefix (``outcomes.family_prefix``), in row order; with no such
+    row it stays itself (``keep_empty``; it is then ``not measured``) or is dropped."""
+    out: list[Check] = []
+    for check in checks:
+        prefix = outcomes.family_prefix(check.metric)
+        if prefix is None:
+            out.append(check)
+            continue
+        found = [Check(i, check.expect) for i in row_ids if i.startswith(prefix)]
+        out += found or ([check] if keep_empty else [])
+    return out
 
 
 def _fmt_interval(iv: tuple[float, float] | None) -> str:
@@ -267,9 +298,7 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
                   documented_n: int | None = None) -> dict[str, Any]:
     """One stored check row as an entry for :func:`judge` (McNemar rows: Tango interval from
     the discordant counts and n; bootstrap rows: the stored interval)."""
-    e: dict[str, Any] = {"metric": check.metric, "expect": check.expect,
-                         "margin": check.margin, "margin_reason": check.margin_reason,
-                         "A": row.get(a_col, ""),
+    e: dict[str, Any] = {**_base(check), "A": row.get(a_col, ""),
                          "B": row.get(b_col, ""), "B − A": row["B − A"],
                          "p": row["p"], "test": row["test"]}
     diff = re.match(rf"\s*({_NUM})", row["B − A"])
@@ -307,13 +336,15 @@ def rejudge(rows: Sequence[Mapping[str, str]], checks: Sequence[Check],
             a_col: str = "A", b_col: str = "B", alpha: float = ALPHA,
             documented_n: int | None = None) -> list[dict[str, Any]]:
     """Re-derives the verdicts of stored check rows (:func:`parse_check_table` of a results
-    file) under the current rules and ``checks`` (the registry's, with margins): a check's row
-    is the stored row of the same metric; ``not measured`` when there is none. n comes from
-    the row's ``n`` cell or :func:`infer_n` (``documented_n`` where the rounding is ambiguous)."""
-    by_metric = {r["metric"]: r for r in rows}
-    entries = [(_stored_entry(by_metric[c.metric], c, a_col, b_col, documented_n)
-                if c.metric in by_metric
-                else {"metric": c.metric, "expect": c.expect, "verdict": "not measured"})
+    file, each with its metric ``id``) under the current rules and ``checks`` (the registry's,
+    with margins): a check's row is the stored row of the same metric id; ``not measured`` when
+    there is none. n comes from the row's ``n`` cell or :func:`infer_n` (``documented_n``
+    where the rounding is ambiguous)."""
+    by_id = {r["id"]: r for r in rows}
+    entries = [(_stored_entry(by_id[c.metric], c, a_col, b_col, documented_n)
+                if c.metric in by_id
+                else {"metric": c.label, "id": c.metric, "expect": c.expect,
+                      "verdict": "not measured"})
                for c in checks]
     return judge(entries, checks, alpha)
 
@@ -332,9 +363,7 @@ def pool_seed_checks(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Se
     out = []
     for j, check in enumerate(checks):
         rows = [seed[j] for seed in per_seed]
-        e: dict[str, Any] = {"metric": check.metric, "expect": check.expect,
-                             "margin": check.margin, "margin_reason": check.margin_reason,
-                             "seeds": len(rows)}
+        e: dict[str, Any] = {**_base(check), "seeds": len(rows)}
         counts = [_counts(r) for r in rows]
         if all(r.get("did_hist") and r.get("interval") for r in rows):
             # A difference-in-differences: the exact sign-flip test over every item of every
@@ -399,8 +428,8 @@ def seed_level(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Sequence
     for j, check in enumerate(checks):
         diffs = [seed[j]["diff_shown"] for seed in per_seed
                  if seed[j].get("diff_shown") is not None and seed[j].get("p_null") is not None]
-        e: dict[str, Any] = {"metric": check.metric, "expect": check.expect, "diffs": diffs,
-                             "a_rate": per_seed[0][j].get("a_rate")}
+        e: dict[str, Any] = {"metric": check.label, "id": check.metric, "expect": check.expect,
+                             "diffs": diffs, "a_rate": per_seed[0][j].get("a_rate")}
         if len(diffs) < 2 or any(not math.isfinite(d) for d in diffs):
             out.append({**e, "verdict": "not measured"})
             continue
@@ -425,7 +454,7 @@ def pool_claim(per_seed: Sequence[Sequence[Mapping[str, Any]]], alpha: float = A
     seed-level analysis beside it (:func:`seed_level`): ``{"checks", "verdict",
     "verdict_text", "seed_checks", "seed_verdict", "seed_cell", "fragile"}``. ``fragile``:
     the pooled word and the seed-level word differ; ``verdict_text`` then says so."""
-    checks = [Check(e["metric"], e["expect"], e.get("margin"), e.get("margin_reason", ""))
+    checks = [Check(e["id"], e["expect"], e.get("margin"), e.get("margin_reason", ""))
               for e in per_seed[0]]
     entries = pool_seed_checks(per_seed, checks, alpha)
     verdict = claim_verdict([e["verdict"] for e in entries])
@@ -449,5 +478,6 @@ RATE_MARGIN_REASON = ("2 points: about the gains over DPR that PiCL and EADPR re
 
 def not_worse(metric: str, margin: float = RATE_MARGIN,
               reason: str = RATE_MARGIN_REASON) -> Check:
-    """A ``not_worse`` check with the registry's margin for rates (points) unless given."""
+    """A ``not_worse`` check of metric id ``metric`` with the registry's margin for rates
+    (points) unless given."""
     return Check(metric, "not_worse", margin, reason)

@@ -167,11 +167,13 @@ def paired_rows(a: dict[str, Any], b: dict[str, Any], *, seed: int = 0,
     rows = []
     for k in sorted(set(a["em_outcomes"]) & set(b["em_outcomes"])):
         ea, eb = np.asarray(a["em_outcomes"][k], bool)[ia], np.asarray(b["em_outcomes"][k], bool)[ib]
-        rows.append(stats.compare_outcomes(f"EM@{k}", ea, eb, names=names))
+        em, f1 = outcomes.metric(f"e2e.em@{k}"), outcomes.metric(f"e2e.f1@{k}")
+        rows.append({**stats.compare_outcomes(em.label, ea, eb, names=names), "id": em.id})
         fa = np.asarray(a["f1_outcomes"][k], np.float64)[ia]
         fb = np.asarray(b["f1_outcomes"][k], np.float64)[ib]
-        rows.append(stats.compare_outcomes(f"F1@{k}", fa, fb, kind="mean", scale=100.0, seed=seed,
-                                           n_resamples=n_resamples, names=names))
+        rows.append({**stats.compare_outcomes(f1.label, fa, fb, kind="mean", scale=100.0,
+                                              seed=seed, n_resamples=n_resamples, names=names),
+                     "id": f1.id})
     return rows
 
 

@@ -40,8 +40,8 @@ from absl import logging
 
 from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.eval import metrics as metrics_lib
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
 from dense_cf.files import atomic_save_npy
 from dense_cf.index.base import is_saved_index
 from dense_cf.retrieval import export
@@ -416,8 +416,11 @@ def encoder_contrast_rows(names: Sequence[str], firsts: dict[str, Sequence[int |
         for i, n in enumerate(names):
             if only is not None and i != only:
                 continue
-            rows.append(stats.compare_outcomes(f"top-{k}: {n}", q_m[i], p_m[i], kind="mean",
-                                               scale=100.0, names=("Q marginal", "P marginal")))
+            m = outcomes.metric(f"retrieval.top{k}.domain.{n}")
+            rows.append({**stats.compare_outcomes(m.label, q_m[i], p_m[i], kind="mean",
+                                                  scale=100.0,
+                                                  names=("Q marginal", "P marginal")),
+                         "id": m.id})
     return rows
 
 
@@ -434,12 +437,13 @@ def passage_swap_rows(firsts: dict[str, Sequence[int | None]], question: int, re
     """Passage encoder ``alt`` against ``ref``, both paired with question encoder ``question``,
     on the same test questions: one ``top-k`` row per k (exact McNemar on per-question hits;
     the attribution paper's Table 4 compares SQuAD-40 % with SQuAD-100 % this way)."""
-    return [stats.compare_outcomes(f"top-{k}", pair_hits_at(firsts, question, ref, k),
-                                   pair_hits_at(firsts, question, alt, k), names=names)
-            for k in ks]
+    return [{**stats.compare_outcomes(outcomes.metric(f"retrieval.top{k}").label,
+                                      pair_hits_at(firsts, question, ref, k),
+                                      pair_hits_at(firsts, question, alt, k), names=names),
+             "id": f"retrieval.top{k}"} for k in ks]
 
 
-def trend_row(metric: str, statistic: Sequence[float], marginal: Sequence[float],
+def trend_row(metric_id: str, statistic: Sequence[float], marginal: Sequence[float],
               names: tuple[str, str], labels: tuple[str, str], *, seed: int = 0
               ) -> dict[str, Any]:
     """A report row for the rank correlation of an encoder's marginal with a training-data
@@ -447,10 +451,12 @@ def trend_row(metric: str, statistic: Sequence[float], marginal: Sequence[float]
     p-value (``stats.spearman_test``). The row's ``names`` cells say what was correlated
     (``labels``), ``B − A`` holds ρ and ``stats["diff"]`` = ρ, so claim checks read it as a
     paired row (``expect="up"``: a positive, significant correlation)."""
+    metric = outcomes.metric(metric_id).label
     t = stats.spearman_test(statistic, marginal, seed=seed)
     rho, p = t["rho"], t["p_value"]
     verdict = "significant" if p < stats.ALPHA else "not significant"
-    return {"metric": metric, "n": t["n"], names[0]: labels[0], names[1]: labels[1],
+    return {"metric": metric, "id": metric_id, "n": t["n"], names[0]: labels[0],
+            names[1]: labels[1],
             "B − A": f"ρ = {rho:+.3f}", "test": f"Spearman, {t['method']}", "p": f"{p:.3g}",
             f"significant at {stats.ALPHA:g}": "yes" if p < stats.ALPHA else "no",
             "sentence": (f"{metric}: Spearman ρ = {rho:+.3f} over {t['n']} settings; {verdict} "

@@ -34,8 +34,9 @@ import numpy as np
 from dense_cf.files import write_json
 from dense_cf.train.run import RunDir
 
-__all__ = ["AAR", "E2E", "KINDS", "METRICS", "Metric", "Outcomes", "Paired", "REPORT",
-           "RESULTS", "ROBUSTNESS", "TESTS", "RunOutcomes", "aar_scores_name", "evaluated",
+__all__ = ["AAR", "DID_FAMILIES", "DID_KINDS", "E2E", "FAMILIES", "KINDS", "METRICS", "Metric",
+           "Outcomes", "Paired", "REPORT", "RESULTS", "ROBUSTNESS", "TESTS", "RunOutcomes",
+           "aar_scores_name", "did_metric", "evaluated", "family_label", "family_prefix",
            "find_eval_dir", "metric", "outcomes_name", "pair", "pair_questions", "read",
            "read_aar", "read_aar_scores", "read_json", "read_report", "write"]
 
@@ -71,7 +72,8 @@ def _glob(eval_dir: str, affix: tuple[str, str]) -> list[str]:
 
 # ------------------------------------------------------------------ metrics
 
-KINDS = ("rate", "mean", "rank")
+# "rho": a rank correlation over runs or settings (one figure, no per-item values).
+KINDS = ("rate", "mean", "rank", "rho")
 _VALUE_TYPES = {"rate": bool, "mean": float, "rank": None}  # per-item values of each kind
 # The paired test of each kind (stats.compare_outcomes; a rank is paired as rates and a mean).
 TESTS = {"rate": "binary", "mean": "mean"}
@@ -116,17 +118,129 @@ def _e2e_metrics(k: int) -> list[Metric]:
             Metric(f"e2e.f1@{k}", f"F1@{k}", "mean", scale=100.0)]
 
 
+def _aar_type_metric(strategy: str, qtype: str) -> Metric:
+    """A strategy's rate on the triplets of one question type (PiCL Table 6)."""
+    return Metric(f"aar.{strategy}.type.{qtype}",
+                  f"{_aar_metrics(strategy)[0].label} ({qtype})", "rate")
+
+
+def _domain_metric(k: int, domain: str) -> Metric:
+    """An in-domain run's passage-encoder marginal P − question-encoder marginal Q at top-k on
+    its own test questions (studies.marginalize; the encoder-attribution paper's §9)."""
+    return Metric(f"retrieval.top{k}.domain.{domain}", f"top-{k}: {domain}", "mean",
+                  scale=100.0)
+
+
+# Rank correlations of an encoder's marginal with a training-data statistic over fractions
+# (studies.data_stats): (id tail, side, statistic as shown).
+_RHO = {"p_coverage": ("P", "unique coverage"), "q_examples": ("Q", "#examples")}
+
+
+def _rho_metric(k: int, tail: str) -> Metric:
+    side, stat = _RHO[tail]
+    return Metric(f"attribution.rho.top{k}.{tail}", f"top-{k}: ρ({side} marginal, {stat})", "rho")
+
+
+# Multi-hop retrieval rows (studies.multihop): per-question hits at k of each rank.
+_MULTIHOP = {"chain": "chain", "mdr": "MDR", "hop1": "hop-1", "hop2": "hop-2",
+             "answer": "answer"}
+
+
+def _multihop_metric(rank: str, k: int) -> Metric:
+    return Metric(f"multihop.{rank}.r@{k}", f"{_MULTIHOP[rank]} R@{k}", "rate")
+
+
+def _multihop_aar_metric(hop: str) -> Metric:
+    return Metric(f"multihop.aar.{hop}", f"AAR {hop}", "rate")
+
+
+# Robustness as a drop (issue 50): the per-item difference-in-differences of hit@k between two
+# distractor counts. Held-out kinds alternate in synthetic.distractors.HELDOUT_KINDS order, so
+# one step of K from K0 adds kind K0 mod 3; a value swap cannot be told from p+ (a control).
+DID_KINDS = ("value swap (control)", "paraphrase", "namesake")
+DID_FAMILIES = {"heldout": "held-out", "pstar": "p*"}
+
+
+def did_metric(family: str, k_from: int, k_to: int, k: int) -> Metric:
+    """The drop of ``family`` (:data:`DID_FAMILIES`) from ``k_from`` to ``k_to`` distractors at
+    top-``k``, B − A in points (> 0: B loses less)."""
+    if family not in DID_FAMILIES or not 0 <= k_from < k_to:
+        raise KeyError(f"no drop metric for family {family!r}, K={k_from}→{k_to}")
+    name = (DID_KINDS[k_from % len(DID_KINDS)]
+            if family == "heldout" and k_to == k_from + 1 else DID_FAMILIES[family])
+    return Metric(f"robustness.did.{family}.k{k_from}_{k_to}.top{k}",
+                  f"drop DiD {name} K={k_from}→{k_to}: top-{k}", "mean", scale=100.0)
+
+
 # The metric table: every id the built-in evaluators save at their usual settings. Ids with
-# another k, K or strategy follow the same pattern (:func:`metric`).
+# another k, K, strategy, question type or domain follow the same pattern (:func:`metric`).
 METRICS: dict[str, Metric] = {m.id: m for m in (
     *_rank_metrics("retrieval", "", (1, 5, 20, 100)),
     *_aar_metrics("sentence"), *_aar_metrics("answer"),
     *_rank_metrics("robustness.k5", "K=5 distractors: ", (1, 5, 20, 100)),
     *_rank_metrics("robustness.heldout.k5", "K=5 held-out distractors: ", (1, 5, 20, 100)),
-    *_e2e_metrics(1), *_e2e_metrics(5), *_e2e_metrics(20))}
+    *_e2e_metrics(1), *_e2e_metrics(5), *_e2e_metrics(20),
+    *(_rho_metric(k, t) for k in (1, 5, 20) for t in _RHO),
+    *(_multihop_metric(r, k) for r in _MULTIHOP for k in (2, 10, 20)),
+    *(_multihop_aar_metric(h) for h in ("hop1", "hop2")),
+    *(did_metric(f, a, b, k) for f, a, b in (("heldout", 0, 5), ("pstar", 0, 5),
+                                             ("heldout", 0, 1), ("heldout", 1, 2),
+                                             ("heldout", 2, 3)) for k in (1, 5)))}
+
+# Check families (eval.claims): one check per row whose id starts with the family's prefix.
+FAMILIES = {".by_type": ".type.", ".by_domain": ".domain."}
+
+
+def family_prefix(metric_id: str) -> str | None:
+    """``aar.sentence.by_type`` -> ``aar.sentence.type.`` (every question type's row);
+    ``retrieval.top1.by_domain`` -> ``retrieval.top1.domain.``; None for a single metric."""
+    for suffix, infix in FAMILIES.items():
+        if metric_id.endswith(suffix):
+            return metric_id[:-len(suffix)] + infix
+    return None
+
+
+def family_label(metric_id: str) -> str:
+    """A family's display name: its base metric's label and ``by type`` / ``by domain``."""
+    for suffix in FAMILIES:
+        if metric_id.endswith(suffix):
+            return f"{metric(metric_id[:-len(suffix)]).label} {suffix[1:].replace('_', ' ')}"
+    return metric(metric_id).label
+
+
+def _parametrised_other(metric_id: str) -> Metric | None:
+    """Question-type, domain, ρ, multi-hop and drop ids (their tails may hold dots)."""
+    head, sep, tail = metric_id.partition(".type.")
+    if sep and head.startswith("aar.") and head.count(".") == 1 and tail:
+        return _aar_type_metric(head[4:], tail)
+    head, sep, tail = metric_id.partition(".domain.")
+    if sep and head.startswith("retrieval.top") and head[13:].isdigit() and tail:
+        return _domain_metric(int(head[13:]), tail)
+    parts = metric_id.split(".")
+    if parts[:2] == ["attribution", "rho"] and len(parts) == 4 and parts[3] in _RHO \
+            and parts[2][:3] == "top" and parts[2][3:].isdigit():
+        return _rho_metric(int(parts[2][3:]), parts[3])
+    if parts[0] == "multihop" and len(parts) == 3:
+        if parts[1] == "aar" and parts[2] in ("hop1", "hop2"):
+            return _multihop_aar_metric(parts[2])
+        r, _, k = parts[2].partition("@")
+        if parts[1] in _MULTIHOP and r == "r" and k.isdigit():
+            return _multihop_metric(parts[1], int(k))
+    if parts[:2] == ["robustness", "did"] and len(parts) == 5:
+        a, _, b = parts[3][1:].partition("_")
+        if parts[3][:1] == "k" and a.isdigit() and b.isdigit() and parts[4][:3] == "top" \
+                and parts[4][3:].isdigit():
+            try:
+                return did_metric(parts[2], int(a), int(b), int(parts[4][3:]))
+            except KeyError:
+                return None
+    return None
 
 
 def _parametrised(metric_id: str) -> Metric | None:
+    other = _parametrised_other(metric_id)
+    if other is not None:
+        return other
     parts = metric_id.split(".")
     tail = parts[-1]
     if parts[0] == "aar" and len(parts) in (2, 3) and (len(parts) == 2 or tail == "gap"):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Sequence
@@ -12,8 +13,9 @@ import numpy as np
 from dense_cf.eval.stats import DEFAULT_RESAMPLES
 from dense_cf.files import atomic_open, to_jsonable, write_json
 
-__all__ = ["COLUMNS", "JSON_UNITS", "atomic_open", "columns_section", "markdown_table",
-           "to_jsonable", "write_json", "write_markdown"]
+__all__ = ["COLUMNS", "JSON_UNITS", "ROWS_SUFFIX", "atomic_open", "columns_section",
+           "keyed_rows", "markdown_table", "read_rows", "rows_name", "to_jsonable", "write_json",
+           "write_markdown", "write_rows"]
 
 # What every report column means (docs/reports.md lists the same). Markdown shows every rate
 # (top-k, MRR, AAR, AA score) as a percentage; score gaps stay in similarity units.
@@ -133,6 +135,54 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str],
     rule = "|" + "|".join("---:" if numeric(c) else "---" for c in columns) + "|"
     body = ["| " + " | ".join(_cell(r.get(c), floatfmt) for c in columns) + " |" for r in rows]
     return "\n".join([header, rule, *body])
+
+
+# The machine-readable sibling of a markdown report: its paired tables keyed by metric id
+# (``x.md`` -> ``x.rows.json``); tools/rederive_claims.py reads these, never the markdown.
+ROWS_SUFFIX = ".rows.json"
+
+
+def rows_name(report: str) -> str:
+    """The sibling of report ``report`` (a path or file name ending in ``.md``)."""
+    if not report.endswith(".md"):
+        raise ValueError(f"{report}: a report's rows sibling needs a .md name")
+    return report[:-3] + ROWS_SUFFIX
+
+
+def keyed_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str],
+               floatfmt: str = ".2f") -> dict[str, dict[str, str]]:
+    """``{row id: {column: cell}}`` of paired rows (each with its metric ``id``): the cells
+    exactly as :func:`markdown_table` prints them, the ``metric`` label left out (it follows
+    from the id: ``eval.outcomes.metric``)."""
+    out: dict[str, dict[str, str]] = {}
+    for r in rows:
+        if "id" not in r:
+            raise ValueError(f"row {r.get('metric')!r} has no metric id")
+        if r["id"] in out:
+            raise ValueError(f"metric id {r['id']} appears twice in one table")
+        out[r["id"]] = {c: _cell(r.get(c), floatfmt) for c in columns if c != "metric"}
+    return out
+
+
+def write_rows(report: str | os.PathLike, tables: dict[str, Any], **extra: Any) -> str:
+    """Writes ``report``'s sibling (:func:`rows_name`): ``{"report": its file name, "tables":
+    tables, **extra}`` (``tables``: name -> :func:`keyed_rows`, or a list of such entries);
+    returns its path."""
+    path = rows_name(os.fspath(report))
+    write_json(path, {"report": os.path.basename(os.fspath(report)), **extra, "tables": tables},
+               indent=1)
+    return path
+
+
+def read_rows(report: str | os.PathLike) -> dict[str, Any]:
+    """The sibling of ``report`` (:func:`write_rows`); ``FileNotFoundError`` naming it when
+    absent."""
+    path = rows_name(os.fspath(report))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no rows sibling of {report} (tools/"
+                                "migrate_results_json.py writes those of the stored reports)")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def write_markdown(path: str | os.PathLike, title: str,

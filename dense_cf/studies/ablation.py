@@ -48,11 +48,14 @@ __all__ = ["DEFAULT_ROWS", "METRICS", "REFERENCES", "run_ablation", "run_metrics
 
 DEFAULT_ROWS = ("dpr", "picl", "dpr_cpp", "dpr_chn", "cpp_chn", "answer", "window")
 REFERENCES = ("dpr", "picl")  # every paired table compares against these; always trained
-METRICS = ("top-1", "top-5", "top-20", "MRR", "AAR", "gap", "AA", "AA gap")
-# paired row's metric id (eval.outcomes) -> table column
-PAIRED_METRICS = {"retrieval.top1": "top-1", "retrieval.top5": "top-5",
-                  "retrieval.top20": "top-20", "retrieval.mrr": "MRR", "aar.sentence": "AAR",
-                  "aar.sentence.gap": "gap", "aar.answer": "AA", "aar.answer.gap": "AA gap"}
+# The summary table's column of each metric id (eval.outcomes): its label, or the table's
+# abbreviation where the label is long (MRR ×100, the mean gaps, the AA score).
+_ABBREV = {"retrieval.mrr": "MRR", "aar.sentence.gap": "gap", "aar.answer": "AA",
+           "aar.answer.gap": "AA gap"}
+PAIRED_METRICS = {m: _ABBREV.get(m) or outcomes.metric(m).label
+                  for m in ("retrieval.top1", "retrieval.top5", "retrieval.top20", "retrieval.mrr",
+                            "aar.sentence", "aar.sentence.gap", "aar.answer", "aar.answer.gap")}
+METRICS = tuple(PAIRED_METRICS.values())
 
 
 def run_metrics(eval_dir: str) -> dict[str, Any]:
@@ -67,7 +70,8 @@ def run_metrics(eval_dir: str) -> dict[str, Any]:
     out["MRR ci"] = [100 * float(x) for x in rep["mrr_ci"]]
     out["questions"] = int(rep["n_questions"])
     aar = outcomes.read_aar(eval_dir, required=True)
-    for strategy, rate, gap in (("sentence", "AAR", "gap"), ("answer", "AA", "AA gap")):
+    for strategy in ("sentence", "answer"):
+        rate, gap = PAIRED_METRICS[f"aar.{strategy}"], PAIRED_METRICS[f"aar.{strategy}.gap"]
         e = aar["strategies"].get(strategy, {})
         out[f"{rate} triplets"] = int(e.get("triplets", 0))
         if "aar" not in e:  # no scored triplet

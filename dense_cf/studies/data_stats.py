@@ -121,13 +121,35 @@ def study_rows(fractions: Sequence[float], data: Sequence[dict[str, Any]],
                                            SWAP_NAMES)
     # A rank correlation needs >= 3 fractions; with fewer the trend checks are "not measured".
     for k in ks if len(fractions) >= 3 else ():
-        for side, stat, label in (("P", "unique coverage", "unique coverage"),
-                                  ("Q", "examples", "#examples")):
+        for side, stat, label, tail in (("P", "unique coverage", "unique coverage", "p_coverage"),
+                                        ("Q", "examples", "#examples", "q_examples")):
             claim_rows.append(mg.trend_row(
-                f"top-{k}: ρ({side} marginal, {label})", [r[stat] for r in table],
+                f"attribution.rho.top{k}.{tail}", [r[stat] for r in table],
                 [r[f"{side} marginal top-{k}"] for r in table], TREND_NAMES,
                 (label, f"{side} marginal top-{k}"), seed=seed))
     return table, claim_rows
+
+
+def _claim_tables(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The swap rows and the trend rows (ρ as its own cell) of the report."""
+    swap = [r for r in result["contrast_rows"] if SWAP_NAMES[0] in r]
+    trend = [{**r, "ρ": r["B − A"].removeprefix("ρ = ")} for r in result["contrast_rows"]
+             if TREND_NAMES[0] in r]
+    return swap, trend
+
+
+def rows_tables(result: dict[str, Any]) -> dict[str, Any]:
+    """The report's claim tables keyed by metric id (``eval.report.keyed_rows``; the trend's ρ
+    as ``B − A``, the cell the claims read) and the per-fraction figures behind the ρ rows:
+    the rows sibling tools/rederive_claims.py reads."""
+    swap, trend = _claim_tables(result)
+    sig = f"significant at {ALPHA:g}"
+    return {"fractions": result["table"], "fractions_from": "summary.json",
+            "tables": {"swap": report_lib.keyed_rows(swap, ["metric", "n", *SWAP_NAMES, "B − A",
+                                                            "test", "p", sig]),
+                       "trend": report_lib.keyed_rows([{**r, "B − A": r["ρ"]} for r in trend],
+                                                      ["metric", "n", "B − A", "test", "p",
+                                                       sig])}}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -139,9 +161,7 @@ def markdown(result: dict[str, Any]) -> str:
              "steps": result["steps"][fraction_label(r["fraction"])]} for r in result["table"]]
     p = result["params"]
     sig = f"significant at {ALPHA:g}"
-    swap = [r for r in result["contrast_rows"] if SWAP_NAMES[0] in r]
-    trend = [{**r, "ρ": r["B − A"].removeprefix("ρ = ")} for r in result["contrast_rows"]
-             if TREND_NAMES[0] in r]
+    swap, trend = _claim_tables(result)
     parts = [f"Data-efficiency study: DPR on nested fractions of one {p['world']} world "
              f"({p['passages']} passages, {p['qpp']} questions per positive, "
              f"{p['test_questions']} test questions); {p['steps']} steps at 100 % "
@@ -240,6 +260,8 @@ def run_study(out: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, steps
     with atomic_open(os.path.join(out, "report.md")) as f:
         f.write("# Encoder attribution: data statistics\n\n"
                 + harness.stamp_markdown(result["stamp"]) + "\n\n" + result["table_markdown"])
+    tables = rows_tables(result)
+    report_lib.write_rows(os.path.join(out, "report.md"), tables.pop("tables"), **tables)
     return result
 
 

@@ -83,8 +83,13 @@ MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2"}  # the setup line's name of --model
 DEV_FRAC = 0.1
 
 
+def _label(metric_id: str) -> str:
+    return outcomes.metric(metric_id).label
+
+
 def _outcomes(report: dict[str, Any]) -> dict[str, Any]:
-    """Per-question binary outcomes of a multi-hop report, by metric label."""
+    """Per-question binary outcomes of a multi-hop report, by metric id
+    (``multihop.<rank>.r@k``)."""
     pq = report["per_question"]
     ks = [int(k) for k in report["ks"]]
 
@@ -94,17 +99,17 @@ def _outcomes(report: dict[str, Any]) -> dict[str, Any]:
 
     o: dict[str, Any] = {}
     for k in ks:
-        o[f"chain R@{k}"] = hits(pq["chain_rank"], k)
+        o[f"multihop.chain.r@{k}"] = hits(pq["chain_rank"], k)
     for k in ks:
-        o[f"MDR R@{k}"] = hits(pq["union_rank"], k)
+        o[f"multihop.mdr.r@{k}"] = hits(pq["union_rank"], k)
     for k in ks:
         if k <= report["beam_size"]:
-            o[f"hop-1 R@{k}"] = hits(pq["hop1_rank"], k)
+            o[f"multihop.hop1.r@{k}"] = hits(pq["hop1_rank"], k)
     for k in ks:
         if k <= report["hop2_k"]:
-            o[f"hop-2 R@{k}"] = hits(pq["hop2_rank"], k, pq["hop2_scored"])
+            o[f"multihop.hop2.r@{k}"] = hits(pq["hop2_rank"], k, pq["hop2_scored"])
     for k in ks:
-        o[f"answer R@{k}"] = hits(pq["answer_rank"], k, pq["answer_scored"])
+        o[f"multihop.answer.r@{k}"] = hits(pq["answer_rank"], k, pq["answer_scored"])
     return o
 
 
@@ -120,12 +125,12 @@ def _aar(eval_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def _row(name: str, report: dict[str, Any], minutes: float | None) -> dict[str, Any]:
     o = _outcomes(report)
     row: dict[str, Any] = {"run": name}
-    for label, v in o.items():
+    for mid, v in o.items():
         lo, hi = stats.wilson_interval(int(v.sum()), int(v.size)) if v.size else (0.0, 0.0)
-        row[label] = f"{100 * v.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if v.size else ""
+        row[_label(mid)] = f"{100 * v.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if v.size else ""
     for hop in ("hop1", "hop2"):
         a = report["multihop"]["aar"][hop]
-        row[f"AAR {hop}"] = (f"{100 * a['aar']:.1f} [{100 * a['aar_ci'][0]:.1f}, "
+        row[_label(f"multihop.aar.{hop}")] = (f"{100 * a['aar']:.1f} [{100 * a['aar_ci'][0]:.1f}, "
                              f"{100 * a['aar_ci'][1]:.1f}]" if "aar" in a else "")
     row["minutes"] = minutes
     return row
@@ -137,14 +142,16 @@ def paired_rows(a: dict[str, Any], b: dict[str, Any], aar_a: dict, aar_b: dict,
     if a["questions"] != b["questions"]:
         raise ValueError("the two runs were evaluated on different questions")
     oa, ob = _outcomes(a), _outcomes(b)
-    rows = [stats.compare_outcomes(label, oa[label], ob[label], names=names)
-            for label in oa if label in ob and oa[label].size]
+    rows = [{**stats.compare_outcomes(_label(mid), oa[mid], ob[mid], names=names), "id": mid}
+            for mid in oa if mid in ob and oa[mid].size]
     for hop in ("hop1", "hop2"):
         if hop in aar_a and hop in aar_b:
             common, ia, ib = np.intersect1d(aar_a[hop][0], aar_b[hop][0], return_indices=True)
             if len(common):
-                rows.append(stats.compare_outcomes(f"AAR {hop}", aar_a[hop][1][ia],
-                                                   aar_b[hop][1][ib], names=names))
+                mid = f"multihop.aar.{hop}"
+                rows.append({**stats.compare_outcomes(_label(mid), aar_a[hop][1][ia],
+                                                      aar_b[hop][1][ib], names=names),
+                             "id": mid})
     return rows
 
 
@@ -177,21 +184,23 @@ def reader_stage(out: str, mdr_dir: str, mdr_run, reports: dict[str, dict[str, A
 
 
 def _reader_cells(fig: dict[str, Any]) -> dict[str, str]:
-    return {f"EM@{k}": f"{fig['em'][k]:.1f} [{fig['em_ci'][k][0]:.1f}, {fig['em_ci'][k][1]:.1f}]"
-            for k in fig["ks"]} | {f"F1@{k}": f"{fig['f1'][k]:.1f}" for k in fig["ks"]}
+    return ({_label(f"e2e.em@{k}"): f"{fig['em'][k]:.1f} [{fig['em_ci'][k][0]:.1f}, "
+                                    f"{fig['em_ci'][k][1]:.1f}]" for k in fig["ks"]}
+            | {_label(f"e2e.f1@{k}"): f"{fig['f1'][k]:.1f}" for k in fig["ks"]})
 
 
 def figures(report: dict[str, Any], reader: dict[str, Any] | None = None) -> dict[str, float]:
     """A report's headline figures as numbers (percent): recall per metric label of the table,
     AAR per hop and EM@k / F1@k of ``reader`` (``add_reader``'s figures on it), the over-seeds
     table's input."""
-    out = {label: 100 * float(v.mean()) for label, v in _outcomes(report).items() if v.size}
+    out = {_label(mid): 100 * float(v.mean()) for mid, v in _outcomes(report).items() if v.size}
     for hop in ("hop1", "hop2"):
         a = report["multihop"]["aar"][hop]
         if "aar" in a:
-            out[f"AAR {hop}"] = 100 * float(a["aar"])
+            out[_label(f"multihop.aar.{hop}")] = 100 * float(a["aar"])
     for k in reader["ks"] if reader else ():
-        out[f"EM@{k}"], out[f"F1@{k}"] = float(reader["em"][k]), float(reader["f1"][k])
+        out[_label(f"e2e.em@{k}")] = float(reader["em"][k])
+        out[_label(f"e2e.f1@{k}")] = float(reader["f1"][k])
     return out
 
 
@@ -258,7 +267,8 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
         rtable = [{"run": NAMES[m], "questions": f["n"], **_reader_cells(f)}
                   for m, f in reader_res["figures"].items()]
         type_rows = [{"run": NAMES[m], "type": t, "count": e["count"],
-                      **{f"EM@{k}": f"{f['by_type'][k][t]['em']:.1f}" for k in f["ks"]}}
+                      **{_label(f"e2e.em@{k}"): f"{f['by_type'][k][t]['em']:.1f}"
+                         for k in f["ks"]}}
                      for m, f in reader_res["figures"].items()
                      for t, e in f["by_type"][f["ks"][0]].items()]
         first = next(iter(reader_res["figures"].values()))
@@ -316,6 +326,11 @@ def run_seed(out: str, seed: int = 0, *, steps: int = 60, batch: int = 16,
     report_lib.write_json(report + ".json", result)
     with report_lib.atomic_open(report + ".md") as f:
         f.write(md)
+    # The paired tables keyed by metric id (tools/rederive_claims.py reads these).
+    report_lib.write_rows(report + ".md", {
+        "retrieval": report_lib.keyed_rows(paired, pcols),
+        **({"reader": report_lib.keyed_rows(reader_res["paired"], pcols)}
+           if reader_res.get("paired") else {})})
     print(md)
     return {**result, "markdown": md}
 

@@ -41,9 +41,9 @@ from dense_cf import app as _app
 from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.presets import with_method
 from dense_cf.configs.studies import ablation_row_config, dcsr_config
+from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
-from dense_cf.eval import stats
-from dense_cf.eval.claims import Check, claim_verdict, evaluate_checks, not_worse, pool_claim, verdict_text
+from dense_cf.eval.claims import Check, claim_verdict, evaluate_checks, expand, not_worse, pool_claim, verdict_text
 from dense_cf.files import atomic_open, code_version, stamp_line, utc_now, write_json
 from dense_cf.mining.evidence import annotate as evidence_lib
 from dense_cf.mining.evidence.scorer import make_scorer
@@ -265,30 +265,33 @@ RUNS: dict[str, RunSpec] = {
 
 # Robustness as a drop (issue 50 item 1; EADPR Fig. 5 shades the drop): per-item
 # difference-in-differences of hit@k between two distractor counts, B − A (> 0: B loses less).
-# (label, family, K from, K to): "pstar" is the p* family, "heldout" the held-out one, whose
+# (family, K from, K to): "pstar" is the p* family, "heldout" the held-out one, whose
 # kinds alternate value swap, paraphrase, namesake (synthetic.distractors.HELDOUT_KINDS), so
 # K 0→1 adds a value swap (a control: no retriever can tell it from p+, ties expected),
-# K 1→2 a paraphrase and K 2→3 a namesake.
-DID_PREFIX = "drop DiD "
-DID_SPECS = (("held-out K=0→5", "heldout", 0, 5), ("p* K=0→5", "pstar", 0, 5),
-             ("value swap (control) K=0→1", "heldout", 0, 1),
-             ("paraphrase K=1→2", "heldout", 1, 2), ("namesake K=2→3", "heldout", 2, 3))
+# K 1→2 a paraphrase and K 2→3 a namesake (labels: eval.outcomes.did_metric).
+DID_SPECS = (("heldout", 0, 5), ("pstar", 0, 5), ("heldout", 0, 1), ("heldout", 1, 2),
+             ("heldout", 2, 3))
+DID_ID_PREFIX = "robustness.did."
 
 
-def did_metric(label: str, k: int) -> str:
-    """The row name of a difference-in-differences check (:data:`DID_SPECS` label, top-k)."""
-    return f"{DID_PREFIX}{label}: top-{k}"
+def did_id(family: str, k_from: int, k_to: int, k: int) -> str:
+    """The metric id of a difference-in-differences check (``outcomes.did_metric``)."""
+    return outcomes.did_metric(family, k_from, k_to, k).id
 
+
+AA = "aar.answer"  # the AA score's metric id (the untrained-checkpoint comparison)
+# The untrained checkpoint's columns: each strategy's label, in percent.
+UNTRAINED_COLS = {s: f"{outcomes.metric(f'aar.{s}').label} (%)" for s in ("sentence", "answer")}
 
 # The registry (docs/replication.md, "Method" and "Pre-registration"): per claim the paper's
 # words (verbatim, tests/test_claims.py checks them against /work/shared/papers when present),
 # where, our setting, the checks with their margins, the seeds and the status.
 _NW = not_worse  # top-k, AA score, robustness: 2 points (claims.RATE_MARGIN_REASON)
-_TOPK_NI = (_NW("top-1"), _NW("top-5"), _NW("top-20"))
-_TOPK_UP = (Check("top-1"), Check("top-5"), Check("top-20"))
-_AWARE = (Check("AAR"), Check("mean sim(q,p+) − sim(q,p*) (sentence)"), Check("AA score"))
-_ROBUST_NI = _NW("K=5 distractors: top-1")
-_DCSR = (Check("top-1"), Check("top-5"))
+_TOPK_NI = (_NW("retrieval.top1"), _NW("retrieval.top5"), _NW("retrieval.top20"))
+_TOPK_UP = (Check("retrieval.top1"), Check("retrieval.top5"), Check("retrieval.top20"))
+_AWARE = (Check("aar.sentence"), Check("aar.sentence.gap"), Check("aar.answer"))
+_ROBUST_NI = _NW("robustness.k5.top1")
+_DCSR = (Check("retrieval.top1"), Check("retrieval.top5"))
 _BM25 = "entity world, MiniLM, 100 steps × 16, 1 BM25 hard negative; 300 test questions"
 _H0 = "entity world, MiniLM, 100 steps × 16, in-batch negatives only; 300 test questions"
 _D300 = ("DCSR bench, MiniLM, 300 steps × 16, sent_init=normal; 300 test questions (the "
@@ -337,28 +340,28 @@ CLAIMS: tuple[Claim, ...] = (
                + _SEEDS_LATER),
     Claim("picl-aar", "PiCL", "§3.3, Fig. 2",
           "PiCL raises answer-awareness (AAR) over DPR trained the same way", "dpr", "picl",
-          (Check("AAR"),), quote=_Q_PICL_AAR, seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
+          (Check("aar.sentence"),), quote=_Q_PICL_AAR, seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
     Claim("picl-gap", "PiCL", "App. B, Table 5, Fig. 6",
           "PiCL widens the mean score gap sim(q,p+) − sim(q,p*) (All: 1.12 → 2.85)", "dpr",
-          "picl", (Check("mean sim(q,p+) − sim(q,p*) (sentence)"),),
+          "picl", (Check("aar.sentence.gap"),),
           quote=("We observe that training DPR with PiCL generally leads to larger score "
                  "differences than a DPR"), seeds=_S012, setting=_BM25,
           note="the paper measures the gap with DPR+PiCL trained with in-batch negatives "
                "(§5.3, App. B); this row uses 1 BM25 negative (the in-batch test: picl-h0); "
                + _SEEDS_LATER),
     Claim("picl-type", "PiCL", "App. B, Table 6", "PiCL's AAR gain holds for every question type",
-          "dpr", "picl", (Check("AAR by type"),),
+          "dpr", "picl", (Check("aar.sentence.by_type"),),
           quote=("DPR+PiCL shows 1) significant improvements in AAR over a vanilla DPR for all "
                  "question types"), seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
     Claim("picl-aa", "PiCL", "§6",
           "PiCL raises the AA score (answer string removed; EADPR's Eq. 9 metric)", "dpr",
-          "picl", (Check("AA score"),), quote=_Q_PICL_ROBUST, seeds=_S012, setting=_BM25,
+          "picl", (Check("aar.answer"),), quote=_Q_PICL_ROBUST, seeds=_S012, setting=_BM25,
           scope=_EXTRAP, twin="bm25-aa",
           note="expectation corrected from 'not lower' to the paper's 'improves' (2026-11-27); "
                + _SEEDS_LATER),
     Claim("picl-robust", "PiCL", "§6",
           "PiCL is more robust than DPR to unanswerable near-duplicates (K=5 distractors)",
-          "dpr", "picl", (Check("K=5 distractors: top-1"),), quote=_Q_PICL_ROBUST,
+          "dpr", "picl", (Check("robustness.k5.top1"),), quote=_Q_PICL_ROBUST,
           seeds=_S012, setting=_BM25 + "; distractors: our p* transformations, not ChatGPT-written",
           scope=_EXTRAP, twin="bm25-robust",
           note="expectation corrected from 'not worse' to the paper's 'improves' (2026-11-27); "
@@ -366,7 +369,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-mixed20k", "PiCL", "§5.2, Table 2; §3.3, Fig. 2",
           "in a benchmark that does not saturate (20,000 SQuAD-like passages), PiCL improves "
           "DPR's top-k and raises AAR", "dpr_mixed20k", "picl_mixed20k",
-          (*_TOPK_UP, Check("AAR")), quote=_Q_PICL_GAIN,
+          (*_TOPK_UP, Check("aar.sentence")), quote=_Q_PICL_GAIN,
           setting="mixed (SQuAD-like) world of 20,000 passages, MiniLM, 100 steps × 16, 1 BM25 "
                   "hard negative; 300 test questions",
           seeds=(0, 1), status=_EXPL,
@@ -376,30 +379,30 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-mixed20k-aa", "PiCL", "§6",
           "in the 20,000-passage SQuAD-like world, where AAR cannot move (the untrained model "
           "scores 100 %), PiCL raises the AA score (answer string removed)", "dpr_mixed20k",
-          "picl_mixed20k", (Check("AA score"),), quote=_Q_PICL_ROBUST, scope=_EXTRAP,
+          "picl_mixed20k", (Check("aar.answer"),), quote=_Q_PICL_ROBUST, scope=_EXTRAP,
           setting="mixed (SQuAD-like) world of 20,000 passages, MiniLM, 100 steps × 16, 1 BM25 "
                   "hard negative; 300 test questions", seeds=_S012, status=_EXPL,
           note="issue 32 §5; registered 2026-11-28 after seeds 0-1 were seen (AA +7.33 at seed "
                "0), before seed 2"),
     Claim("picl-ablation-chn", "PiCL", "§5.3, Table 4",
           "dropping L_cpp (L_dpr + L_chn) loses top-1 against full PiCL (30.80 vs 33.99)",
-          "picl", "dpr_chn", (Check("top-1", "down"),),
+          "picl", "dpr_chn", (Check("retrieval.top1", "down"),),
           quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{chn}$ 30.80 58.59 75.98 84.85",
           seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
     Claim("picl-ablation-cpp", "PiCL", "§5.3, Table 4",
           "L_dpr + L_cpp is below DPR in top-1 (28.14 vs 32.08)", "dpr", "dpr_cpp",
-          (Check("top-1", "down"),),
+          (Check("retrieval.top1", "down"),),
           quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{cpp}$ 28.14 56.65 75.12 85.54",
           setting=_BM25, status=_EXPL,
           note="was 'keeps DPR's top-k'; corrected to Table 4 after the result was seen"),
     Claim("picl-ablation-nodpr", "PiCL", "§5.3, Table 4",
           "dropping L_dpr (L_cpp + L_chn) keeps top-1 near full PiCL (33.35 vs 33.99)", "picl",
-          "cpp_chn", (_NW("top-1"),),
+          "cpp_chn", (_NW("retrieval.top1"),),
           quote=r"$\mathcal{L}_{cpp} + \mathcal{L}_{chn}$ 33.35 61.36 77.87 86.09",
           seeds=_S012, setting=_BM25, note=_SEEDS_LATER),
     Claim("eadpr-aa", "EADPR", "§5, Eq. 9, Fig. 4",
           "EADPR raises the AA score over DPR trained the same way", "dpr", "eadpr",
-          (Check("AA score"),), quote=_Q_EADPR_AA, seeds=_S012, setting=_BM25, note=_SEEDS_LATER,
+          (Check("aar.answer"),), quote=_Q_EADPR_AA, seeds=_S012, setting=_BM25, note=_SEEDS_LATER,
           twin="bm25-aa"),
     Claim("eadpr-topk", "EADPR", "§4.2, Table 2",
           "EADPR improves DPR's top-k (NQ + BM25: top-1 46.6 → 48.6, top-20 79.7 → 80.1)",
@@ -410,14 +413,14 @@ CLAIMS: tuple[Claim, ...] = (
                + _SEEDS_LATER),
     Claim("eadpr-robust", "EADPR", "§5, Fig. 5",
           "EADPR is more robust than DPR to near-duplicate distractors", "dpr", "eadpr",
-          (Check("K=5 distractors: top-1"),),
+          (Check("robustness.k5.top1"),),
           quote=("we observe that EADPR is relatively robust against the effect from "
                  "additional distractor samples"),
           seeds=_S012, setting=_BM25 + "; distractors: our p* transformations, not ChatGPT-written",
           note=_SEEDS_LATER, twin="bm25-robust"),
     Claim("dpr-hardneg", "PiCL", "§3.3, Fig. 2",
           "BM25 hard negatives raise DPR's AAR over in-batch negatives only", "dpr_h0", "dpr",
-          (Check("AAR"),),
+          (Check("aar.sentence"),),
           quote=(r"From Figure 2, we observe that DPR_{bm25} show better AAR than "
                  r"$\text{DPR}_{\text{inbatch}}$"),
           setting="entity world, MiniLM, 100 steps × 16; A in-batch only, B 1 BM25 negative",
@@ -431,27 +434,27 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("eadpr-h0", "EADPR", "§5, Eq. 9, Fig. 4",
           "with in-batch negatives only, EADPR raises the AA score; top-k and robustness not "
           "worse by more than 2 points", "dpr_h0", "eadpr_h0",
-          (Check("AA score"), *_TOPK_NI, _ROBUST_NI), quote=_Q_EADPR_AA, setting=_H0,
+          (Check("aar.answer"), *_TOPK_NI, _ROBUST_NI), quote=_Q_EADPR_AA, setting=_H0,
           seeds=_S012, status=_EXPL,
           note="in-batch setting chosen after the BM25 null results"),
     Claim("eadpr-pseudo", "EADPR", "§3.1",
           "with pseudo-evidence from a MiniLM cosine scorer (not the paper's UnifiedQA-T5 "
           "answer confidence) instead of gold evidence, EADPR still raises the AA score over "
           "DPR; top-k not worse by more than 2 points", "dpr_h0", "eadpr_h0_pseudo",
-          (Check("AA score"), *_TOPK_NI), quote=_Q_EADPR_PSEUDO, setting=_H0, status=_EXPL,
+          (Check("aar.answer"), *_TOPK_NI), quote=_Q_EADPR_PSEUDO, setting=_H0, status=_EXPL,
           note="evidence: mining.evidence MiniLM cosine scorer (not a probability of the "
                "answer); in-batch setting"),
     Claim("eadpr-pseudo-gold", "EADPR (issue 16)", "§3.1",
           "pseudo-evidence (MiniLM cosine scorer) is not worse than gold evidence by more "
           "than 2 points (AA score, top-k)", "eadpr_h0", "eadpr_h0_pseudo",
-          (_NW("AA score"), *_TOPK_NI),
+          (_NW("aar.answer"), *_TOPK_NI),
           quote=("One problem in distractor augmentation is that some datasets do not include "
                  "annotations of evidence spans"), setting=_H0, status=_EXPL),
     Claim("attribution-passage", "Encoder attribution", "§9, Fig. 2",
           "the passage encoder contributes more to retrieval accuracy than the question "
           "encoder: the in-domain model's marginal P_i > Q_i on each domain's test questions",
           "Q marginal", "P marginal",
-          (Check("top-1 by domain"), Check("top-5 by domain")), study="attribution",
+          (Check("retrieval.top1.by_domain"), Check("retrieval.top5.by_domain")), study="attribution",
           quote=("the passage encoder plays a more vital role compared to the question encoder "
                  "in terms of in-domain retrieval accuracy"),
           setting="3 domains (entity, mixed q3, entity), 3,000 passages, DPR 100 steps each",
@@ -462,9 +465,9 @@ CLAIMS: tuple[Claim, ...] = (
           "not worse by more than 2 points than the one trained on 100 %, each with the 100 % "
           "question encoder (paper: top-20/100; here top-5/top-20, which do not saturate)",
           *data_stats_lib.SWAP_NAMES,
-          (_NW("top-5", reason="2 points, the registry's rate margin; Table 4's 'similar' "
+          (_NW("retrieval.top5", reason="2 points, the registry's rate margin; Table 4's 'similar' "
                                "spans −0.7 to +1.8 points"),
-           _NW("top-20", reason="2 points, the registry's rate margin; Table 4's 'similar' "
+           _NW("retrieval.top20", reason="2 points, the registry's rate margin; Table 4's 'similar' "
                                 "spans −0.7 to +1.8 points")), study="data-stats",
           quote=("with only 40% of training data, the passage encoder manages to achieve "
                  "similar and even higher performance compared with the one trained with full "
@@ -475,8 +478,8 @@ CLAIMS: tuple[Claim, ...] = (
           "coverage (coverage × (1 − overlap)^1.3) and the question encoder's follows the "
           "number of examples: Spearman ρ > 0, significant (with 5 fractions only ρ = 1 is)",
           *data_stats_lib.TREND_NAMES,
-          tuple(Check(f"top-{k}: ρ({side} marginal, {stat})") for k in (5, 20)
-                for side, stat in (("P", "unique coverage"), ("Q", "#examples"))),
+          tuple(Check(f"attribution.rho.top{k}.{tail}") for k in (5, 20)
+                for tail in ("p_coverage", "q_examples")),
           study="data-stats",
           quote=("passage encoders are affected by positive passage overlap and corpus "
                  "coverage of the training data, while question encoders are sensitive to the "
@@ -526,7 +529,7 @@ CLAIMS: tuple[Claim, ...] = (
           note="a variant of dcsr-mixed, not a separate paper claim"),
     Claim("dcsr-inpassage", "DCSR", "§4.5, Table 4",
           "in-passage negative sentences beat BM25-only negatives", "dcsr_dcsr_bm25",
-          "dcsr_dcsr", (Check("top-1"),),
+          "dcsr_dcsr", (Check("retrieval.top1"),),
           quote=("The in - passage negative sampling strategy consistently helps in boosting "
                  "the performance of nearly all datasets on all metrics"),
           setting="entity world; " + _D300, status=_EXPL),
@@ -537,17 +540,17 @@ CLAIMS: tuple[Claim, ...] = (
           "picl_oe", _TOPK_UP, quote=_Q_PICL_GAIN, setting=_OE_SET, seeds=_S012, twin="oe-topk"),
     Claim("picl-aar-oe", "PiCL", "§3.3, Fig. 2",
           "PiCL raises answer-awareness (AAR) over DPR trained the same way", "dpr_oe", "picl_oe",
-          (Check("AAR"), Check("mean sim(q,p+) − sim(q,p*) (sentence)")), quote=_Q_PICL_AAR,
+          (Check("aar.sentence"), Check("aar.sentence.gap")), quote=_Q_PICL_AAR,
           setting=_OE_SET, seeds=_S012),
     Claim("picl-robust-oe", "PiCL", "§6",
           "PiCL raises the AA score and is more robust than DPR to unanswerable passages, "
           "held-out ones included", "dpr_oe", "picl_oe",
-          (Check("AA score"), Check("K=5 held-out distractors: top-1"),
-           Check("K=5 distractors: top-1")), quote=_Q_PICL_ROBUST, setting=_OE_SET, seeds=_S012,
+          (Check("aar.answer"), Check("robustness.heldout.k5.top1"),
+           Check("robustness.k5.top1")), quote=_Q_PICL_ROBUST, setting=_OE_SET, seeds=_S012,
           scope=_EXTRAP, twin="oe-aa-robust"),
     Claim("eadpr-aa-oe", "EADPR", "§5, Eq. 9, Fig. 4",
           "EADPR raises the AA score over DPR trained the same way", "dpr_oe", "eadpr_oe",
-          (Check("AA score"),), quote=_Q_EADPR_AA, setting=_OE_SET, seeds=_S012,
+          (Check("aar.answer"),), quote=_Q_EADPR_AA, setting=_OE_SET, seeds=_S012,
           twin="oe-aa-robust"),
     Claim("eadpr-topk-oe", "EADPR", "§4.2, Table 2",
           "EADPR improves DPR's top-k (NQ + BM25: top-1 46.6 → 48.6, top-20 79.7 → 80.1)",
@@ -557,21 +560,21 @@ CLAIMS: tuple[Claim, ...] = (
           twin="oe-topk"),
     Claim("eadpr-robust-oe", "EADPR", "§5, Fig. 5",
           "EADPR is more robust than DPR to distractors, held-out ones included", "dpr_oe",
-          "eadpr_oe", (Check("K=5 held-out distractors: top-1"), Check("K=5 distractors: top-1")),
+          "eadpr_oe", (Check("robustness.heldout.k5.top1"), Check("robustness.k5.top1")),
           quote=("we observe that EADPR is relatively robust against the effect from "
                  "additional distractor samples"), setting=_OE_SET, seeds=_S012,
           twin="oe-aa-robust"),
     Claim("eadpr-2neg-oe", "EADPR", "App. A, Table 9",
           "EADPR's AA gain is not from seeing one more passage: EADPR beats DPR trained with "
           "as many negatives per question", "dpr_oe_2neg", "eadpr_oe",
-          (Check("AA score"), _NW("top-5")),
+          (Check("aar.answer"), _NW("retrieval.top5")),
           quote=("we compare the performance of EADPR with the baseline DPR trained using the "
                  "same number of negatives per instance as EADPR"),
           setting=_OE_SET + "; A: DPR with 2 BM25 negatives", seeds=_S012),
     Claim("picl-h0-tau02", "PiCL", "§5.3, App. A; Fig. 2",
           "with in-batch negatives and the §5.3 weights (tau_1 = tau_2 = 0.2), DPR+PiCL raises "
           "AAR and widens the gap over DPR", "dpr_h0", "picl_h0_tau02",
-          (Check("AAR"), Check("mean sim(q,p+) − sim(q,p*) (sentence)")), quote=_Q_PICL_AAR,
+          (Check("aar.sentence"), Check("aar.sentence.gap")), quote=_Q_PICL_AAR,
           setting=_H0 + "; tau_1 = tau_2 = 0.2", seeds=_S012),
     # --- Issue 50 (registered 2026-11-28, before any of their runs; run with --vary_world:
     # the world seed follows the training seed) ------------------------------------------
@@ -582,13 +585,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("picl-robust-did-oe", "PiCL", "§6",
           "PiCL loses less than DPR when held-out distractors are added (the drop, not the "
           "level: K = 0 → 5, top-1 and top-5)", "dpr_oe", "picl_oe",
-          (Check(did_metric("held-out K=0→5", 1)), Check(did_metric("held-out K=0→5", 5))),
+          (Check(did_id("heldout", 0, 5, 1)), Check(did_id("heldout", 0, 5, 5))),
           quote=_Q_PICL_ROBUST, setting=_OE_SET + _VW, seeds=_S012, scope=_EXTRAP,
           twin="oe-did", note=_I50),
     Claim("eadpr-robust-did-oe", "EADPR", "§5, Fig. 5",
           "EADPR loses less than DPR when held-out distractors are added (the drop Fig. 5 "
           "shades: K = 0 → 5, top-1 and top-5)", "dpr_oe", "eadpr_oe",
-          (Check(did_metric("held-out K=0→5", 1)), Check(did_metric("held-out K=0→5", 5))),
+          (Check(did_id("heldout", 0, 5, 1)), Check(did_id("heldout", 0, 5, 5))),
           quote=("we observe that EADPR is relatively robust against the effect from "
                  "additional distractor samples"), setting=_OE_SET + _VW, seeds=_S012,
           twin="oe-did", note=_I50),
@@ -598,8 +601,8 @@ CLAIMS: tuple[Claim, ...] = (
           "per held-out kind, PiCL's top-5 drop is smaller than DPR's for paraphrases and "
           "namesakes; for value swaps (a tie control) it is not worse by more than 2 points",
           "dpr_oe", "picl_oe",
-          (Check(did_metric("paraphrase K=1→2", 5)), Check(did_metric("namesake K=2→3", 5)),
-           _NW(did_metric("value swap (control) K=0→1", 5),
+          (Check(did_id("heldout", 1, 2, 5)), Check(did_id("heldout", 2, 3, 5)),
+           _NW(did_id("heldout", 0, 1, 5),
                reason="2 points, the registry's rate margin: a value swap cannot be told from "
                       "p+, so ties are expected")),
           quote=_Q_PICL_ROBUST, setting=_OE_SET + _VW, seeds=_S012, scope=_EXTRAP,
@@ -611,29 +614,29 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("fx-sibling-mean", "PiCL (issue 50 factorial)", "§6",
           "with sibling negatives and mean pooling, PiCL lowers the AA score against DPR (if "
           "the sign follows the negatives, as with [CLS] pooling)", "fx_dpr_sib_mean",
-          "fx_picl_sib_mean", (Check("AA score", "down"),), quote=_Q_PICL_ROBUST,
+          "fx_picl_sib_mean", (Check("aar.answer", "down"),), quote=_Q_PICL_ROBUST,
           setting=_BM25 + "; MiniLM mean pooling; held-out distractors" + _VW, seeds=_S012,
           scope=_EXTRAP, note=_I50 + "; a test of docs/replication.md's explanation"),
     Claim("fx-oe-cls", "PiCL (issue 50 factorial)", "§6",
           "with other-entity negatives and [CLS] pooling, PiCL raises the AA score against DPR "
           "(if the sign follows the negatives, as with mean pooling)", "fx_dpr_oe_cls",
-          "fx_picl_oe_cls", (Check("AA score"),), quote=_Q_PICL_ROBUST,
+          "fx_picl_oe_cls", (Check("aar.answer"),), quote=_Q_PICL_ROBUST,
           setting=_OE_SET.replace("MiniLM mean pooling", "[CLS] pooling") + _VW, seeds=_S012,
           scope=_EXTRAP, note=_I50 + "; a test of docs/replication.md's explanation"),
     # PiCL Table 4 in the paper's regime (item 3), a correction of picl-ablation-*.
     Claim("picl-t4-chn", "PiCL", "§5.3, Table 4",
           "dropping L_cpp (L_dpr + L_chn) loses top-1 against full PiCL (30.80 vs 33.99)",
-          "t4_picl", "t4_dpr_chn", (Check("top-1", "down"),),
+          "t4_picl", "t4_dpr_chn", (Check("retrieval.top1", "down"),),
           quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{chn}$ 30.80 58.59 75.98 84.85",
           setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-chn"),
     Claim("picl-t4-cpp", "PiCL", "§5.3, Table 4",
           "L_dpr + L_cpp is below DPR in top-1 (28.14 vs 32.08)", "t4_dpr", "t4_dpr_cpp",
-          (Check("top-1", "down"),),
+          (Check("retrieval.top1", "down"),),
           quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{cpp}$ 28.14 56.65 75.12 85.54",
           setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-cpp"),
     Claim("picl-t4-nodpr", "PiCL", "§5.3, Table 4",
           "dropping L_dpr (L_cpp + L_chn) keeps top-1 near full PiCL (33.35 vs 33.99)",
-          "t4_picl", "t4_cpp_chn", (_NW("top-1"),),
+          "t4_picl", "t4_cpp_chn", (_NW("retrieval.top1"),),
           quote=r"$\mathcal{L}_{cpp} + \mathcal{L}_{chn}$ 33.35 61.36 77.87 86.09",
           setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-nodpr"),
     # The data-statistics claims with equal steps (item 3): the 40 % encoder no longer gets
@@ -642,7 +645,7 @@ CLAIMS: tuple[Claim, ...] = (
           "with every fraction trained for the same steps, the passage encoder trained on 40 % "
           "of a high-overlap training set is not worse by more than 2 points than the one "
           "trained on 100 % (top-5, top-20)", *data_stats_lib.SWAP_NAMES,
-          (_NW("top-5"), _NW("top-20")), study="data-stats-equal-steps",
+          (_NW("retrieval.top5"), _NW("retrieval.top20")), study="data-stats-equal-steps",
           quote=("with only 40% of training data, the passage encoder manages to achieve "
                  "similar and even higher performance compared with the one trained with full "
                  "data"), setting="mixed world, 3 questions per positive, DPR on 10–100 % at "
@@ -651,8 +654,8 @@ CLAIMS: tuple[Claim, ...] = (
           "at equal steps (ρ = the partial ρ given steps), the passage encoder's marginal "
           "follows unique passage coverage and the question encoder's the number of examples",
           *data_stats_lib.TREND_NAMES,
-          tuple(Check(f"top-{k}: ρ({side} marginal, {stat})") for k in (5, 20)
-                for side, stat in (("P", "unique coverage"), ("Q", "#examples"))),
+          tuple(Check(f"attribution.rho.top{k}.{tail}") for k in (5, 20)
+                for tail in ("p_coverage", "q_examples")),
           study="data-stats-equal-steps",
           quote=("passage encoders are affected by positive passage overlap and corpus "
                  "coverage of the training data, while question encoders are sensitive to the "
@@ -663,7 +666,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("eadpr-2neg-oe-t9", "EADPR", "App. A, Table 9",
           "EADPR beats DPR trained with as many negatives per question in Table 9's metrics "
           "(top-1 48.6 vs 45.5, top-20 80.1 vs 79.4, MRR 57.6 vs 55.4)", "dpr_oe_2neg",
-          "eadpr_oe", (Check("top-1"), Check("top-20"), Check("MRR (×100)")),
+          "eadpr_oe", (Check("retrieval.top1"), Check("retrieval.top20"), Check("retrieval.mrr")),
           quote=("we compare the performance of EADPR with the baseline DPR trained using the "
                  "same number of negatives per instance as EADPR"),
           setting=_OE_SET + "; A: DPR with 2 BM25 negatives" + _VW, seeds=_S012, status=_EXPL,
@@ -672,7 +675,7 @@ CLAIMS: tuple[Claim, ...] = (
     # picl-type where AAR can move (DPR's AAR 75-81 % with other-entity negatives).
     Claim("picl-type-oe", "PiCL", "App. B, Table 6",
           "PiCL's AAR gain holds for every question type", "dpr_oe", "picl_oe",
-          (Check("AAR by type"),),
+          (Check("aar.sentence.by_type"),),
           quote=("DPR+PiCL shows 1) significant improvements in AAR over a vanilla DPR for all "
                  "question types"), setting=_OE_SET + _VW, seeds=_S012, status=_EXPL,
           note=_I50 + "; the overall AAR gain of these runs had been seen"),
@@ -722,23 +725,11 @@ def run_study(name: str, out: str, seed: int, *, steps: int, model: str = "minil
     return res, (time.perf_counter() - t0) / 60
 
 
-def _expand(checks: Sequence[Check], metrics: Sequence[str]) -> list[Check]:
-    """``"top-k by domain"`` becomes one check per row ``top-k: <domain>``."""
-    out = []
-    for check in checks:
-        if check.metric.endswith(" by domain"):
-            prefix = check.metric[:-len(" by domain")] + ": "
-            out += [Check(m, check.expect) for m in metrics if m.startswith(prefix)] or [check]
-        else:
-            out.append(check)
-    return out
-
-
 def evaluate_study_claim(claim: Claim, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The verdicts of ``claim``'s checks on a study's report rows (names ``claim.a``/``b``;
     rows of the study's other claims, without those names, are left out)."""
     rows = [r for r in rows if claim.a in r and claim.b in r]
-    entries = evaluate_checks(rows, _expand(claim.checks, [r["metric"] for r in rows]),
+    entries = evaluate_checks(rows, expand(claim.checks, [r["id"] for r in rows if "id" in r]),
                               (claim.a, claim.b))
     verdict = claim_verdict([c["verdict"] for c in entries])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
@@ -867,13 +858,13 @@ def untrained_baselines(runs: Sequence[str], out: str, seeds: Sequence[int] = (0
             seen[key]["runs"] += f", {name}"
             continue
         row = {"world": key[0], "pooling": key[1] + (" + normalize" if key[2] else ""),
-               "runs": name, "AAR (%)": None, "AA score (%)": None}
+               "runs": name, **dict.fromkeys(UNTRAINED_COLS.values())}
         if cfg.model.name_or_path == "tiny":
             row["note"] = "random model: no untrained checkpoint"
         else:
             _prepare_world(RUNS[name], cfg)
             rep = harness.untrained_aar(cfg, os.path.join(out, "untrained", key[0]))
-            for strategy, label in (("sentence", "AAR (%)"), ("answer", "AA score (%)")):
+            for strategy, label in UNTRAINED_COLS.items():
                 aar = rep["strategies"].get(strategy, {}).get("aar")
                 row[label] = None if aar is None else round(100 * aar, 2)
             row["note"] = f"{cfg.model.name_or_path}, step 0"
@@ -890,14 +881,15 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
     res = compare_lib.compare_outcome_sets(oa, ob, names=names, n_resamples=n_resamples)
     rows, checks = list(res["rows"]), []
     for check in claim.checks:
-        if check.metric == "AAR by type":
-            typed = compare_lib.aar_by_type_rows(oa, ob, "sentence", n_resamples=n_resamples,
-                                                 names=names)
+        prefix = outcomes.family_prefix(check.metric)
+        if prefix is not None and prefix.startswith("aar."):  # aar.<strategy>.by_type
+            typed = compare_lib.aar_by_type_rows(oa, ob, prefix.split(".")[1],
+                                                 n_resamples=n_resamples, names=names)
             rows += typed
-            checks += [Check(r["metric"], check.expect) for r in typed] or [check]
+            checks += expand([check], [r["id"] for r in typed])
         else:
             checks.append(check)
-    if any(c.metric.startswith(DID_PREFIX) for c in checks):
+    if any(c.metric.startswith(DID_ID_PREFIX) for c in checks):
         rows += did_rows(oa, ob, names, n_resamples=n_resamples)
     entries = evaluate_checks(rows, checks, names)
     verdict = claim_verdict([c["verdict"] for c in entries])
@@ -914,7 +906,7 @@ def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1
     if not (oa.robustness and ob.robustness):
         return []
     out = []
-    for label, family, k0, k1 in DID_SPECS:
+    for family, k0, k1 in DID_SPECS:
         fam = [r if family == "pstar" else r.get("heldout") for r in (oa.robustness, ob.robustness)]
         if not all(fam) or fam[0]["questions"] != fam[1]["questions"]:
             continue
@@ -931,7 +923,8 @@ def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1
             t = stats.did_test([a0], [a1], [b0], [b1], n_resamples=n_resamples)
             drop_a = 100 * (sum(a1) - sum(a0)) / len(a0)
             drop_b = 100 * (sum(b1) - sum(b0)) / len(b0)
-            out.append({"metric": did_metric(label, k), "n": t["n"],
+            m = outcomes.did_metric(family, k0, k1, k)
+            out.append({"metric": m.label, "id": m.id, "n": t["n"],
                         names[0]: f"{drop_a:+.2f}", names[1]: f"{drop_b:+.2f}",
                         "B − A": f"{100 * t['diff']:+.2f} [{100 * t['lo']:+.2f}, "
                                  f"{100 * t['hi']:+.2f}]",
@@ -1013,19 +1006,23 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
               "over_seeds": seed_summary(claims), "untrained": baselines}
     untrained_aa: dict[tuple[str, int], float | None] = {}
     for c in claims:
-        if c.get("study") or not any(k.metric == "AA score" for k in CLAIMS_BY_ID[c["id"]].checks):
+        if c.get("study") or not any(k.metric == AA for k in CLAIMS_BY_ID[c["id"]].checks):
             continue
         for seed in c["per_seed"]:
             world, pooling, norm = _baseline_key(run_config(c["a"], out, seed=seed, steps=steps,
                                                             **budget))
             untrained_aa[c["id"], seed] = next(
-                (b["AA score (%)"] for b in baselines if b["world"] == world
+                (b[UNTRAINED_COLS["answer"]] for b in baselines if b["world"] == world
                  and b["pooling"] == pooling + (" + normalize" if norm else "")), None)
     result["aa_vs_untrained"] = aa_against_untrained(claims, untrained_aa)
     result["markdown"] = markdown(result)
     with atomic_open(os.path.join(out, "replicate.md")) as f:
         f.write(result["markdown"])
     write_json(os.path.join(out, "replicate.json"), result)
+    # Each claim's table keyed by metric id: what tools/rederive_claims.py reads.
+    report_lib.write_rows(os.path.join(out, "replicate.md"), [
+        {"claim": c["id"], "seed": seed, "rows": report_lib.keyed_rows(e["checks"], CHECK_COLUMNS)}
+        for c in claims for seed, e in c["per_seed"].items()])
     return result
 
 
@@ -1040,7 +1037,7 @@ def aa_against_untrained(claims: Sequence[dict[str, Any]],
     for c in claims:
         for seed, e in c["per_seed"].items():
             u = untrained_aa.get((c["id"], seed))
-            aa = next((k for k in e["checks"] if k["metric"] == "AA score" and "A" in k), None)
+            aa = next((k for k in e["checks"] if k.get("id") == AA and "A" in k), None)
             if u is None or aa is None:
                 continue
             a, b = (float(str(aa[x]).split()[0]) for x in ("A", "B"))
@@ -1089,6 +1086,11 @@ def _summary_cell(checks: Sequence[dict[str, Any]]) -> str:
         cells.append(f"{c['metric']} {c['diff_shown']:+.2f} {c.get('95% CI', '')} "
                      f"(p={c.get('p at δ0', '—')}, Holm {c.get('p (Holm)', '—')})")
     return "; ".join(cells)
+
+
+# A claim's table (replicate.md and its rows sibling).
+CHECK_COLUMNS = ["metric", "expect", "margin", "A", "B", "B − A", "95% CI", "test", "p", "p at δ0",
+                 "p (Holm)", "verdict"]
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -1148,7 +1150,7 @@ def markdown(result: dict[str, Any]) -> str:
                      "start from, before any training, with the same pooling on the same test "
                      "triplets: a trained run below it was degraded by training.\n\n"
                      + report_lib.markdown_table(result["untrained"], [
-                         "world", "pooling", "runs", "AAR (%)", "AA score (%)", "note"]))
+                         "world", "pooling", "runs", *UNTRAINED_COLS.values(), "note"]))
     if result.get("aa_vs_untrained"):
         parts.append("## AA score against the untrained checkpoint\n\nWhere DPR (A) ends below "
                      "the untrained checkpoint, part of B − A is B undoing a degradation that A's "
@@ -1176,9 +1178,7 @@ def markdown(result: dict[str, Any]) -> str:
         for seed, e in c["per_seed"].items():
             parts.append(f"## {c['id']} (seed {seed}): {c['claim']}\n\n"
                          + (f"{c['note']}\n\n" if c["note"] else "")
-                         + report_lib.markdown_table(e["checks"], [
-                             "metric", "expect", "margin", "A", "B", "B − A", "95% CI", "test",
-                             "p", "p at δ0", "p (Holm)", "verdict"]))
+                         + report_lib.markdown_table(e["checks"], CHECK_COLUMNS))
     return "\n\n".join(parts) + "\n"
 
 
