@@ -36,9 +36,13 @@ def cpu_description() -> str:
     except OSError:
         pass
     name = info.get("model name") or platform.processor() or "unknown CPU"
-    avx512 = "avx512f" in info.get("flags", "").split()
+    cpu_flags = set(info.get("flags", "").split())
+    avx512 = "avx512f" in cpu_flags
+    # bfloat16 dot products in hardware: what model.matmul_dtype="bfloat16" needs to run faster.
+    bf16 = bool(cpu_flags & {"avx512_bf16", "amx_bf16"})
     return (f"{name} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}; "
-            f"AVX-512 {'yes' if avx512 else 'no'}; {os.cpu_count()} CPUs)")
+            f"AVX-512 {'yes' if avx512 else 'no'}; bf16 dot {'yes' if bf16 else 'no'}; "
+            f"{os.cpu_count()} CPUs)")
 
 
 def batch_shapes(b: int, h: int, lq: int, lp: int, cf: bool) -> dict[str, jax.ShapeDtypeStruct]:

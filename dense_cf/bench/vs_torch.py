@@ -99,6 +99,14 @@ _ATTN = flags.DEFINE_enum("attention_impl", base_config().model.attention_impl,
                           ["einsum", "dot_product", "xla"],
                           "Our attention kernel (model.attention_impl; default the config's).",
                           flag_values=FLAGS)
+_MATMUL = flags.DEFINE_enum(
+    "matmul_dtype", "", ["", "float32", "bfloat16"],
+    "Our matmul operands (model.matmul_dtype; '' = the config's, float32): bfloat16 rounds the "
+    "weight matmuls' operands and sums in float32 (docs/scale.md \"bfloat16 operands on the "
+    "CPU\"); the numerics check then uses --tol_mixed.", flag_values=FLAGS)
+_TOL_MIXED = flags.DEFINE_float(
+    "tol_mixed", 2e-2, "Relative tolerance of the numerics check with bfloat16 operands (8 "
+    "significant bits: the loss and gradient norm move by ~1e-3).", flag_values=FLAGS)
 _TORCH_ATTN = flags.DEFINE_string("torch_attention", "sdpa",
                                   "transformers attn_implementation of the peer (sdpa | eager).",
                                   flag_values=FLAGS)
@@ -234,7 +242,8 @@ def goals(shapes: dict[str, dict[str, Any]], train_goal: float = 1.3,
 
 
 def step_config(model: str, *, global_batch: int, max_q_len: int, max_p_len: int, num_hard: int,
-                counterfactual: bool, attention_impl: str | None = None):
+                counterfactual: bool, attention_impl: str | None = None,
+                matmul_dtype: str = ""):
     """The base config at the benchmark's shapes: PiCL's loss weights with ``counterfactual``,
     DPR's without; learning rate from step 0 (no warm-up), so the first update is a real one on
     both sides."""
@@ -242,6 +251,7 @@ def step_config(model: str, *, global_batch: int, max_q_len: int, max_p_len: int
     cfg.method = "picl" if counterfactual else "dpr"
     cfg.model.name_or_path = model
     cfg.model.attention_impl = attention_impl or cfg.model.attention_impl
+    cfg.model.matmul_dtype = matmul_dtype or cfg.model.matmul_dtype
     cfg.data.max_q_len, cfg.data.max_p_len = max_q_len, max_p_len
     cfg.data.num_hard = num_hard
     cfg.train.global_batch = global_batch
@@ -402,10 +412,11 @@ def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
     numerics = {"ours": {"loss_step0": ours[0], "grad_norm_step0": ours[1], "loss_step1": ours[2]},
                 "peer": {"loss_step0": l0, "grad_norm_step0": g0, "loss_step1": l1},
                 "max_rel_diff": max(_rel(x, y) for x, y in zip(ours, theirs))}
+    tol = _TOL_MIXED.value if model.config.mixed_matmuls else _TOL.value
     print(f"numerics (no dropout): loss step 0 ours {ours[0]:.6f} peer {l0:.6f}; grad norm "
           f"ours {ours[1]:.6f} peer {g0:.6f}; loss step 1 ours {ours[2]:.6f} peer {l1:.6f}; "
-          f"max rel diff {numerics['max_rel_diff']:.2e} (tol {_TOL.value:g})")
-    if not numerics["max_rel_diff"] <= _TOL.value:
+          f"max rel diff {numerics['max_rel_diff']:.2e} (tol {tol:g})")
+    if not numerics["max_rel_diff"] <= tol:
         raise SystemExit("the two steps compute different functions; not timing them")
     del check, state, m0, m1  # free the check's executable and state before the timed pair
     gc.collect()
@@ -562,7 +573,7 @@ def main(argv) -> dict[str, Any]:
     def config(lq: int, lp: int):
         return step_config(_MODEL.value, global_batch=_BATCH.value, max_q_len=lq, max_p_len=lp,
                            num_hard=_HARD.value, counterfactual=_CF.value,
-                           attention_impl=_ATTN.value)
+                           attention_impl=_ATTN.value, matmul_dtype=_MATMUL.value)
 
     threads = _THREADS.value or os.cpu_count() or 1
 
@@ -579,8 +590,10 @@ def main(argv) -> dict[str, Any]:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(), "torch_attention": _TORCH_ATTN.value,
         "jax": jax.__version__, "attention_impl": _ATTN.value,
+        "matmul_dtype": _MATMUL.value or "float32",
         "xla_flags": os.environ.get("XLA_FLAGS", ""), "shapes": {}}
-    print(f"cpu: {out['cpu']}; load average {out['load_average_start']}", flush=True)
+    print(f"cpu: {out['cpu']}; load average {out['load_average_start']}; our matmul operands "
+          f"{out['matmul_dtype']}", flush=True)
     for lq, lp in shapes:
         cfg = config(lq, lp)
         key = f"{lq}:{lp}"

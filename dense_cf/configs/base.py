@@ -39,6 +39,11 @@ def base_config() -> ml_collections.ConfigDict:
     # in half precision, else XLA's; with attention dropout the einsum path (it has no dropout).
     # Export at 96-256 tokens on CPU: 1.3-1.5x faster than einsum (docs/scale.md "The PyTorch peer").
     c.model.attention_impl = "dot_product"
+    # Matmul operands rounded to this dtype, products summed in model.dtype ("" = model.dtype).
+    # "bfloat16" on a CPU with AVX512_BF16 (Zen 4, Sapphire Rapids): GEMMs ~1.6x float32, and the
+    # metrics within their intervals (docs/scale.md "bfloat16 operands on the CPU"). Off by
+    # default: results stay bit-identical across machines; slower on CPUs without AVX512_BF16.
+    c.model.matmul_dtype = ""
     c.model.tiny_hidden = 32                    # only for name_or_path="tiny" (random init)
     c.model.tiny_layers = 2
     c.model.tiny_heads = 2

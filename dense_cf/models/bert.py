@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from dense_cf.models.matmul import mixed_einsum
+
 LogicalRules = tuple[tuple[str, str | None], ...]
 
 # Mesh axes are ("data", "model").
@@ -144,10 +146,12 @@ class BertConfig:
     # compute time (checkpoints and the HF export still see three kernels).
     layer_norm_remat: bool = False
     fused_qkv: bool = False
+    matmul_dtype: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         object.__setattr__(self, "param_dtype", _dtype_name(self.param_dtype))
+        object.__setattr__(self, "matmul_dtype", _dtype_name(self.matmul_dtype or self.dtype))
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(f"unsupported remat_policy {self.remat_policy!r}; one of {REMAT_POLICIES}")
         if self.attention_impl not in ATTENTION_IMPLS:
@@ -170,6 +174,15 @@ class BertConfig:
     @property
     def params_dtype(self) -> Any:
         return _DTYPES[self.param_dtype]
+
+    @property
+    def mixed_matmuls(self) -> bool:
+        """True when matmul operands are narrower than the compute dtype (``matmul_dtype``)."""
+        return self.matmul_dtype != self.dtype
+
+    @property
+    def matmul_operand_dtype(self) -> Any:
+        return _DTYPES[self.matmul_dtype]
 
     def replace(self, **kw: Any) -> BertConfig:
         return dataclasses.replace(self, **kw)
@@ -318,6 +331,7 @@ class _Projection(nn.Module):
     bias_axes: tuple[str | None, ...]
     dtype: Any
     param_dtype: Any
+    matmul_dtype: Any = None  # None: operands in ``dtype``; else :func:`mixed_einsum`
 
     @nn.compact
     def __call__(self, x, apply: bool = True):
@@ -330,8 +344,23 @@ class _Projection(nn.Module):
         if not apply:
             return kernel, bias
         x, kernel, bias = x.astype(self.dtype), kernel.astype(self.dtype), bias.astype(self.dtype)
-        contract = (tuple(range(x.ndim - self.n_in, x.ndim)), tuple(range(self.n_in)))
-        return jax.lax.dot_general(x, kernel, (contract, ((), ()))) + bias
+        return _contract(x, kernel, self.n_in, self.matmul_dtype) + bias
+
+
+def _contract(x: jax.Array, kernel: jax.Array, n_in: int, matmul_dtype: Any) -> jax.Array:
+    """``x``'s last ``n_in`` dims contracted with ``kernel``'s first ``n_in``."""
+    if matmul_dtype is None:
+        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+        return jax.lax.dot_general(x, kernel, (contract, ((), ())))
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    free_x, shared = letters[:x.ndim - n_in], letters[x.ndim - n_in:x.ndim]
+    out = letters[x.ndim:x.ndim + kernel.ndim - n_in]
+    return mixed_einsum(f"{free_x}{shared},{shared}{out}->{free_x}{out}", x, kernel, matmul_dtype)
+
+
+def _matmul_dtype(cfg: BertConfig) -> Any:
+    """What :class:`_Projection` takes as ``matmul_dtype``: None unless operands are narrower."""
+    return cfg.matmul_operand_dtype if cfg.mixed_matmuls else None
 
 
 class BertEmbeddings(nn.Module):
@@ -381,7 +410,7 @@ class BertSelfAttention(nn.Module):
         def proj(name: str) -> _Projection:
             return _Projection(
                 (cfg.num_heads, cfg.head_dim), 1, ("embed", "heads", "kv"), ("heads", "kv"),
-                dt, cfg.params_dtype, name=name,
+                dt, cfg.params_dtype, _matmul_dtype(cfg), name=name,
             )
 
         head_act = ("batch", "length", "heads", "kv")
@@ -390,7 +419,7 @@ class BertSelfAttention(nn.Module):
             parts = [proj(n)(x, apply=False) for n in ("query", "key", "value")]
             kernel = jnp.concatenate([p[0] for p in parts], axis=1).astype(dt)
             bias = jnp.concatenate([p[1] for p in parts], axis=0).astype(dt)
-            qkv = jax.lax.dot_general(x.astype(dt), kernel, (((x.ndim - 1,), (0,)), ((), ()))) + bias
+            qkv = _contract(x.astype(dt), kernel, 1, _matmul_dtype(cfg)) + bias
             qkv = checkpoint_name(qkv, "qkv_proj")
             q, k, v = (nn.with_logical_constraint(t, head_act) for t in jnp.split(qkv, 3, axis=2))
         else:
@@ -423,7 +452,8 @@ class BertSelfAttention(nn.Module):
             ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
         ctx = nn.with_logical_constraint(ctx, head_act)
         out = _Projection(
-            (cfg.hidden_size,), 2, ("heads", "kv", "embed"), ("embed",), dt, cfg.params_dtype, name="output"
+            (cfg.hidden_size,), 2, ("heads", "kv", "embed"), ("embed",), dt, cfg.params_dtype,
+            _matmul_dtype(cfg), name="output"
         )(ctx)
         out = checkpoint_name(out, "attention_out")
         return nn.with_logical_constraint(out, _ACT)
@@ -457,25 +487,13 @@ class BertLayer(nn.Module):
         x = _layer_norm(cfg, "attention_norm")(x + a).astype(dt)
         x = nn.with_logical_constraint(x, _ACT)
 
-        h = nn.Dense(
-            cfg.intermediate_size,
-            dtype=dt,
-            param_dtype=cfg.params_dtype,
-            kernel_init=nn.with_logical_partitioning(_init, ("embed", "mlp")),
-            bias_init=nn.with_logical_partitioning(_zeros, ("mlp",)),
-            name="intermediate",
-        )(x)
+        h = _Projection((cfg.intermediate_size,), 1, ("embed", "mlp"), ("mlp",), dt,
+                        cfg.params_dtype, _matmul_dtype(cfg), name="intermediate")(x)
         h = checkpoint_name(h, "mlp_in")
         h = _ACTIVATIONS[cfg.hidden_act](h)
         h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
-        h = nn.Dense(
-            cfg.hidden_size,
-            dtype=dt,
-            param_dtype=cfg.params_dtype,
-            kernel_init=nn.with_logical_partitioning(_init, ("mlp", "embed")),
-            bias_init=nn.with_logical_partitioning(_zeros, ("embed",)),
-            name="output",
-        )(h)
+        h = _Projection((cfg.hidden_size,), 1, ("mlp", "embed"), ("embed",), dt,
+                        cfg.params_dtype, _matmul_dtype(cfg), name="output")(h)
         h = checkpoint_name(h, "mlp_out")
         h = drop(h, deterministic=deterministic)
         x = _layer_norm(cfg, "output_norm")(x + h).astype(dt)

@@ -209,11 +209,12 @@ def _arch(c: BertConfig) -> str:
 
 def runtime_overrides(m: Any) -> dict[str, Any]:
     """The :class:`BertConfig` fields ``config.model`` sets over a checkpoint's own (dtype, remat,
-    dropout, attention kernel): run-time choices, not part of the checkpoint."""
+    dropout, attention kernel, matmul operand dtype): run-time choices, not part of the checkpoint."""
     over: dict[str, Any] = dict(dtype=m.dtype, remat=bool(m.remat), remat_policy=m.remat_policy,
                                 attention_impl=m.attention_impl,
                                 layer_norm_remat=bool(m.get("layer_norm_remat", False)),
-                                fused_qkv=bool(m.get("fused_qkv", False)))
+                                fused_qkv=bool(m.get("fused_qkv", False)),
+                                matmul_dtype=str(m.get("matmul_dtype", "") or ""))
     if m.get("hidden_act"):  # opt-in: changes the activation the checkpoint was trained with
         over.update(hidden_act=str(m.hidden_act))
     if m.dropout is not None:
@@ -228,7 +229,7 @@ def model_from_config(cfg: Any, num_added_tokens: int = 0
     """Builds the model from a complete ``cfg.model`` (see ``configs.base``; name_or_path: "tiny" |
     "minilm" | local dir (HF BERT, DPR, sentence-transformers, an ``export_hf`` root) | hub name;
     question_path / passage_path; shared; pooling ("auto": the checkpoint's own); normalize; dtype;
-    remat; remat_policy; dropout; attention_dropout (default: dropout); attention_impl; tiny_*).
+    remat; remat_policy; dropout; attention_dropout (default: dropout); attention_impl; matmul_dtype; tiny_*).
 
     Returns ``(model, sources)``: ``sources`` (:func:`tower_sources`) is None for "tiny" (random
     init), else pass it to :func:`load_pretrained`.

@@ -58,6 +58,8 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _enum(out, "model.dtype", m.dtype, DTYPES)
     _enum(out, "model.remat_policy", m.remat_policy, REMAT_POLICIES)
     _enum(out, "model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+    if m.get("matmul_dtype"):
+        _enum(out, "model.matmul_dtype", m.matmul_dtype, DTYPES)
     if m.get("hidden_act"):
         _enum(out, "model.hidden_act", m.hidden_act, HIDDEN_ACTS)
     _range(out, "model.dropout", m.dropout, 0, 1, hi_open=True)
