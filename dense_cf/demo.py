@@ -50,6 +50,11 @@ _METHODS = flags.DEFINE_list(
     "i.e. dense_cf.configs.presets.demo_config): dpr, picl, eadpr, dcsr; the first is the "
     "baseline every other one is compared with.")
 _STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
+_MATMUL = flags.DEFINE_enum(
+    "matmul_dtype", "", ["", "float32", "bfloat16"],
+    "model.matmul_dtype of every run, the reader's included ('' = the config's, float32). "
+    "bfloat16 is faster on a CPU with AVX512_BF16 and changes the metrics within their intervals "
+    "(docs/scale.md \"bfloat16 operands on the CPU\").")
 _SEEDS = harness.define_seeds(flags.FLAGS, "Training seeds (config.seed): each method is trained "
                               "once per seed; with several, the mean and spread over seeds too.")
 flags.declare_key_flag("seeds")  # defined in the harness, listed in this binary's --help
@@ -61,7 +66,8 @@ def load_demo_config(method: str):
     return demo_config(method)
 
 
-def definition(methods: list[str], data_dir: str, num_steps: int = 0) -> harness.Study:
+def definition(methods: list[str], data_dir: str, num_steps: int = 0,
+               matmul_dtype: str = "") -> harness.Study:
     """The demo as a study: a run per method (``presets.demo_config``) on the synthetic data in
     ``data_dir``, ``num_steps`` steps if set; the first method (the baseline) paired with each
     other one."""
@@ -71,6 +77,8 @@ def definition(methods: list[str], data_dir: str, num_steps: int = 0) -> harness
         cfg.seed = seed
         if num_steps:
             cfg.train.num_steps = num_steps
+        if matmul_dtype:
+            cfg.model.matmul_dtype = matmul_dtype
         return cfg
     runs = tuple(harness.StudyRun(m, lambda seed, m=m: config(m, seed)) for m in methods)
     return harness.Study("demo", runs, tuple((methods[0], m) for m in methods[1:]))
@@ -228,7 +236,8 @@ def claims_section(compared: list[tuple[str, str, dict[str, Any] | Exception]]) 
 
 
 def reader_stage(workdir: str, retrievers: dict[str, tuple[str, Any]], *, config=None,
-                 seed: int = 0, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                 seed: int = 0, settings: dict[str, Any] | None = None,
+                 matmul_dtype: str = "") -> dict[str, Any]:
     """The demo's end-to-end QA (module docstring): ``retrievers`` maps a label to ``(run
     directory, trained Run)``, the first being the one whose train/dev results the reader learns
     from. Reuses results files and a trained reader already there. Returns
@@ -241,6 +250,8 @@ def reader_stage(workdir: str, retrievers: dict[str, tuple[str, Any]], *, config
     files = split_files(base_dir, base_run, {"train": settings["train_questions"],
                                              "dev": settings["dev_questions"]}, k=settings["k"])
     cfg = config or reader_demo_config()
+    if matmul_dtype:
+        cfg.model.matmul_dtype = matmul_dtype
     cfg.reader.train_file, cfg.reader.dev_file = files["train"], files["dev"]
     cfg.seed = seed
     reader_dir = os.path.join(workdir, "reader")
@@ -376,7 +387,8 @@ def run_demo(workdir: str) -> None:
 
     seeds = harness.parse_seeds(_SEEDS.value)
     methods = list(_METHODS.value)
-    study = definition(methods, os.path.join(workdir, "synthetic"), num_steps=_STEPS.value)
+    study = definition(methods, os.path.join(workdir, "synthetic"), num_steps=_STEPS.value,
+                       matmul_dtype=_MATMUL.value)
     # reuse=False: every run goes through train (a finished one resumes at its last step and is
     # evaluated again) and its trained model stays for the reader stage.
     trained = harness.train_study(study, workdir, seeds, reuse=False, train=train)
@@ -439,7 +451,7 @@ def run_demo(workdir: str) -> None:
     if _READER.value:
         seed0 = [n for n in results if method_seed[n][1] == seeds[0]]  # the reader reads these
         e2e = reader_stage(workdir, {method_seed[n][0]: (run_dirs[n], runs[n]) for n in seed0},
-                           seed=seeds[0])
+                           seed=seeds[0], matmul_dtype=_MATMUL.value)
         table += "\n\n" + reader_section(e2e)
         rows_tables = em_tables(e2e)
         stages += e2e["stages"]

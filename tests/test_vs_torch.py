@@ -153,3 +153,11 @@ def test_shapes_buckets_and_goals_of_the_one_run_comparison():
     assert [(r["shape"], r["part"], r["met"]) for r in rows] == [
         ("32:96", "train step", True), ("32:96", "export vs peer longest", False),
         ("32:96", "export vs peer fixed", True), ("64:256", "train step", False)]
+    # Other matmul operand dtypes timed in the same rounds are parts "train@DTYPE" / "export@DTYPE".
+    rows = vs_torch.goals({"32:96": {"train": summary(1.0), "train@bfloat16": summary(1.4),
+                                     "export@bfloat16": {"vs_longest": summary(1.6),
+                                                         "vs_fixed": summary(1.2)}}})
+    assert [(r["part"], r["met"]) for r in rows] == [
+        ("train step", False), ("train step (bfloat16 operands)", True),
+        ("export (bfloat16 operands) vs peer longest", True),
+        ("export (bfloat16 operands) vs peer fixed", False)]

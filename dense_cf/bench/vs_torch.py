@@ -25,9 +25,11 @@ jitted train step the loop runs (``train.step.make_train_step``), at identical s
    with every contender. Embeddings of the first slice are compared (max abs difference).
 
 Every part runs at each ``--shapes`` (default the demo's Lq 32 / Lp 96 and DPR's 64 / 256) in
-one command, which prints the CPU (model name, family, model, AVX-512), the load average at
-start and end, a table of both shapes and whether issue 46's goals are met (train step ≥ 1.3×,
-export ≥ 1.5× the peer; :func:`goals`).
+one command, which prints the CPU (model name, family, model, AVX-512, bfloat16 dot support),
+the load average at start and end, a table of both shapes and whether issue 46's goals are met
+(train step ≥ 1.3×, export ≥ 1.5× the peer; :func:`goals`). ``--matmul_dtypes=float32,bfloat16``
+adds our step and export with bfloat16 matmul operands (``model.matmul_dtype``) as a further
+contender in the same rounds, against the same peer timings.
 
 The peer needs the optional extra: ``pip install -e ".[peer]"`` (the CPU torch wheel first:
 ``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu``). torch and
@@ -60,6 +62,7 @@ from dense_cf.eval.stats import mcnemar_exact
 from dense_cf.files import UserError
 from dense_cf.inputs.tokens import tokenize_passages
 from dense_cf.methods.contrastive import DPR_LOSS, PICL_LOSS
+from dense_cf.models.bert import DTYPES
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.retrieval import export
@@ -99,11 +102,13 @@ _ATTN = flags.DEFINE_enum("attention_impl", base_config().model.attention_impl,
                           ["einsum", "dot_product", "xla"],
                           "Our attention kernel (model.attention_impl; default the config's).",
                           flag_values=FLAGS)
-_MATMUL = flags.DEFINE_enum(
-    "matmul_dtype", "", ["", "float32", "bfloat16"],
-    "Our matmul operands (model.matmul_dtype; '' = the config's, float32): bfloat16 rounds the "
-    "weight matmuls' operands and sums in float32 (docs/scale.md \"bfloat16 operands on the "
-    "CPU\"); the numerics check then uses --tol_mixed.", flag_values=FLAGS)
+_MATMUL = flags.DEFINE_list(
+    "matmul_dtypes", ["float32"],
+    "Our matmul operand dtypes (model.matmul_dtype), each a contender in the same rounds against "
+    "the same peer: 'float32,bfloat16' also times bfloat16 operands with float32 sums "
+    "(docs/scale.md \"bfloat16 operands on the CPU\"; its numerics check uses --tol_mixed). "
+    "The first is 'ours'; the others are reported as parts 'train@DTYPE' / 'export@DTYPE'.",
+    flag_values=FLAGS)
 _TOL_MIXED = flags.DEFINE_float(
     "tol_mixed", 2e-2, "Relative tolerance of the numerics check with bfloat16 operands (8 "
     "significant bits: the loss and gradient norm move by ~1e-3).", flag_values=FLAGS)
@@ -222,21 +227,29 @@ def export_buckets(spec: Sequence[str], config_buckets: Sequence[int]) -> list[i
     return [int(x) for x in spec]
 
 
+def _parts(out: dict[str, Any], part: str) -> list[tuple[str, Any]]:
+    """``[(label suffix, result)]`` of ``part`` ("train" / "export"): ours first, then each other
+    matmul operand dtype measured in the same rounds (``part@DTYPE``)."""
+    return [("" if key == part else f" ({key.partition('@')[2]} operands)", v)
+            for key, v in out.items() if key == part or key.startswith(part + "@")]
+
+
 def goals(shapes: dict[str, dict[str, Any]], train_goal: float = 1.3,
           export_goal: float = 1.5) -> list[dict[str, Any]]:
     """Issue 46's goals per shape: our train step ``>= train_goal`` × the peer's throughput, our
     export ``>= export_goal`` × the peer's with its natural longest-in-batch padding (and its
-    fixed padding, DPR's). One row per goal with the measured ratio and whether it is met."""
+    fixed padding, DPR's). One row per goal (and per matmul operand dtype measured) with the
+    measured ratio and whether it is met."""
     rows = []
     for shape, out in shapes.items():
-        if "train" in out:
-            x = out["train"]["speedup"]
-            rows.append({"shape": shape, "part": "train step", "goal": train_goal,
+        for suffix, t in _parts(out, "train"):
+            x = t["speedup"]
+            rows.append({"shape": shape, "part": "train step" + suffix, "goal": train_goal,
                          "speedup": x, "met": x >= train_goal})
-        if "export" in out:
+        for suffix, e in _parts(out, "export"):
             for peer in ("longest", "fixed"):
-                x = out["export"][f"vs_{peer}"]["speedup"]
-                rows.append({"shape": shape, "part": f"export vs peer {peer}",
+                x = e[f"vs_{peer}"]["speedup"]
+                rows.append({"shape": shape, "part": f"export{suffix} vs peer {peer}",
                              "goal": export_goal, "speedup": x, "met": x >= export_goal})
     return rows
 
@@ -321,10 +334,19 @@ class TorchPeer:
         self.q_enc, self.p_enc = tower(), tower()
         self.params = list(self.q_enc.parameters()) + list(self.p_enc.parameters())
         o = cfg.optim
-        self.opt = torch.optim.AdamW(self.params, lr=o.learning_rate, betas=(o.b1, o.b2), eps=o.eps,
-                                     weight_decay=o.weight_decay)
+        self._opt_kw = dict(lr=o.learning_rate, betas=(o.b1, o.b2), eps=o.eps,
+                            weight_decay=o.weight_decay)
+        self.opt = torch.optim.AdamW(self.params, **self._opt_kw)
+        self._loaded = [x.detach().clone() for x in self.params]
         self.clip = o.grad_clip
         self.loss_kw = {k: float(cfg.loss[k]) for k in ("lam", "tau1", "tau2")}
+
+    def reset(self) -> None:
+        """Back to the loaded weights and a fresh optimizer (before another numerics check)."""
+        with self.torch.no_grad():
+            for x, x0 in zip(self.params, self._loaded):
+                x.copy_(x0)
+        self.opt = self.torch.optim.AdamW(self.params, **self._opt_kw)
 
     def tensors(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         return {k: self.torch.from_numpy(np.ascontiguousarray(v)) if v.dtype != bool
@@ -389,14 +411,13 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
-def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
-    b, h = cfg.train.global_batch, cfg.data.num_hard
-    lq, lp = cfg.data.max_q_len, cfg.data.max_p_len
-    cf = _CF.value
-    model, hf_params, _ = loop.build_model(cfg)
-    batch = random_batch(batch_shapes(b, h, lq, lp, cf), model.config.vocab_size)
-    tb = peer.tensors(batch)
-    mesh = mesh_lib.make_mesh(-1, 1)
+def _name(dt: str, first: bool) -> str:
+    return "ours" if first else f"ours_{dt}"
+
+
+def _numerics_train(cfg, peer: TorchPeer, model, hf_params, batch, tb, mesh) -> dict[str, Any]:
+    """Two no-dropout steps of ours and the peer's from the same weights: losses and the first
+    gradient norm must agree (``--tol``; ``--tol_mixed`` with bfloat16 operands)."""
     check, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=False)
     rng = jax.random.key(1)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
@@ -408,54 +429,85 @@ def _measure_train(cfg, peer: TorchPeer) -> dict[str, Any]:
     peer.train(False)
     l0, g0 = peer.step(tb)
     l1, _ = peer.step(tb)
+    peer.reset()  # the next variant's check starts from the same weights
     theirs = [l0, g0, l1]
     numerics = {"ours": {"loss_step0": ours[0], "grad_norm_step0": ours[1], "loss_step1": ours[2]},
                 "peer": {"loss_step0": l0, "grad_norm_step0": g0, "loss_step1": l1},
                 "max_rel_diff": max(_rel(x, y) for x, y in zip(ours, theirs))}
     tol = _TOL_MIXED.value if model.config.mixed_matmuls else _TOL.value
-    print(f"numerics (no dropout): loss step 0 ours {ours[0]:.6f} peer {l0:.6f}; grad norm "
-          f"ours {ours[1]:.6f} peer {g0:.6f}; loss step 1 ours {ours[2]:.6f} peer {l1:.6f}; "
-          f"max rel diff {numerics['max_rel_diff']:.2e} (tol {tol:g})")
+    print(f"numerics (no dropout, matmul operands {model.config.matmul_dtype}): loss step 0 ours "
+          f"{ours[0]:.6f} peer {l0:.6f}; grad norm ours {ours[1]:.6f} peer {g0:.6f}; loss step 1 "
+          f"ours {ours[2]:.6f} peer {l1:.6f}; max rel diff {numerics['max_rel_diff']:.2e} "
+          f"(tol {tol:g})")
     if not numerics["max_rel_diff"] <= tol:
         raise SystemExit("the two steps compute different functions; not timing them")
-    del check, state, m0, m1  # free the check's executable and state before the timed pair
-    gc.collect()
+    return numerics
 
-    step, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=True)
-    peer.train(True)
-    box = {"state": state}
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        gbatch = mesh_lib.global_batch(batch, mesh)
-        t0 = time.perf_counter()
-        step = step.lower(state, gbatch, rng).compile()
-        compile_s = time.perf_counter() - t0
 
-        def ours_step(_r):
-            box["state"], m = step(box["state"], gbatch, rng)
+def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str, Any]]:
+    """Our train step at each matmul operand dtype (``cfgs``, first = "ours") and the peer's, in
+    the same rotated rounds; one summary per dtype against the same peer timings."""
+    cfg = next(iter(cfgs.values()))
+    b, h = cfg.train.global_batch, cfg.data.num_hard
+    lq, lp = cfg.data.max_q_len, cfg.data.max_p_len
+    cf = _CF.value
+    mesh = mesh_lib.make_mesh(-1, 1)
+    rng = jax.random.key(1)
+    batch = tb = None
+    contenders, numerics, compile_s, steps = [], {}, {}, {}
+    for i, (dt, c) in enumerate(cfgs.items()):
+        model, hf_params, _ = loop.build_model(c)
+        if batch is None:
+            batch = random_batch(batch_shapes(b, h, lq, lp, cf), model.config.vocab_size)
+            tb = peer.tensors(batch)
+        numerics[dt] = _numerics_train(c, peer, model, hf_params, batch, tb, mesh)
+        gc.collect()
+        step, state, rules = jitted_train_step(c, model, hf_params, mesh, dropout=True)
+        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+            gbatch = mesh_lib.global_batch(batch, mesh)
+            t0 = time.perf_counter()
+            step = step.lower(state, gbatch, rng).compile()
+            compile_s[dt] = time.perf_counter() - t0
+        steps[dt] = {"state": state, "step": step, "gbatch": gbatch, "rules": rules,
+                     "model": model}
+
+        def ours_step(_r, box=steps[dt]):
+            box["state"], m = box["step"](box["state"], box["gbatch"], rng)
             jax.block_until_ready(m)
 
-        contenders = [("ours", ours_step), ("peer", lambda _r: peer.step(tb))]
-        if _FORWARD.value:
-            method = methods.get(cfg.method)
-            fwd = jax.jit(make_eval_step(method, model, loss_hparams=method.loss_hparams(cfg.loss),
-                                         mesh=mesh))
-            contenders += [("ours_forward", lambda _r: jax.block_until_ready(fwd(box["state"].params,
-                                                                                gbatch))),
-                           ("peer_forward", lambda _r: peer.forward(tb))]
+        contenders.append((_name(dt, i == 0), ours_step))
+    peer.train(True)
+    contenders.append(("peer", lambda _r: peer.step(tb)))
+    first = steps[next(iter(cfgs))]
+    if _FORWARD.value:
+        method = methods.get(cfg.method)
+        fwd = jax.jit(make_eval_step(method, first["model"], loss_hparams=method.loss_hparams(cfg.loss),
+                                     mesh=mesh))
+        contenders += [("ours_forward", lambda _r: jax.block_until_ready(
+                            fwd(first["state"].params, first["gbatch"]))),
+                       ("peer_forward", lambda _r: peer.forward(tb))]
+    with jax.set_mesh(mesh), nn.logical_axis_rules(first["rules"]):
         for _ in range(_WARMUP.value):
             for _, fn in contenders:
                 fn(0)
         times, cpu, _ = alternate(contenders, _ROUNDS.value, on_round=_print_round)
     passages = b * (1 + h + int(cf))
-    out = paired_summary(times["ours"], times["peer"], work=passages)
-    if _FORWARD.value:
-        out["forward"] = paired_summary(times["ours_forward"], times["peer_forward"], work=passages)
-    out.update(numerics=numerics, compile_s=compile_s, passages_per_step=passages,
-               shapes={"global_batch": b, "num_hard": h, "max_q_len": lq, "max_p_len": lp,
-                       "counterfactual": cf},
-               times=_rounded(times), cpu_times=_rounded(cpu),
-               cpu_median_s={k: statistics.median(v) for k, v in cpu.items()})
-    return out
+    outs = {}
+    for i, dt in enumerate(cfgs):
+        name = _name(dt, i == 0)
+        out = paired_summary(times[name], times["peer"], work=passages)
+        if _FORWARD.value and i == 0:
+            out["forward"] = paired_summary(times["ours_forward"], times["peer_forward"],
+                                            work=passages)
+        out.update(numerics=numerics[dt], compile_s=compile_s[dt], matmul_dtype=dt,
+                   passages_per_step=passages,
+                   shapes={"global_batch": b, "num_hard": h, "max_q_len": lq, "max_p_len": lp,
+                           "counterfactual": cf},
+                   times=_rounded(times), cpu_times=_rounded(cpu),
+                   cpu_median_s={k: statistics.median(v) for k, v in cpu.items()},
+                   ours_name=name)
+        outs[dt] = out
+    return outs
 
 
 def _export_rows(n: int) -> list[tuple[str, str, str]]:
@@ -480,16 +532,22 @@ def our_encoder(run, batch: int, length_buckets: Sequence[int]):
     return export.Encoder(run, batch, length_buckets=tuple(length_buckets))
 
 
-def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
+def _measure_export(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str, Any]]:
+    """Our export at each matmul operand dtype (first = "ours") and the peer's with fixed and
+    with longest-in-batch padding, in the same rotated rounds over the same corpus slices."""
+    cfg = next(iter(cfgs.values()))
     bs, per = _EXPORT_BATCH.value, _EXPORT_BATCHES.value
     n = bs * per * _EXPORT_ROUNDS.value
-    run = loop.pretrained_run(cfg)
     rows = _export_rows(n)
-    ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
-                                  cfg.data.max_p_len)
-    lengths = mask.sum(1)
     buckets = export_buckets(_BUCKETS.value, cfg.eval.length_buckets)
-    encoder = our_encoder(run, bs, buckets)
+    encoders, ids = {}, None
+    for dt, c in cfgs.items():
+        run = loop.pretrained_run(c)
+        if ids is None:
+            ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
+                                          cfg.data.max_p_len)
+        encoders[dt] = our_encoder(run, bs, buckets)
+    lengths = mask.sum(1)
     peer.train(False)
 
     def sl(r: int) -> slice:
@@ -503,50 +561,59 @@ def _measure_export(cfg, peer: TorchPeer) -> dict[str, Any]:
                 peer.encode(*(trim_to_longest(i, m) if longest else (i, m)))
         return f
 
-    ours0 = encoder.passages(ids[sl(0)], mask[sl(0)])  # compiles; also the numerics check
     fixed0 = np.concatenate([peer.encode(ids[lo:lo + bs], mask[lo:lo + bs])
                              for lo in range(0, bs * per, bs)])
     longest0 = np.concatenate([peer.encode(*trim_to_longest(ids[lo:lo + bs], mask[lo:lo + bs]))
                                for lo in range(0, bs * per, bs)])
-    diff = {"fixed": float(np.abs(ours0 - fixed0).max()),
-            "longest": float(np.abs(ours0 - longest0).max())}
-    print(f"export numerics: max |ours - peer| over {bs * per} passages: fixed {diff['fixed']:.2e}, "
-          f"longest {diff['longest']:.2e}")
-    times, cpu, _ = alternate([("ours", lambda r: encoder.passages(ids[sl(r)], mask[sl(r)])),
-                               ("peer_fixed", peer_fn(False)), ("peer_longest", peer_fn(True))],
-                              _EXPORT_ROUNDS.value, on_round=_print_round)
+    diffs, contenders = {}, []
+    for i, (dt, enc) in enumerate(encoders.items()):
+        ours0 = enc.passages(ids[sl(0)], mask[sl(0)])  # compiles; also the numerics check
+        diffs[dt] = {"fixed": float(np.abs(ours0 - fixed0).max()),
+                     "longest": float(np.abs(ours0 - longest0).max())}
+        print(f"export numerics (matmul operands {dt}): max |ours - peer| over {bs * per} "
+              f"passages: fixed {diffs[dt]['fixed']:.2e}, longest {diffs[dt]['longest']:.2e}")
+        contenders.append((_name(dt, i == 0),
+                           lambda r, enc=enc: enc.passages(ids[sl(r)], mask[sl(r)])))
+    contenders += [("peer_fixed", peer_fn(False)), ("peer_longest", peer_fn(True))]
+    times, cpu, _ = alternate(contenders, _EXPORT_ROUNDS.value, on_round=_print_round)
     work = bs * per
-    return {"passages": n, "batch": bs, "length_buckets": buckets,
-            "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
-            "full_rows": float((lengths == cfg.data.max_p_len).mean()),
-            "max_abs_diff": diff,
-            "vs_fixed": paired_summary(times["ours"], times["peer_fixed"], work=work),
-            "vs_longest": paired_summary(times["ours"], times["peer_longest"], work=work),
-            "times": _rounded(times), "cpu_times": _rounded(cpu),
-            "cpu_median_s": {k: statistics.median(v) for k, v in cpu.items()}}
+    outs = {}
+    for i, dt in enumerate(encoders):
+        name = _name(dt, i == 0)
+        outs[dt] = {"passages": n, "batch": bs, "length_buckets": buckets, "matmul_dtype": dt,
+                    "mean_tokens": float(lengths.mean()), "median_tokens": float(np.median(lengths)),
+                    "full_rows": float((lengths == cfg.data.max_p_len).mean()),
+                    "max_abs_diff": diffs[dt],
+                    "vs_fixed": paired_summary(times[name], times["peer_fixed"], work=work),
+                    "vs_longest": paired_summary(times[name], times["peer_longest"], work=work),
+                    "times": _rounded(times), "cpu_times": _rounded(cpu),
+                    "cpu_median_s": {k: statistics.median(v) for k, v in cpu.items()},
+                    "ours_name": name}
+    return outs
 
 
 def _print_table(shapes: dict[str, dict[str, Any]]) -> None:
     rows = []
     for shape, out in shapes.items():
-        if "train" in out:
-            t = out["train"]
-            rows.append((shape, "train step", "peer", t, t["cpu_median_s"]["ours"],
+        for suffix, t in _parts(out, "train"):
+            ours = t.get("ours_name", "ours")
+            rows.append((shape, "train step" + suffix, "peer", t, t["cpu_median_s"][ours],
                          t["cpu_median_s"]["peer"]))
             if "forward" in t:
                 rows.append((shape, "forward", "peer", t["forward"],
                              t["cpu_median_s"]["ours_forward"], t["cpu_median_s"]["peer_forward"]))
-        if "export" in out:
-            e = out["export"]
+        for suffix, e in _parts(out, "export"):
+            ours = e.get("ours_name", "ours")
             for name in ("fixed", "longest"):
-                rows.append((shape, "export", f"peer {name}", e[f"vs_{name}"],
-                             e["cpu_median_s"]["ours"], e["cpu_median_s"][f"peer_{name}"]))
-    print(f"{'Lq:Lp':<7} {'part':<11} {'peer':<13} {'ours s':>8} {'peer s':>8} {'ours cpu':>8} "
-          f"{'peer cpu':>8} {'ours p/s':>9} {'peer p/s':>9} {'speedup':>8}  sign test (rounds "
-          f"ours/peer faster)")
+                rows.append((shape, "export" + suffix, f"peer {name}", e[f"vs_{name}"],
+                             e["cpu_median_s"][ours], e["cpu_median_s"][f"peer_{name}"]))
+    width = max([11] + [len(r[1]) for r in rows])
+    print(f"{'Lq:Lp':<7} {'part':<{width}} {'peer':<13} {'ours s':>8} {'peer s':>8} "
+          f"{'ours cpu':>8} {'peer cpu':>8} {'ours p/s':>9} {'peer p/s':>9} {'speedup':>8}  "
+          f"sign test (rounds ours/peer faster)")
     for shape, part, peer, s, cpu_ours, cpu_peer in rows:
         t = s["sign_test"]
-        print(f"{shape:<7} {part:<11} {peer:<13} {s['ours_median_s']:>8.3f} "
+        print(f"{shape:<7} {part:<{width}} {peer:<13} {s['ours_median_s']:>8.3f} "
               f"{s['peer_median_s']:>8.3f} {cpu_ours:>8.3f} {cpu_peer:>8.3f} "
               f"{s['ours_per_s']:>9.1f} {s['peer_per_s']:>9.1f} {s['speedup']:>7.2f}x  "
               f"{t['ours_faster']}/{t['peer_faster']}, p={t['p_value']:.3g}")
@@ -570,10 +637,15 @@ def main(argv) -> dict[str, Any]:
         raise UserError(f"--parts takes train and/or export, got {_PARTS.value}")
     shapes = parse_shapes(_SHAPES.value, (_LQ.value, _LP.value))
 
-    def config(lq: int, lp: int):
+    dtypes = [d.strip() for d in _MATMUL.value if d.strip()] or ["float32"]
+    if len(set(dtypes)) != len(dtypes) or set(dtypes) - set(DTYPES):
+        raise UserError(f"--matmul_dtypes takes distinct dtypes among {list(DTYPES)}, got "
+                        f"{_MATMUL.value}")
+
+    def config(lq: int, lp: int, dt: str):
         return step_config(_MODEL.value, global_batch=_BATCH.value, max_q_len=lq, max_p_len=lp,
                            num_hard=_HARD.value, counterfactual=_CF.value,
-                           attention_impl=_ATTN.value, matmul_dtype=_MATMUL.value)
+                           attention_impl=_ATTN.value, matmul_dtype=dt)
 
     threads = _THREADS.value or os.cpu_count() or 1
 
@@ -590,19 +662,20 @@ def main(argv) -> dict[str, Any]:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(), "torch_attention": _TORCH_ATTN.value,
         "jax": jax.__version__, "attention_impl": _ATTN.value,
-        "matmul_dtype": _MATMUL.value or "float32",
+        "matmul_dtypes": dtypes,
         "xla_flags": os.environ.get("XLA_FLAGS", ""), "shapes": {}}
     print(f"cpu: {out['cpu']}; load average {out['load_average_start']}; our matmul operands "
-          f"{out['matmul_dtype']}", flush=True)
+          f"{', '.join(dtypes)}", flush=True)
     for lq, lp in shapes:
-        cfg = config(lq, lp)
+        cfgs = {dt: config(lq, lp, dt) for dt in dtypes}
+        cfg = cfgs[dtypes[0]]
         key = f"{lq}:{lp}"
         print(f"=== shape {key} (questions {lq}, passages {lp}) ===", flush=True)
         res: dict[str, Any] = {}
-        if "train" in parts:
-            res["train"] = _measure_train(cfg, fresh_peer(cfg))
-        if "export" in parts:
-            res["export"] = _measure_export(cfg, fresh_peer(cfg))
+        for part, measure in (("train", _measure_train), ("export", _measure_export)):
+            if part in parts:
+                for i, (dt, r) in enumerate(measure(cfgs, fresh_peer(cfg)).items()):
+                    res[part if i == 0 else f"{part}@{dt}"] = r
         out["shapes"][key] = res
         gc.collect()
     out["load_average_end"] = _load_average()

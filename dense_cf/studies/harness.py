@@ -45,6 +45,7 @@ from dense_cf.inputs import cf_masks
 from dense_cf.inputs import dpr as dpr_inputs
 from dense_cf.models import bert as bert_lib
 from dense_cf.models import dual_encoder as dual_encoder_lib
+from dense_cf.models import matmul as matmul_lib
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.progress import format_duration
 from dense_cf.retrieval import export as export_lib
@@ -438,7 +439,8 @@ def compare_study(study: Study, trained: Mapping[tuple[str, int], Trained],
 
 UNTRAINED_STRATEGIES = ("sentence", "answer")
 # The code an untrained AAR depends on: a change to any of these files is a new cache key.
-_AAR_CODE = (aar_lib, aar_math, cf_masks, dpr_inputs, export_lib, bert_lib, dual_encoder_lib)
+_AAR_CODE = (aar_lib, aar_math, cf_masks, dpr_inputs, export_lib, bert_lib, matmul_lib,
+             dual_encoder_lib)
 
 
 def cache_root() -> str | None:
