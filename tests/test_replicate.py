@@ -142,7 +142,7 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
     # Re-running reuses every finished run.
     caplog.set_level("INFO")
     again = rep.run_replication(out, ids, **kw)
-    assert caplog.text.count("finished, reusing") == 4
+    assert caplog.text.count("finished earlier, read back") == 4
     assert set(again["setup"]["minutes_per_run"].values()) == {"reused"}
 
 
@@ -384,3 +384,55 @@ def test_aa_against_the_untrained_checkpoint():
     assert rows == [{"claim": "picl-robust-oe", "seed": 0, "untrained": 53.67, "A": 34.33,
                      "B": 69.33, "B − untrained": 15.66, "A − untrained": -19.34}]
     assert rep.aa_against_untrained([claim], {}) == []   # no untrained figure: nothing said
+
+
+def test_overrides_apply_at_any_depth(monkeypatch, tmp_path):
+    """A run's overrides reach a field at any depth (review 3 §3.2: two levels only before);
+    a path that names no field fails, naming it."""
+    spec = rep.RunSpec("synthetic", "dpr", overrides=(
+        ("data.synthetic.world", "mixed"), ("eval.robustness_heldout", True), ("seed", 7)))
+    monkeypatch.setitem(rep.RUNS, "deep", spec)
+    c = rep.run_config("deep", str(tmp_path), steps=2, seed=0, model="tiny")
+    assert (c.data.synthetic.world, c.eval.robustness_heldout, c.seed) == ("mixed", True, 7)
+    monkeypatch.setitem(rep.RUNS, "bad", rep.RunSpec("synthetic", "dpr",
+                                                     overrides=(("data.synthetic.nope", 1),)))
+    with pytest.raises(KeyError, match="data.synthetic.nope"):
+        rep.run_config("bad", str(tmp_path), steps=2, seed=0, model="tiny")
+    monkeypatch.setitem(rep.RUNS, "bad", rep.RunSpec("synthetic", "dpr",
+                                                     overrides=(("nope.field", 1),)))
+    with pytest.raises(KeyError, match="no section nope"):
+        rep.run_config("bad", str(tmp_path), steps=2, seed=0, model="tiny")
+
+
+def test_runs_trained_before_the_harness_move_are_finished(tmp_path, caplog):
+    """Run directories written the way studies.replicate trained runs before it moved onto the
+    harness (its own loop: the world generated, then the run's config trained and evaluated in
+    ``run_dir(out, name, seed)``; finished when summary.json has the steps and the eval
+    directory holds report.json and aar.json) are read back by the harness's loop without
+    training: a background replication started with the old code keeps its finished runs."""
+    from dense_cf.eval import outcomes as outcomes_lib
+    from dense_cf.experiment import train_and_evaluate
+    out = str(tmp_path / "rep")
+    budget = {"steps": 2, "model": "tiny", "num_passages": 150, "test_questions": 40,
+              "vary_world": True}
+    for name in ("dpr_h0", "dpr"):  # the runs of dpr-hardneg, at seed 1 (world _w1)
+        cfg = rep.run_config(name, out, seed=1, **budget)
+        rep._prepare_world(rep.RUNS[name], cfg)
+        old_dir = os.path.join(out, f"{name}_seed1")  # the old loop's harness.run_dir
+        train_and_evaluate(cfg, old_dir).pop("run", None)
+        eval_dir = os.path.join(old_dir, "eval", "step_2")
+        assert outcomes_lib.evaluated(eval_dir, ["report.json", "aar.json"])  # the old check
+
+    def boom(config, workdir):
+        raise AssertionError(f"{workdir} was trained again")
+
+    caplog.set_level("INFO")
+    done, minutes, times = rep.train_runs(out, ["dpr-hardneg"], [1], train=boom, **budget)
+    assert done == {("dpr_h0", 1): (os.path.join(out, "dpr_h0_seed1"), 2),
+                    ("dpr", 1): (os.path.join(out, "dpr_seed1"), 2)}
+    assert set(minutes.values()) == {"reused"}
+    assert caplog.text.count("finished earlier, read back") == 2
+    # And the report is built from them with nothing trained.
+    res = rep.run_replication(out, ["dpr-hardneg"], seeds=(1,), n_resamples=200, **budget)
+    assert res["claims"][0]["per_seed"][1]["checks"][0]["id"] == "aar.sentence"
+    assert set(res["setup"]["minutes_per_run"].values()) == {"reused"}

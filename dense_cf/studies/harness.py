@@ -180,9 +180,8 @@ def with_new_defaults(saved: Any, defaults: Any) -> Any:
 
 
 def _report_of(required: str) -> str:
-    """The file that says ``required`` ran: an evaluator's report, or a file name itself
-    (``studies.replicate`` still names files, until it moves onto this harness)."""
-    return required if required.endswith((".json", ".npz")) else evaluators_lib.get(required).report
+    """The file that says evaluator ``required`` ran: its report."""
+    return evaluators_lib.get(required).report
 
 
 def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,

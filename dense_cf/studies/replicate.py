@@ -5,9 +5,11 @@
 
 Every claim of docs/replication.md is a :class:`Claim` in :data:`CLAIMS` (data, not code): the
 paper, where it says so, what it says, the two runs compared (A = the reference, B = the
-method) and the checks (a paired metric and the expected direction). Runs are
+method) and the checks (a paired metric, named by its ``eval.outcomes`` metric id, and the
+expected direction). Runs are
 :class:`RunSpec` entries of :data:`RUNS`, each trained once under ``--out`` and shared by the
-claims that use it:
+claims that use it; :func:`definition` makes them a ``harness.Study`` (a config per run and
+seed) trained by the harness's seed × run loop (``harness.train_study``):
 
 * ``synthetic`` runs: the ablation benchmark (``configs.studies.ablation_row_config``: MiniLM, 2,000
   passages, 300 test questions, batch 16, lr 5e-5) with robustness at K = 0, 1, 2, 5
@@ -30,6 +32,7 @@ needs and the estimated budget, and trains nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Any, Sequence
@@ -44,6 +47,7 @@ from dense_cf.configs.studies import ablation_row_config, dcsr_config
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.claims import Check, claim_verdict, evaluate_checks, expand, not_worse, pool_claim, verdict_text
+from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import atomic_open, code_version, stamp_line, utc_now, write_json
 from dense_cf.mining.evidence import annotate as evidence_lib
 from dense_cf.mining.evidence.scorer import make_scorer
@@ -53,8 +57,9 @@ from dense_cf.studies import harness
 from dense_cf.studies import marginalize as marginalize_lib
 from dense_cf.synthetic import generate as synthetic
 
-__all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "StudySpec", "plan", "plan_studies",
-           "run_replication"]
+__all__ = ["CLAIMS", "RUNS", "STUDIES", "Claim", "RunSpec", "StudySpec", "apply_override",
+           "definition", "plan", "plan_studies", "prepared_config", "run_replication",
+           "train_runs"]
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
@@ -785,9 +790,22 @@ def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "mini
         if spec.study == "synthetic":
             c.eval.robustness_counts = _VARY_WORLD_COUNTS
     for key, value in spec.overrides:
-        node, leaf = key.rsplit(".", 1)
-        c[node][leaf] = value
+        apply_override(c, key, value)
     return c
+
+
+def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
+    """Sets ``config``'s field ``key`` (a dotted path of any depth, e.g. ``eval.jax.dtype``)
+    to ``value``; a path that names no field fails, naming it."""
+    *path, leaf = key.split(".")
+    node = config
+    for i, part in enumerate(path):
+        if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+            raise KeyError(f"override {key}: the config has no section {'.'.join(path[:i + 1])}")
+        node = node[part]
+    if leaf not in node:
+        raise KeyError(f"override {key}: the config has no field {key}")
+    node[leaf] = value
 
 
 def _prepare_world(spec: RunSpec, cfg: ml_collections.ConfigDict) -> None:
@@ -815,22 +833,49 @@ def _prepare_evidence(spec: RunSpec, cfg: ml_collections.ConfigDict) -> None:
 
 
 def _required(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
-    return ("report.json",) + (("aar.json",) if cfg.data.gold_file else ())
+    """The evaluators whose reports make a run finished: retrieval, and AAR where the world
+    has gold triplets (their report files are the ones runs trained before the move onto the
+    harness were checked for, so those directories stay finished)."""
+    return ("retrieval",) + (("aar",) if cfg.data.gold_file else ())
 
 
-def train_run(name: str, out: str, seed: int, **budget: Any) -> tuple[str, int, float | None]:
-    """Trains and evaluates run ``name`` (reused when finished); returns (workdir, step,
-    minutes spent here, None when it was reused)."""
+def prepared_config(name: str, out: str, seed: int, budget: dict[str, Any]
+                    ) -> ml_collections.ConfigDict:
+    """Run ``name``'s config at ``seed`` (:func:`run_config`), after generating its synthetic
+    world and pseudo-evidence (each once; reused when there), so the run can train."""
     cfg = run_config(name, out, seed=seed, **budget)
-    spec = RUNS[name]
-    _prepare_world(spec, cfg)
-    _prepare_evidence(spec, cfg)
-    workdir = harness.run_dir(out, name, seed)
-    t0 = time.perf_counter()
-    _, trained = harness.train_or_reuse(workdir, cfg, required=_required(cfg))
-    if not trained:
-        logging.info("replicate: %s finished, reusing %s", name, workdir)
-    return workdir, int(cfg.train.num_steps), (time.perf_counter() - t0) / 60 if trained else None
+    _prepare_world(RUNS[name], cfg)
+    _prepare_evidence(RUNS[name], cfg)
+    return cfg
+
+
+def definition(claim_ids: Sequence[str], out: str, **budget: Any) -> harness.Study:
+    """The runs the claims need as a harness study: each run a config per seed
+    (:func:`prepared_config`) in ``harness.run_dir(out, name, seed)``, the claims' ``(A, B)``
+    its pairs."""
+    runs = plan(claim_ids)
+    study_runs = tuple(harness.StudyRun(
+        name, functools.partial(prepared_config, name, out, budget=budget),
+        required=_required(run_config(name, out, seed=0, **budget))) for name in runs)
+    pairs = tuple(dict.fromkeys((c.a, c.b) for c in CLAIMS if c.id in claim_ids and not c.study))
+    return harness.Study("replicate", study_runs, pairs)
+
+
+def train_runs(out: str, claim_ids: Sequence[str], seeds: Sequence[int], *,
+               train: harness.Trainer = train_and_evaluate, **budget: Any
+               ) -> tuple[dict[tuple[str, int], tuple[str, int]], dict[str, float | str],
+                          dict[str, dict[str, Any]]]:
+    """Trains (or reuses) every run the claims need at every seed with the harness's seed ×
+    run loop (``harness.train_study``): ``({(run, seed): (workdir, step)}, minutes per
+    "run (seed N)" — "reused" for a run an earlier invocation finished —, run times)``."""
+    trained = harness.train_study(definition(claim_ids, out, **budget), out, seeds, train=train)
+    done, minutes, times = {}, {}, {}
+    for (name, seed), t in trained.items():
+        done[name, seed] = (t.workdir, t.step)
+        times[f"{name} (seed {seed})"] = harness.run_times(t.workdir)
+        # Not read off the time: a tiny run trains in seconds.
+        minutes[f"{name} (seed {seed})"] = round(t.seconds / 60, 2) if t.trained else "reused"
+    return done, minutes, times
 
 
 def _baseline_key(cfg: ml_collections.ConfigDict) -> tuple[str, str, bool]:
@@ -953,21 +998,10 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
     runs = plan(claim_ids)
     os.makedirs(out, exist_ok=True)
     t_start, started = time.perf_counter(), utc_now()
-    done: dict[tuple[str, int], tuple[str, int]] = {}
-    minutes: dict[str, float | str] = {}
-    times: dict[str, dict[str, Any]] = {}
-    jobs = [(s, r) for s in seeds for r in runs]
-    for i, (seed, name) in enumerate(jobs, 1):
-        left = sum(RUNS[r].minutes * steps / 100 for _, r in jobs[i - 1:])
-        logging.info("replicate: run %d of %d: %s (seed %d); elapsed %s, budget left ≈ %s", i,
-                     len(jobs), name, seed, format_duration(time.perf_counter() - t_start),
-                     format_duration(60 * left))
-        workdir, step, spent = train_run(name, out, seed, steps=steps, **budget)
-        done[name, seed] = (workdir, step)
-        times[f"{name} (seed {seed})"] = harness.run_times(workdir)
-        # A run trained by an earlier invocation costs nothing here: said as "reused" (not
-        # read off the time: a tiny run trains in seconds).
-        minutes[f"{name} (seed {seed})"] = "reused" if spent is None else round(spent, 2)
+    logging.info("replicate: %d runs × %d seeds, estimated ≈ %s on the 2-core CPU", len(runs),
+                 len(seeds), format_duration(60 * len(seeds) * steps / 100
+                                             * sum(RUNS[r].minutes for r in runs)))
+    done, minutes, times = train_runs(out, claim_ids, seeds, steps=steps, **budget)
     studies: dict[tuple[str, int], dict[str, Any]] = {}
     for seed in seeds:
         for name in plan_studies(claim_ids):
