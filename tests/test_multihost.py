@@ -46,9 +46,10 @@ pytestmark = pytest.mark.skipif(
 _OVERRIDES = dict(TINY_MAIN_OVERRIDES, **{"mesh.data": 2, "mesh.model": 2})
 
 
-def _cmd(workdir, data_dir, *extra, hook: bool = False) -> list[str]:
-    """``dense_cf.main``; with ``hook``, under helpers.STEP_HOOK (a marker line per step)."""
-    head = ["-c", STEP_HOOK] if hook else ["-m", "dense_cf.main"]
+def _cmd(workdir, data_dir, *extra, hook: bool | str = False) -> list[str]:
+    """``dense_cf.main``; with ``hook``, under helpers.STEP_HOOK (a marker line per step), or
+    under the code ``hook`` names (which ends by running STEP_HOOK)."""
+    head = ["-c", hook if isinstance(hook, str) else STEP_HOOK] if hook else ["-m", "dense_cf.main"]
     return [sys.executable, *head, "--config=configs/picl_nq.py", f"--workdir={workdir}",
             f"--config.data.data_dir={data_dir}",
             *[f"--config.{k}={v}" for k, v in _OVERRIDES.items()], *extra]
@@ -67,12 +68,13 @@ def _env(devices: int, marker=None) -> dict:
 _POPEN = dict(cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _pod(workdir, data_dir, marker=None, *extra) -> list[subprocess.Popen]:
+def _pod(workdir, data_dir, marker=None, *extra, hook: str | None = None
+         ) -> list[subprocess.Popen]:
     """Two hosts of one run, each with 2 of the 4 devices."""
     addr = f"127.0.0.1:{free_port()}"
     return [subprocess.Popen(_cmd(workdir, data_dir, "--distributed=explicit",
                                   f"--coordinator_address={addr}", "--num_processes=2",
-                                  f"--process_id={i}", *extra, hook=marker is not None),
+                                  f"--process_id={i}", *extra, hook=hook or marker is not None),
                              env=_env(2, marker), **_POPEN) for i in range(2)]
 
 
@@ -188,6 +190,79 @@ def test_sigterm_on_one_of_two_hosts_stops_both_at_the_same_step(tmp_path, two_h
     # Each step logged once: the resume starts right after the saved step (nothing repeated).
     assert logged_steps(run) == list(range(1, STEPS + 1))
     assert [r[0] for r in two_hosts["results"][:2]] == [0, 0]
+    a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
+    assert a.step == b.step == STEPS
+    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
+        np.testing.assert_array_equal(x, y)
+
+
+# ------------------------------------------------------ SIGTERM to one host during a save (49 §3)
+# STEP_HOOK, plus: orbax's last act of every save (finalize: the commit marker and the rename of
+# the temporary step into place) appends ``SAVING`` to $STEP_MARKER, waits $SAVE_DELAY_S seconds
+# and, once done, appends ``SAVED``: a background save stays in flight long enough to be hit.
+SAVE_HOOK = """
+import asyncio, os
+from orbax.checkpoint._src.path import atomicity
+_real_finalize = atomicity.AtomicRenameTemporaryPath.finalize
+async def _slow_finalize(self, *a, **kw):
+    with open(os.environ["STEP_MARKER"], "a") as f:
+        f.write("SAVING\\n")
+    await asyncio.sleep(float(os.environ.get("SAVE_DELAY_S", "1.5")))
+    out = await _real_finalize(self, *a, **kw)
+    with open(os.environ["STEP_MARKER"], "a") as f:
+        f.write("SAVED\\n")
+    return out
+atomicity.AtomicRenameTemporaryPath.finalize = _slow_finalize
+""" + STEP_HOOK
+
+
+def test_sigterm_to_one_host_during_a_save_stops_both_cleanly_and_resumes_bit_identical(
+        tmp_path, two_hosts):
+    """Saves every 2 steps, each held in flight 1.5 s in orbax's finalize; SIGTERM goes to host 1
+    (not the coordinator) while step 2's save is in flight. Both hosts stop after the same step
+    within a bounded time, each with one ``preempted:`` line and exit 75; the save in flight is
+    finished and sealed, the step the signal stopped at is saved too, nothing half-written is
+    left (every step directory carries its SHA256SUMS, no ``*.orbax-checkpoint-tmp``); the same
+    command on both resumes from the newest step and ends bit-identical to ``two_hosts``."""
+    from dense_cf import files
+    from dense_cf.parallel.distributed import HEARTBEAT_TIMEOUT_S
+    run, marker = tmp_path / "run", tmp_path / "run.marker"
+    pod = _pod(run, two_hosts["data"], marker, "--config.train.checkpoint_every=2",
+               hook=SAVE_HOOK)
+    t0 = time.monotonic()
+    while "SAVING\n" not in (open(marker).read() if os.path.exists(marker) else ""):
+        if any(p.poll() is not None for p in pod) or time.monotonic() - t0 > 300:
+            pytest.fail("no save began:\n" + pod[0].communicate()[1][-3000:])
+        time.sleep(0.02)
+    pod[1].send_signal(signal.SIGTERM)
+    t_sig = time.monotonic()
+    assert "SAVED\n" not in open(marker).read()  # the save was still in flight at the signal
+    results = communicate_all(pod, timeout=HEARTBEAT_TIMEOUT_S + 60)
+    took = time.monotonic() - t_sig
+    print(f"both hosts exited {took:.1f} s after the SIGTERM; marker: "
+          f"{open(marker).read().split()}")
+    assert took < HEARTBEAT_TIMEOUT_S, took
+    for i, (rc, _, err) in enumerate(results):
+        assert rc == PREEMPTED_EXIT and "Traceback" not in err, (i, rc, err[-3000:])
+        lines = [ln for ln in err.splitlines() if ln.startswith(("preempted:", "error:"))]
+        assert len(lines) == (1 if i == 0 else 0), (i, lines)  # process 0 speaks for the pod
+    (line,) = [ln for ln in results[0][2].splitlines() if ln.startswith("preempted:")]
+    assert line.startswith("preempted: stopped by a signal on another host after saving step "), line
+    step = int(line.split("after saving step ")[1].split()[0])
+    ckpts = run / "checkpoints"
+    left = sorted(os.listdir(ckpts))
+    assert all(d.isdigit() for d in left), left  # no *.orbax-checkpoint-tmp
+    assert sorted(int(d) for d in left) == sorted({2, step}), left  # the one in flight too
+    for d in left:  # every step complete and sealed: a restart trusts only finished saves
+        assert files.check_sums(ckpts / d / files.SUMS_NAME), d
+        assert all(why is None for _, why in files.check_sums(ckpts / d / files.SUMS_NAME)), d
+    assert max(logged_steps(run)) == step  # no step ran after the saved one
+
+    resumed = communicate_all(_pod(run, two_hosts["data"], marker), timeout=300)
+    for rc, _, err in resumed:
+        assert rc == 0, err[-3000:]
+    assert f"restored step {step}" in resumed[0][2]
+    assert logged_steps(run) == list(range(1, STEPS + 1))
     a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
     assert a.step == b.step == STEPS
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
