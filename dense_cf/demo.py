@@ -145,7 +145,7 @@ def untrained_row(aar: dict[str, Any]) -> dict[str, Any]:
 
 
 def seed_rows(results: dict[str, dict], method_seed: dict[str, tuple[str, int]]) -> list[dict]:
-    """Numeric figures per run for the spread over seeds: method, seed, top-k (%), MRR (×100),
+    """Numeric figures per run for the spread over seeds: method, seed, top-k (%), MRR ×100,
     AAR and AA score (%)."""
     rows = []
     for name, s in results.items():

@@ -3,7 +3,7 @@
 
 ``python tools/rederive_claims.py [--results docs/results]`` prints one markdown row per claim
 (seed 0, and the pooled test where several seeds are stored). Each claim's checks come from
-the registry (``studies.replicate.CLAIMS``, with its margins, keyed by metric id); the stored
+the registry (``studies.registry.CLAIMS``, with its margins, keyed by metric id); the stored
 rows from the machine-readable siblings of the reports (``x.rows.json`` beside ``x.md``: their
 paired tables keyed by metric id, ``eval.report.write_rows``): the per-claim tables of
 ``replicate_*``, the paired tables of the data-stats, multihop and demo reports. The markdown is
@@ -19,7 +19,7 @@ import os
 from dense_cf.eval import claims as C
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval.report import read_rows
-from dense_cf.studies.replicate import CLAIMS
+from dense_cf.studies.registry import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
            "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
@@ -129,7 +129,7 @@ def rederive(results: str = "docs/results") -> list[dict]:
         unregistered = sorted(s for (i, s) in stored if i == c.id and s not in c.seeds)
         if unregistered:
             raise ValueError(f"{c.id}: stored seeds {unregistered} are not registered "
-                             f"(studies.replicate.CLAIMS seeds {c.seeds}); register them first")
+                             f"(studies.registry.CLAIMS seeds {c.seeds}); register them first")
         for s in sorted(s for (i, s) in stored if i == c.id):
             table = stored[c.id, s]
             checks = C.expand(c.checks, [r["id"] for r in table], keep_empty=False)

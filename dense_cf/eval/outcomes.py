@@ -292,6 +292,9 @@ class Outcomes:
     method: str | None = None
 
     def __post_init__(self) -> None:
+        per_run = [m.id for m in self.metrics if m.kind not in _VALUE_TYPES]
+        if per_run:
+            raise ValueError(f"outcomes: {per_run} have no per-item values (kind rho)")
         ids = [m.id for m in self.metrics]
         if sorted(ids) != sorted(self.values):
             raise ValueError(f"outcomes: values for {sorted(self.values)} but metrics "

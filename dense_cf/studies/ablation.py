@@ -209,8 +209,9 @@ def markdown(result: dict[str, Any]) -> str:
              "AA triplets"]),
         "## Results (95 % intervals)\n\n" + report_lib.markdown_table(table, ["row", *METRICS])
         + "\n\nTop-k and AAR / AA in %, MRR ×100 (Wilson intervals for rates, percentile "
-          "bootstrap for MRR and the gaps). gap = mean sim(q,p+) − sim(q,p*) with the answer "
-          "sentence removed (AAR's p*); AA gap = the same with the answer string removed (the AA "
+          f"bootstrap for MRR and the gaps). gap = {outcomes.metric('aar.sentence.gap').label}: "
+          "p* with the answer sentence removed (AAR's p*); AA gap = "
+          f"{outcomes.metric('aar.answer.gap').label}: the answer string removed (the AA "
           "score's p*).",
     ]
     if result["seed_spread"]:
