@@ -272,6 +272,28 @@ def test_heldout_family_next_to_unchanged_pstar(robust, tmp_path):
     assert "K=3 distractors: top-1" in metrics and "K=3 held-out distractors: top-1" in metrics
 
 
+def test_heldout_kinds_select_the_opt_in_rule_paraphrase(robust, tmp_path):
+    """``heldout_kinds`` (``eval.robustness_heldout_kinds``, issue 50) selects the held-out
+    kinds; with rule_paraphrase alone K=1 adds one, the skipped passages are reported."""
+    from dense_cf.eval.robustness import evaluate_robustness
+    workdir, run, result = robust
+    got = evaluate_robustness(workdir, counts=(0, 1), max_distractors=1, run=run, k=K_DEPTH,
+                              ks=KS, out_dir=str(tmp_path), heldout=True,
+                              heldout_kinds=("rule_paraphrase",))
+    h = got["heldout"]
+    s = h["distractor_stats"]
+    assert h["kinds"] == ["rule_paraphrase"] and s["built_rule_paraphrase"] == h["n_questions"]
+    assert s["questions_evaluated"] + s["questions_without_distractors"] == s["triplets"]
+    assert "skipped_rule_paraphrase" in s and "built_value_swap" not in s
+    assert h["table"][1]["retrieved_own_distractors_with_answer"] == 0
+    md = open(tmp_path / "robustness.md").read()
+    assert "## Held-out distractors (rule paraphrase)" in md
+    assert "passages it cannot apply to" in md and "fixed rule set" in md
+    rows = [json.loads(line) for line in open(tmp_path / "robustness_heldout_distractors.jsonl")]
+    assert all(r["kinds"] == ["rule_paraphrase"] for r in rows)
+    assert not any(has_answer(r["answers"], d) for r in rows for d in r["distractors"])
+
+
 def test_table_is_unchanged_when_the_export_is_reused(robust, tmp_path):
     """Issue 46: robustness encodes only the distractors and questions when the run's export
     exists (the retrieval evaluation's); the table equals the one whose export it made itself."""

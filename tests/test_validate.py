@@ -88,3 +88,18 @@ def test_the_binary_fails_at_once_with_one_line():
                       "answer, evidence (did you mean 'window'?)"]
     assert "Traceback" not in r.stderr and not os.path.exists("/nonexistent/never/created")
     print(f"failed after {elapsed:.1f} s (interpreter start and imports included)")
+
+
+def test_heldout_kinds_are_registered_names():
+    """eval.robustness_heldout_kinds (issue 50): names of synthetic.distractors.KINDS, distinct."""
+    c = demo.get_config("picl")
+    c.eval.robustness_heldout_kinds = ("value_swap", "rule_paraphrse")
+    assert problems(c, check_files=False) == [
+        "config.eval.robustness_heldout_kinds[]='rule_paraphrse' is not one of value_swap, "
+        "paraphrase, namesake, rule_paraphrase (did you mean 'rule_paraphrase'?)"]
+    c.eval.robustness_heldout_kinds = ("namesake", "namesake")
+    assert problems(c, check_files=False) == [
+        "config.eval.robustness_heldout_kinds=('namesake', 'namesake') must name distinct kinds "
+        "(at least one)"]
+    c.eval.robustness_heldout_kinds = ("paraphrase", "rule_paraphrase")
+    assert problems(c, check_files=False) == []

@@ -2,7 +2,7 @@
 
     python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \
         [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax] \
-        [--heldout]
+        [--heldout [--heldout_kinds value_swap,paraphrase,namesake,rule_paraphrase]]
 
 Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
 and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
@@ -46,6 +46,11 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the distractor sentence orders.
 _HELDOUT = flags.DEFINE_bool(
     "heldout", None, "Also the held-out distractor family (value swaps, paraphrases, namesakes; "
     "default: the config's eval.robustness_heldout).", flag_values=FLAGS)
+_HELDOUT_KINDS = flags.DEFINE_list(
+    "heldout_kinds", None, "Held-out kinds and their round-robin order, e.g. "
+    "value_swap,paraphrase,namesake,rule_paraphrase or rule_paraphrase alone (default: the "
+    "config's eval.robustness_heldout_kinds; names: synthetic.distractors.KINDS).",
+    flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -56,7 +61,8 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
         res = evaluate_robustness(workdir, run=run, counts=[int(c) for c in _COUNTS.value],
                                   max_distractors=_MAX_DISTRACTORS.value, gold_path=_DATA["gold"].value,
                                   qa_path=_DATA["qa"].value, corpus_path=_DATA["corpus"].value, seed=_SEED.value,
-                                  index_kind=_DATA["index"].value, heldout=_HELDOUT.value)
+                                  index_kind=_DATA["index"].value, heldout=_HELDOUT.value,
+                                  heldout_kinds=_HELDOUT_KINDS.value)
         table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
                      "distractors_per_question_actual": e["distractors_per_question_actual"]}
                  for K, e in res["table"].items()}

@@ -198,6 +198,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
     c.eval.robustness_heldout = False           # also held-out distractors (value swaps,
                                                 # paraphrases, namesakes) beside the p*-style ones
+    # Held-out kinds and their round-robin order (synthetic.distractors.KINDS); the default is
+    # today's (K=5 = value swap, paraphrase, namesake, value swap, paraphrase). Issue 50's
+    # "rule_paraphrase" is opt-in: appending it would change what a K holds.
+    c.eval.robustness_heldout_kinds = ("value_swap", "paraphrase", "namesake")
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1                            # all devices not used by `model`

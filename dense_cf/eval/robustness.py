@@ -45,9 +45,11 @@ Set-up and decisions:
   world's alternative templates and reordered (answer sentence dropped), and a namesake's
   passage (same name, other disambiguator, own value). Kinds alternate in that order; a kind
   that cannot be built for a question is counted (``questions_without_<kind>``), and every
-  held-out distractor is checked answer-free. Its results go under ``"heldout"`` in
-  robustness.json (the p* keys are unchanged) and compare rows are named "K=5 held-out
-  distractors: top-1" beside the p* family's "K=5 distractors: top-1".
+  held-out distractor is checked answer-free. ``eval.robustness_heldout_kinds`` (``--heldout_kinds``)
+  selects other registered kinds and their order (``synthetic.distractors.KINDS``, e.g. the
+  opt-in ``rule_paraphrase`` of issue 50); the default is today's three, so a K keeps its mix.
+  Its results go under ``"heldout"`` in robustness.json (the p* keys are unchanged) and
+  compare rows are named "K=5 held-out distractors: top-1" beside the p* family's "K=5 distractors: top-1".
 
 Writes ``robustness.json``, ``robustness.md``, ``robustness.png`` (and the distractor texts,
 ``robustness_distractors.jsonl``; with ``heldout`` also ``robustness_heldout_distractors.jsonl``)
@@ -76,7 +78,7 @@ from dense_cf.index import kinds as index_kinds
 from dense_cf.progress import Progress
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
-from dense_cf.synthetic.distractors import HELDOUT_KINDS, heldout_variants, namesake_index
+from dense_cf.synthetic.distractors import HELDOUT_KINDS, KINDS, check_kinds, heldout_variants, namesake_index
 from dense_cf.text.answers import find_answer_spans
 from dense_cf.text.counterfactuals import distractor_variants
 from dense_cf.train.run import Run, RunDir, load_run
@@ -131,17 +133,21 @@ def _question_seed(seed: int, question: str) -> int:
 
 def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: str = "string",
                       window_words: int = 5, family: str = "pstar",
-                      namesakes: Mapping[str, Sequence[str]] | None = None) -> DistractorSet:
+                      namesakes: Mapping[str, Sequence[str]] | None = None,
+                      kinds: Sequence[str] = HELDOUT_KINDS) -> DistractorSet:
     """``distractor_variants`` of every triplet's gold context, without the answers of every
     question sharing that context; questions whose own answer does not match their gold
     context, or that get no variant, are left out and counted (see the module docstring).
 
     ``family="heldout"``: ``synthetic.distractors.heldout_variants`` instead (value swaps,
-    paraphrases, namesakes; ``namesakes`` = ``namesake_index`` of the corpus titles); the
-    stats then count, per kind, the questions that got none (``questions_without_<kind>``).
+    paraphrases, namesakes; ``namesakes`` = ``namesake_index`` of the corpus titles; ``kinds``
+    the held-out kinds and their order); the stats then count, per kind, the questions that got
+    none (``questions_without_<kind>``) and, for a kind with a skip rule, the passages it
+    cannot apply to (``skipped_<kind>``).
     """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    kinds = check_kinds(kinds)
     by_context: dict[tuple[str, str], list[str]] = {}
     for t, c, a in zip(triplets.titles, triplets.contexts, triplets.answers):
         group = by_context.setdefault((t, c), [])
@@ -153,9 +159,11 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
         out.variant_titles, out.kinds = [], []
         # Per kind: built distractors, failed draws, questions that got none (the last only
         # when max_distractors reaches every kind of the round robin).
-        for kind in HELDOUT_KINDS:
+        for kind in kinds:
             gen[f"built_{kind}"] = gen[f"failed_draws_{kind}"] = 0
-            if max_distractors >= len(HELDOUT_KINDS):
+            if KINDS[kind].skip is not None:
+                gen[f"skipped_{kind}"] = 0
+            if max_distractors >= len(kinds):
                 gen[f"questions_without_{kind}"] = 0
         gen["namesake_world"] = gen["namesake_built"] = 0
     without, sizes = 0, []
@@ -168,10 +176,10 @@ def build_distractors(triplets, max_distractors: int, *, seed: int = 0, mode: st
         if family == "heldout":
             hv = heldout_variants(t, c, by_context[(t, c)], max_distractors,
                                   _question_seed(seed, q), namesakes=namesakes, mode=mode,
-                                  stats=gen)
+                                  stats=gen, kinds=kinds)
             v = [x[2] for x in hv]
-            for kind in HELDOUT_KINDS:
-                if max_distractors >= len(HELDOUT_KINDS) and not any(x[0] == kind for x in hv):
+            for kind in kinds:
+                if max_distractors >= len(kinds) and not any(x[0] == kind for x in hv):
                     gen[f"questions_without_{kind}"] = gen.get(f"questions_without_{kind}", 0) + 1
         else:
             v = distractor_variants(c, by_context[(t, c)], max_distractors,
@@ -330,7 +338,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                         out_dir: str | None = None, ks: Sequence[int] | None = None,
                         k: int | None = None, seed: int = 0,
                         window_words: int = 5, index_kind: str | None = None,
-                        heldout: bool | None = None) -> dict[str, Any]:
+                        heldout: bool | None = None,
+                        heldout_kinds: Sequence[str] | None = None) -> dict[str, Any]:
     """Top-k / MRR vs. K near-duplicate distractors per question (docs/method.md §5, EADPR Fig. 5).
 
     Returns (and writes as ``robustness.json``) ``{"table": {K: {"top_k", "mrr",
@@ -343,6 +352,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     ``heldout`` (default ``eval.robustness_heldout``): also the held-out family (value swaps, paraphrases, namesakes;
     :mod:`dense_cf.synthetic.distractors`) on the same corpus, under ``result["heldout"]``
     (the same keys as the p* family's, plus ``kinds``); the p* numbers do not change.
+    ``heldout_kinds`` (default ``eval.robustness_heldout_kinds``, else :data:`HELDOUT_KINDS`):
+    the held-out kinds and their round-robin order.
     """
 
     counts = _check_counts(counts, max_distractors)
@@ -354,6 +365,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     index_kind = index_kind or cfg.eval.index
     if heldout is None:
         heldout = bool(cfg.eval.get("robustness_heldout", False))
+    heldout_kinds = check_kinds(heldout_kinds or cfg.eval.get("robustness_heldout_kinds",
+                                                              HELDOUT_KINDS))
     timing: dict[str, float] = {}
 
     triplets = aar.load_triplets(resolve_data_file(cfg.data, "gold_file", gold_path),
@@ -395,7 +408,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     if heldout:
         t0 = time.perf_counter()
         hset = build_distractors(triplets, max_distractors, seed=seed, mode=mode,
-                                 family="heldout", namesakes=namesake_index(corpus.titles))
+                                 family="heldout", namesakes=namesake_index(corpus.titles),
+                                 kinds=heldout_kinds)
         if not hset.questions:
             raise ValueError(f"no question has a held-out distractor: {hset.stats} {hset.fates}")
         logging.info("robustness (held-out): %d of %d gold records evaluated; %s",
@@ -404,7 +418,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
         h_table, h_first, h_corpus = _search_family(hset, base, hd_emb, hq_emb, corpus, counts,
                                                     k, ks, mode, index_kind, label="held-out ")
         timing["heldout_s"] = time.perf_counter() - t0
-        held = {"family": "heldout", "kinds": list(HELDOUT_KINDS),
+        held = {"family": "heldout", "kinds": list(heldout_kinds),
                 "n_questions": len(hset.questions), "triplet_fates": hset.fates.to_json(),
                 "distractor_stats": hset.stats, "table": h_table, "questions": hset.questions,
                 "first_hit_rank": h_first, "first_corpus_hit_rank": h_corpus}
@@ -443,8 +457,8 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
                                         hset.kinds, hset.variants):
                 f.write(json.dumps({"question": q, "answers": a, "titles": ts, "kinds": ks_,
                                     "distractors": v}, ensure_ascii=False) + "\n")
-        extra = [("Held-out distractors (value swap, paraphrase, namesake)", _heldout_text(
-            held, name, max_distractors))]
+        extra = [(f"Held-out distractors ({', '.join(k.replace('_', ' ') for k in held['kinds'])})",
+                  _heldout_text(held, name, max_distractors))]
     s = dset.stats
     detail = [{"K": K, "corpus": e["corpus_size"], "distractors/q": e["distractors_per_question_actual"],
                "questions short": e["questions_short"],
@@ -483,11 +497,12 @@ def _heldout_text(held: Mapping[str, Any], name: str, max_distractors: int) -> s
     s = held["distractor_stats"]
     kinds = ", ".join(f"{k}: {s.get('built_' + k, 0)} built, "
                       f"{s.get('questions_without_' + k, 'n/a')} questions without one"
+                      + (f", {s['skipped_' + k]} passages it cannot apply to"
+                         if 'skipped_' + k in s else "")
                       for k in held["kinds"])
+    what = ", ".join(KINDS[k].description for k in held["kinds"])
     return (robustness_table({f"{name} held-out": held}) + "\n\n"
-            f"Distractors unlike the training p*: the answer value swapped for another of its "
-            f"type, the other sentences paraphrased with the world's alternative templates and "
-            f"reordered (answer sentence dropped), a same-named entity's passage "
+            f"Distractors unlike the training p*: {what} "
             f"(dense_cf.synthetic.distractors); kinds alternate in that order, up to "
             f"{max_distractors} per question. {held['n_questions']} questions "
             f"({s['questions_without_distractors']} left out). Per kind: {kinds}. Namesakes: "

@@ -19,15 +19,34 @@ held-out family is built differently, from the synthetic world's vocabulary and 
   The text is the positive's with the disambiguator replaced and the answer value swapped
   (the namesake has its own value of the fact); the title names the namesake.
 
+* ``rule_paraphrase`` (issue 50; opt-in, not in :data:`HELDOUT_KINDS`): the answer sentence
+  KEPT with its value withheld (each answer match replaced by an indefinite phrase of the
+  value's type, "an unrecorded year", "an unnamed town", "an unrecorded number of works"), the
+  passage reworded by a fixed rule set of this module that shares nothing with the world's
+  templates (:data:`_LEXICON` word and phrase substitutions, a leading adverbial such as "In
+  1923," moved to the end of its sentence), and the withheld evidence sentence moved to
+  another position. It is not a template swap: no statement of ``templates.py`` is used, and
+  the evidence wording that the question overlaps stays (the training p* drops it), so it is
+  EADPR's "mimic the context of the evidence passage but leave out the key evidence" with the
+  highest surface overlap with the question of any kind. A passage where it cannot apply (no
+  answer match, an answer of no known type, no rule matches) is counted as skipped
+  (``skipped_rule_paraphrase`` and ``skipped_rule_paraphrase_<reason>``), never dropped silently.
+
+Kinds are a registry (:data:`KINDS`); :data:`HELDOUT_KINDS` is the default selection and its
+order, unchanged since issue 32 so that a K keeps its mix (K=5: value swap, paraphrase,
+namesake, value swap, paraphrase). A caller selects others with ``kinds=`` (config
+``eval.robustness_heldout_kinds``).
+
 Every candidate is checked with DPR's ``has_answer`` against all the answers it must lack;
 one that still matches is dropped and counted. All functions are pure given the ``rng``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from dense_cf.synthetic.templates import FACTS_BY_TYPE, INTROS
 from dense_cf.synthetic.vocab import (
@@ -53,12 +72,16 @@ from dense_cf.synthetic.vocab import (
     TRAVEL,
 )
 from dense_cf.synthetic.world import _VALUE_MAKERS, _a, _cap
-from dense_cf.text.answers import find_answer_spans, has_answer
+from dense_cf.text.answers import dpr_tokenize, find_answer_spans, has_answer
 from dense_cf.text.sentences import split_sentences
 
-__all__ = ["HELDOUT_KINDS", "heldout_variants", "namesake", "namesake_index", "paraphrase",
-           "paraphrase_sentence", "same_type_value", "value_kind", "value_swap"]
+__all__ = ["HELDOUT_KINDS", "KINDS", "Kind", "check_kinds", "heldout_variants", "namesake",
+           "namesake_index", "paraphrase", "paraphrase_sentence", "rule_paraphrase",
+           "token_recall",
+           "rule_paraphrase_skip", "same_type_value", "value_kind", "value_swap"]
 
+# The default selection and round-robin order (stored results use it; do not reorder or append:
+# that changes what a K holds). Every registered kind is in KINDS.
 HELDOUT_KINDS: tuple[str, ...] = ("value_swap", "paraphrase", "namesake")
 _TRIES = 20  # draws per candidate before a kind gives up (values pools are far larger)
 
@@ -355,42 +378,223 @@ def namesake(title: str, text: str, answers: Sequence[str], rng: random.Random,
 
 
 # ---------------------------------------------------------------------------------------------
+# Paraphrase by this module's own rules, the evidence kept with its value withheld and moved.
+# ---------------------------------------------------------------------------------------------
+# Value type (value_kind) -> an indefinite phrase that names the type, not the value. "amount"
+# keeps its unit ("an unrecorded number of years"), so the sentence keeps its wording.
+_WITHHELD: dict[str, str] = {
+    "year": "an unrecorded year", "date": "an unrecorded date",
+    "amount": "an unrecorded number of {unit}", "count": "an unrecorded number of",
+    "subject": "an unrecorded subject", "travel": "by some unrecorded means",
+    "finance": "by some unrecorded means", "selection": "by some unrecorded procedure",
+    "access": "by an unrecorded route", "known_for": "something the records do not name",
+    "industry": "an unrecorded trade", "theme": "an unrecorded theme",
+    "inspiration": "an unrecorded source", "praise": "qualities the records do not name",
+    "person": "a person whose name is not recorded", "place": "an unnamed town",
+    "river": "an unnamed river", "landmark": "an unnamed landmark", "award": "an unnamed award",
+    "publisher": "an unnamed publisher", "ensemble": "an unnamed ensemble",
+    "street": "an unnamed street", "venue": "an unnamed venue", "org": "an unnamed organisation",
+}
+# Lower-case words and phrases -> rewordings (whole words; capitalised names are never touched).
+# Chosen by hand from the world's frequent function words, none of them a template's slot.
+_LEXICON: dict[str, tuple[str, ...]] = {
+    "several": ("various", "a number of"), "many": ("numerous",), "often": ("frequently",),
+    "appeared later": ("appeared afterwards",), "small": ("little",), "short": ("brief",),
+    "mostly": ("mainly",), "mainly": ("chiefly",), "remained": ("stayed",),
+    "stayed": ("remained",), "received": ("got",), "died": ("passed away",),
+    "founded": ("established",), "moved": ("relocated",), "married": ("wed",),
+    "lived": ("resided",), "restored": ("renovated",), "complete": ("full",),
+    "detailed": ("thorough",), "difficult": ("hard",), "close to": ("near",),
+    "went through": ("underwent",), "quiet": ("peaceful",), "travelled": ("journeyed",),
+    "translated into": ("rendered into",), "reissued": ("re-released",),
+    "remembered": ("recalled",), "usually": ("typically",), "dominates": ("towers over",),
+    "warmly": ("fondly",), "rare": ("scarce",), "every week": ("each week",),
+    "went to school": ("attended school",), "largest": ("biggest",), "old": ("former",),
+    "began": ("started",), "worked": ("was employed",), "published": ("issued",),
+    "sometimes": ("at times",), "best known": ("most famous",),
+    "known for": ("famous for",),
+}
+_LEXICON_RE = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _LEXICON), key=len,
+                                                   reverse=True)) + r")\b")
+# A leading adverbial ("In 1923, ", "After a short illness, ") moved to the end of the sentence.
+_FRONT_RE = re.compile(r"(?P<prep>In|By|After|Within|During|Before|Since|At) "
+                       r"(?P<adv>[^,]{1,60}), (?P<rest>.+)\.")
+_THE_RE = re.compile(r"\b[Tt]he $")
+
+
+def _withheld_phrase(value: str) -> str | None:
+    """The :data:`_WITHHELD` phrase of ``value``'s type; None for a type the world does not make."""
+    kind = value_kind(value)
+    if kind is None:
+        return None
+    m = _AMOUNT_RE.fullmatch(value.strip()) if kind == "amount" else None
+    return _WITHHELD[kind].format(unit=m.group(2) if m else "")
+
+
+def _withhold(sentence: str, answers: Sequence[str], mode: str) -> str | None:
+    """``sentence`` with every answer match replaced by its :func:`_withheld_phrase` (a "the"
+    before it dropped: "joined the X" -> "joined an unnamed organisation"); None if a match's
+    type is unknown. Unchanged when nothing matches."""
+    repl: list[tuple[int, int, str]] = []
+    for s, e in find_answer_spans(sentence, answers, mode=mode):
+        phrase = _withheld_phrase(sentence[s:e])
+        if phrase is None:
+            return None
+        the = _THE_RE.search(sentence[:s])
+        repl.append((the.start() if the else s, e, phrase))
+    return _cap(_replace_spans(sentence, repl)) if repl else sentence
+
+
+def _reword(sentence: str, rng: random.Random) -> str:
+    """:data:`_LEXICON` substitutions and a leading adverbial moved to the end."""
+    out = _LEXICON_RE.sub(lambda m: rng.choice(_LEXICON[m.group(1)]), sentence)
+    m = _FRONT_RE.fullmatch(out)
+    if m:
+        out = f"{_cap(m['rest'])} {m['prep'].lower()} {m['adv']}."
+    return out
+
+
+def _rule_applies(sentence: str) -> bool:
+    return bool(_LEXICON_RE.search(sentence) or _FRONT_RE.fullmatch(sentence))
+
+
+def rule_paraphrase_skip(text: str, answers: Sequence[str], mode: str = "string") -> str | None:
+    """Why :func:`rule_paraphrase` cannot apply to ``text`` ("no_answer_match",
+    "unknown_value_type", "no_rule"), or None when it can. Pure: no draw is needed to know."""
+    spans = find_answer_spans(text, answers, mode=mode)
+    if not spans:
+        return "no_answer_match"
+    if any(_withheld_phrase(text[s:e]) is None for s, e in spans):
+        return "unknown_value_type"
+    sents = [" ".join(text[s:e].split()) for s, e in split_sentences(text)]
+    return None if any(_rule_applies(x) for x in sents) else "no_rule"
+
+
+def rule_paraphrase(text: str, answers: Sequence[str], rng: random.Random, *,
+                    mode: str = "string") -> str | None:
+    """``text`` reworded by this module's rules (:func:`_reword`), every answer match
+    withheld (:func:`_withhold`), and the first withheld (evidence) sentence moved to another
+    position drawn from ``rng``; None when :func:`rule_paraphrase_skip` gives a reason or an
+    answer remains (a new match formed by the rewording)."""
+    if rule_paraphrase_skip(text, answers, mode) is not None:
+        return None
+    sents = [" ".join(text[s:e].split()) for s, e in split_sentences(text)]
+    held = [_withhold(x, answers, mode) for x in sents]
+    if any(h is None for h in held):  # a match that only the sentence split exposes
+        return None
+    evidence = [i for i, (x, h) in enumerate(zip(sents, held)) if h != x]
+    out = [_reword(h, rng) for h in held]  # type: ignore[arg-type]
+    if evidence and len(out) > 1:
+        i = evidence[0]
+        j = rng.choice([p for p in range(len(out)) if p != i])
+        out.insert(j, out.pop(i))
+    joined = " ".join(out)
+    return None if has_answer(answers, joined, mode) else joined
+
+
+def token_recall(reference: str, text: str) -> float:
+    """Share of ``reference``'s distinct lower-cased DPR tokens (``dpr_tokenize``, punctuation
+    left out) that occur in ``text``: the surface overlap a lexical matcher sees; 0 for a
+    reference without tokens."""
+    def words(x: str) -> set[str]:
+        return {t.lower() for t, _, _ in dpr_tokenize(x) if t[0].isalnum()}
+    ref = words(reference)
+    return len(ref & words(text)) / len(ref) if ref else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
 # The family.
 # ---------------------------------------------------------------------------------------------
+Builder = Callable[[str, str, Sequence[str], random.Random,
+                    "Mapping[str, Sequence[str]] | None", str], "tuple[str, str, str] | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A held-out kind: ``build(title, text, answers, rng, namesakes, mode)`` draws one
+    (title, text, note) or None (a failed draw); ``skip(text, answers, mode)`` (optional) says
+    without drawing why the kind cannot apply to a passage (counted as ``skipped_<kind>``)."""
+
+    build: Builder
+    description: str
+    skip: Callable[[str, Sequence[str], str], str | None] | None = None
+
+
+def _text_kind(fn: Callable[..., str | None]) -> Builder:
+    def build(title, text, answers, rng, namesakes, mode):
+        t = fn(text, answers, rng, mode=mode)
+        return None if t is None else (title, t, "")
+    return build
+
+
+def _namesake_build(title, text, answers, rng, namesakes, mode):
+    return namesake(title, text, answers, rng, namesakes, mode=mode)
+
+
+# The registry. Descriptions are the robustness report's words (eval.robustness).
+KINDS: dict[str, Kind] = {
+    "value_swap": Kind(_text_kind(value_swap), "the answer value swapped for another of its type"),
+    "paraphrase": Kind(_text_kind(paraphrase),
+                       "the other sentences paraphrased with the world's alternative templates "
+                       "and reordered (answer sentence dropped)"),
+    "namesake": Kind(_namesake_build, "a same-named entity's passage"),
+    "rule_paraphrase": Kind(_text_kind(rule_paraphrase),
+                            "the passage reworded by a fixed rule set (not the world's templates) "
+                            "with the answer sentence kept, its value withheld, and moved",
+                            skip=rule_paraphrase_skip),
+}
+
+
+def check_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
+    """``kinds`` as a tuple; ValueError naming the problem when one is unknown, repeated, or
+    none is given."""
+    kinds = tuple(kinds)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds or len(set(kinds)) != len(kinds):
+        raise ValueError(f"held-out kinds must be distinct names of {tuple(KINDS)}, got "
+                         f"{kinds}" + (f" (unknown: {unknown})" if unknown else ""))
+    return kinds
+
+
 def _candidates(kind: str, title: str, text: str, answers: Sequence[str], rng: random.Random,
                 namesakes: Mapping[str, Sequence[str]] | None, mode: str
                 ) -> Iterator[tuple[str, str, str] | None]:
     """Endless (title, text, note) draws of one kind (None: a failed draw)."""
+    build = KINDS[kind].build
     while True:
-        if kind == "value_swap":
-            t = value_swap(text, answers, rng, mode=mode)
-            yield None if t is None else (title, t, "")
-        elif kind == "paraphrase":
-            t = paraphrase(text, answers, rng, mode=mode)
-            yield None if t is None else (title, t, "")
-        else:
-            yield namesake(title, text, answers, rng, namesakes, mode=mode)
+        yield build(title, text, answers, rng, namesakes, mode)
 
 
 def heldout_variants(title: str, text: str, answers: Sequence[str], k: int, seed: int, *,
                      namesakes: Mapping[str, Sequence[str]] | None = None,
-                     mode: str = "string", stats: dict[str, int] | None = None
-                     ) -> list[tuple[str, str, str]]:
+                     mode: str = "string", stats: dict[str, int] | None = None,
+                     kinds: Sequence[str] = HELDOUT_KINDS) -> list[tuple[str, str, str]]:
     """Up to ``k`` distinct held-out distractors of a gold passage: (kind, title, text).
 
-    Kinds alternate in :data:`HELDOUT_KINDS` order (K=1: a value swap; K=3: one of each), a
-    kind that cannot be built is skipped. ``answers`` are all the answers the distractors
-    must lack (every question sharing the passage). ``stats`` counts ``built_<kind>``,
-    ``failed_draws_<kind>`` and ``namesake_from_world`` / ``namesake_built``. Deterministic
-    in ``seed``. Raises RuntimeError if a distractor would contain an answer (a bug).
+    Kinds alternate in ``kinds`` order (default :data:`HELDOUT_KINDS`: K=1 a value swap, K=3
+    one of each), a kind that cannot be built is skipped. ``answers`` are all the answers the
+    distractors must lack (every question sharing the passage). ``stats`` counts
+    ``built_<kind>``, ``failed_draws_<kind>``, ``namesake_from_world`` / ``namesake_built``,
+    and for a kind with a ``skip`` rule (:class:`Kind`) ``skipped_<kind>`` and
+    ``skipped_<kind>_<reason>`` (passages it cannot apply to). Deterministic in ``seed``.
+    Raises RuntimeError if a distractor would contain an answer (a bug).
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
+    kinds = check_kinds(kinds)
     stats = stats if stats is not None else {}
     rng = random.Random(seed)
     gens = {kind: _candidates(kind, title, text, answers, rng, namesakes, mode)
-            for kind in HELDOUT_KINDS}
-    alive = list(HELDOUT_KINDS)
+            for kind in kinds}
+    alive = []
+    for kind in kinds:
+        skip = KINDS[kind].skip
+        reason = skip(text, answers, mode) if skip is not None and k > 0 else None
+        if reason is None:
+            alive.append(kind)
+            continue
+        for key in (f"skipped_{kind}", f"skipped_{kind}_{reason}"):
+            stats[key] = stats.get(key, 0) + 1
     seen = {(title, " ".join(text.split()))}
     out: list[tuple[str, str, str]] = []
     while len(out) < k and alive:

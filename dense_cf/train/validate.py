@@ -23,6 +23,8 @@ from dense_cf.inputs.cf_masks import STRATEGIES as CF_STRATEGIES
 from dense_cf.inputs.source import PIPELINES
 from dense_cf.models.bert import ATTENTION_IMPLS, DTYPES, HIDDEN_ACTS, REMAT_POLICIES
 from dense_cf.models.dual_encoder import POOLINGS
+from dense_cf.synthetic.distractors import HELDOUT_KINDS
+from dense_cf.synthetic.distractors import KINDS as HELDOUT_KIND_REGISTRY
 from dense_cf.synthetic.world import HARD_NEGATIVES, WORLDS
 from dense_cf.text.answers import MODES as ANSWER_MODES
 from dense_cf.text.counterfactuals import TEXT_STRATEGIES
@@ -129,6 +131,12 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
         _enum(out, "eval.aar_strategies[]", s, TEXT_STRATEGIES)
     for c in ev.robustness_counts:
         _range(out, "eval.robustness_counts[]", c, 0)
+    kinds = tuple(ev.get("robustness_heldout_kinds", HELDOUT_KINDS))
+    for kind in kinds:
+        _enum(out, "eval.robustness_heldout_kinds[]", kind, tuple(HELDOUT_KIND_REGISTRY))
+    if not kinds or len(set(kinds)) != len(kinds):
+        out.append(f"config.eval.robustness_heldout_kinds={kinds} must name distinct kinds "
+                   "(at least one)")
     for b in ev.length_buckets:
         _range(out, "eval.length_buckets[]", b, 1)
     if config.mesh.data != -1:
