@@ -5,6 +5,7 @@ summary over seeds."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -216,14 +217,14 @@ def test_finished_eval_dir_ignores_added_token_init_for_methods_without_added_to
 
 @pytest.mark.parametrize("name", ["replicate", "ablation", "multihop", "marginalize",
                                   "data_stats", "dcsr"])
-def test_former_bench_commands_import_the_studys_main(name):
-    # python -m dense_cf.bench.<name> runs bench/<name>/__main__.py: the study's main and
-    # FLAGS, imported (no runpy, no second copy of the binary).
-    alias = importlib.import_module(f"dense_cf.bench.{name}.__main__")
+def test_each_study_is_its_own_binary_and_the_bench_aliases_are_gone(name):
+    # Issue 48 item 5: one owner per command. python -m dense_cf.studies.<name> is the study's
+    # binary (its main and FLAGS); the former dense_cf.bench.<name> aliases no longer exist.
     study = importlib.import_module(f"dense_cf.studies.{name}")
-    assert alias.study is study and callable(study.main)
+    assert callable(study.main)
     assert isinstance(study.FLAGS, flags.FlagValues) and "seeds" in study.FLAGS
-    assert not (ROOT / "bench" / f"{name}.py").exists()   # git follows the rename
+    assert importlib.util.find_spec(f"dense_cf.bench.{name}") is None
+    assert not (ROOT / "bench" / name).exists() and not (ROOT / "bench" / f"{name}.py").exists()
 
 
 def _two_run_study(steps_b: int = 2) -> harness.Study:
