@@ -57,7 +57,7 @@ from dense_cf.retrieval.sentence_ranking import num_sentences_to_retrieve
 from dense_cf.train.run import RunDir, build_model, file_tag, load_config, load_run
 
 DEFAULT_KS = (1, 5, 20, 100)
-REPORT_NAME = "report.json"  # beside report.md and heatmap.png in the output directory
+REPORT_NAME = outcomes.REPORT  # beside report.md and heatmap.png in the output directory
 
 
 def report_path(out_dir: str) -> str:

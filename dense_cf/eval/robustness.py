@@ -440,7 +440,7 @@ def evaluate_robustness(workdir: str, *, counts: Sequence[int] = DEFAULT_COUNTS,
     out_dir = out_dir or RunDir(workdir).eval(run.step)
     os.makedirs(out_dir, exist_ok=True)
     result["out_dir"], result["units"] = os.path.abspath(out_dir), report_lib.JSON_UNITS
-    report_lib.write_json(os.path.join(out_dir, "robustness.json"), result)
+    report_lib.write_json(os.path.join(out_dir, outcomes.ROBUSTNESS), result)
     with report_lib.atomic_open(os.path.join(out_dir, "robustness_distractors.jsonl")) as f:
         for q, a, t, v in zip(dset.questions, dset.answers, dset.titles, dset.variants):
             f.write(json.dumps({"question": q, "answers": a, "title": t, "distractors": v},
