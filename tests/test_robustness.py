@@ -272,6 +272,28 @@ def test_heldout_family_next_to_unchanged_pstar(robust, tmp_path):
     assert "K=3 distractors: top-1" in metrics and "K=3 held-out distractors: top-1" in metrics
 
 
+def test_default_heldout_section_reads_as_before_issue_50():
+    """The report's held-out section is built from the kinds' registry descriptions; for the
+    default kinds it is the text of 37b808c (before rule_paraphrase), word for word."""
+    from dense_cf.eval.robustness import _heldout_text
+    held = {"kinds": ["value_swap", "paraphrase", "namesake"], "n_questions": 3,
+            "distractor_stats": {"questions_without_distractors": 1, "built_value_swap": 3,
+                                 "questions_without_value_swap": 0, "built_paraphrase": 2,
+                                 "built_namesake": 1, "namesake_world": 1},
+            "table": {0: {"top_k": {1: 50.0}, "mrr": 0.5, "distractors_per_question_actual": 0.0}}}
+    text = _heldout_text(held, "dpr", 5)
+    assert text.split("\n\n", 1)[1] == (
+        "Distractors unlike the training p*: the answer value swapped for another of its type, "
+        "the other sentences paraphrased with the world's alternative templates and reordered "
+        "(answer sentence dropped), a same-named entity's passage "
+        "(dense_cf.synthetic.distractors); kinds alternate in that order, up to 5 per question. "
+        "3 questions (1 left out). Per kind: value_swap: 3 built, 0 questions without one, "
+        "paraphrase: 2 built, n/a questions without one, namesake: 1 built, n/a questions "
+        "without one. Namesakes: 1 from the world's own namesakes, 0 built. Compare rows are "
+        "labelled \"K=<K> held-out distractors: ...\"; the p* rows above keep \"K=<K> "
+        "distractors: ...\".")
+
+
 def test_heldout_kinds_select_the_opt_in_rule_paraphrase(robust, tmp_path):
     """``heldout_kinds`` (``eval.robustness_heldout_kinds``, issue 50) selects the held-out
     kinds; with rule_paraphrase alone K=1 adds one, the skipped passages are reported."""
