@@ -437,6 +437,7 @@ def test_a_changed_passage_store_is_refused_naming_the_file(world, tmp_path):
         failed[0], failed
     os.remove(os.path.join(d, files.SUMS_NAME))  # the old code's view: no check, other text
     assert open_store(corpus, d).get(0) != row
+    assert _failed(tmp_path) == ["UNVERIFIED store: a passage store without SHA256SUMS"]
     shutil.rmtree(d)  # what the error says: rebuilt, as before
     assert open_store(corpus, d).get(0) == row
 

@@ -7,7 +7,8 @@ checkpoint steps, embedding exports, faiss indexes, HF export towers, passage st
 index directories, ``<file>.sha256`` of mined negatives, mining parts and tokenised caches. It
 re-reads every file they list and prints one line per artefact: ``OK``, ``FAILED`` (the file
 and what is wrong) or ``UNVERIFIED`` (a checkpoint step or export written without checksums:
-older versions, or a kill between a save and its seal). The newest checkpoint step's recorded
+older versions, or a kill between a save and its seal; a passage store or BM25 index built
+before checksums). The newest checkpoint step's recorded
 training inputs (``inputs.json``) are compared with the files as they are now: ``CHANGED``
 names one that differs. Half-written steps (``*.orbax-checkpoint-tmp``), staging directories
 and steps set aside as unreadable (``checkpoints.corrupt/``) are skipped. The last line counts
@@ -105,6 +106,9 @@ def verify_tree(root: str, inputs: bool = True) -> list[Finding]:
             out.append(Finding(UNVERIFIED, rel, "a checkpoint step without SHA256SUMS"))
         elif MANIFEST in names and any(EMBEDDINGS_RE.match(n) for n in names):
             out.append(Finding(UNVERIFIED, rel, "an export without SHA256SUMS"))
+        elif "passages.jsonl" in names and ("store.json" in names or "meta.json" in names):
+            kind = "a BM25 index" if "meta.json" in names else "a passage store"
+            out.append(Finding(UNVERIFIED, rel, f"{kind} without SHA256SUMS"))
         if inputs and os.path.basename(dirpath) == "checkpoints":
             steps = sorted((int(d) for d in dirnames if d.isdigit()), reverse=True)
             if steps:
