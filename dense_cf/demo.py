@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import jax
-from absl import app, flags, logging
+from absl import flags, logging
 
 from dense_cf import app as _app
 from dense_cf.analysis import compare as compare_lib
@@ -44,22 +44,25 @@ from dense_cf.studies import harness
 from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
 from dense_cf.train.run import RunDir
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.")
+FLAGS = flags.FlagValues()  # its own, as every binary (dense_cf.app): --help exits 0
+_WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where data, runs and the report go.",
+                               flag_values=FLAGS)
 _METHODS = flags.DEFINE_list(
     "methods", ["dpr", "picl"], "Methods to train on the demo set-up (configs/demo.py:METHOD, "
     "i.e. dense_cf.configs.presets.demo_config): dpr, picl, eadpr, dcsr; the first is the "
-    "baseline every other one is compared with.")
-_STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).")
+    "baseline every other one is compared with.", flag_values=FLAGS)
+_STEPS = flags.DEFINE_integer("num_steps", 0, "Override the demo's number of steps (0 = config).",
+                              flag_values=FLAGS)
 _MATMUL = flags.DEFINE_enum(
     "matmul_dtype", "", ["", "float32", "bfloat16"],
     "model.matmul_dtype of every run, the reader's included ('' = the config's, float32). "
     "bfloat16 is faster on a CPU with AVX512_BF16 and changes the metrics within their intervals "
-    "(docs/scale.md \"bfloat16 operands on the CPU\").")
-_SEEDS = harness.define_seeds(flags.FLAGS, "Training seeds (config.seed): each method is trained "
+    "(docs/scale.md \"bfloat16 operands on the CPU\").", flag_values=FLAGS)
+_SEEDS = harness.define_seeds(FLAGS, "Training seeds (config.seed): each method is trained "
                               "once per seed; with several, the mean and spread over seeds too.")
-flags.declare_key_flag("seeds")  # defined in the harness, listed in this binary's --help
 _READER = flags.DEFINE_bool("reader", True, "Also train the small extractive reader on the first "
-                            "method's results and report end-to-end EM per retriever.")
+                            "method's results and report end-to-end EM per retriever.",
+                            flag_values=FLAGS)
 
 
 def load_demo_config(method: str):
@@ -480,4 +483,4 @@ def run_demo(workdir: str) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _app.run(main, FLAGS, __doc__)
