@@ -295,13 +295,17 @@ def test_default_heldout_section_reads_as_before_issue_50():
 
 
 def test_heldout_kinds_select_the_opt_in_rule_paraphrase(robust, tmp_path):
-    """``heldout_kinds`` (``eval.robustness_heldout_kinds``, issue 50) selects the held-out
-    kinds; with rule_paraphrase alone K=1 adds one, the skipped passages are reported."""
-    from dense_cf.eval.robustness import evaluate_robustness
+    """``--heldout_kinds`` (``eval.robustness_heldout_kinds``, issue 50) selects the held-out
+    kinds; with rule_paraphrase alone K=1 adds one, the skipped passages are reported; ``--out``
+    leaves the run's own reports alone."""
+    from dense_cf.cli import eval_robustness
     workdir, run, result = robust
-    got = evaluate_robustness(workdir, counts=(0, 1), max_distractors=1, run=run, k=K_DEPTH,
-                              ks=KS, out_dir=str(tmp_path), heldout=True,
-                              heldout_kinds=("rule_paraphrase",))
+    stored = os.path.join(workdir, "eval", f"step_{run.step}", "robustness.json")
+    before = open(stored).read()  # the fixture evaluated into the run layout
+    got = eval_robustness.run_cli(["--workdir", workdir, "--counts", "0,1",
+                                   "--max_distractors", "1", "--heldout", "--heldout_kinds",
+                                   "rule_paraphrase", "--out", str(tmp_path)])
+    assert open(stored).read() == before
     h = got["heldout"]
     s = h["distractor_stats"]
     assert h["kinds"] == ["rule_paraphrase"] and s["built_rule_paraphrase"] == h["n_questions"]

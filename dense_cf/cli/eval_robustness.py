@@ -2,7 +2,7 @@
 
     python -m dense_cf.cli.eval_robustness --workdir DIR [--max_distractors 20] \
         [--counts 0,1,2,5,10,20] [--gold F] [--qa F] [--corpus F] [--seed 0] [--index jax] \
-        [--heldout [--heldout_kinds value_swap,paraphrase,namesake,rule_paraphrase]]
+        [--heldout [--heldout_kinds value_swap,paraphrase,namesake,rule_paraphrase]] [--out D]
 
 Adds K answer-free variants of every gold passage to the run's corpus index and reports top-k
 and MRR against K; writes ``DIR/eval/step_<N>/robustness.{json,md,png}`` and prints the table
@@ -51,6 +51,9 @@ _HELDOUT_KINDS = flags.DEFINE_list(
     "value_swap,paraphrase,namesake,rule_paraphrase or rule_paraphrase alone (default: the "
     "config's eval.robustness_heldout_kinds; names: synthetic.distractors.KINDS).",
     flag_values=FLAGS)
+_OUT = flags.DEFINE_string(
+    "out", None, "Report directory (default: DIR/eval/step_<N>). With an opt-in --heldout_kinds, "
+    "so that the run's stored robustness.json is not replaced.", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
@@ -62,7 +65,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
                                   max_distractors=_MAX_DISTRACTORS.value, gold_path=_DATA["gold"].value,
                                   qa_path=_DATA["qa"].value, corpus_path=_DATA["corpus"].value, seed=_SEED.value,
                                   index_kind=_DATA["index"].value, heldout=_HELDOUT.value,
-                                  heldout_kinds=_HELDOUT_KINDS.value)
+                                  heldout_kinds=_HELDOUT_KINDS.value, out_dir=_OUT.value)
         table = {K: {"top_k": e["top_k"], "mrr": e["mrr"],
                      "distractors_per_question_actual": e["distractors_per_question_actual"]}
                  for K, e in res["table"].items()}
