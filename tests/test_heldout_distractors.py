@@ -211,6 +211,8 @@ def test_rule_paraphrase_rules_on_one_passage():
     assert D.rule_paraphrase("Alpha joined the Kaldera Railway Company in 1901. Alpha died.",
                              ["Kaldera Railway Company"], random.Random(0)) in (
         "Alpha passed away. Alpha joined an unnamed organisation in 1901.",)
+    assert D.rule_paraphrase("Alpha was born in the town of Ashport. Alpha died.", ["Ashport"],
+                             random.Random(0)) == "Alpha passed away. Alpha was born in an unnamed town."
     assert D.rule_paraphrase("Alpha spent 12 years at the Mint. Alpha died.", ["12 years"],
                              random.Random(0)) == ("Alpha passed away. Alpha spent an unrecorded "
                                                    "number of years at the Mint.")

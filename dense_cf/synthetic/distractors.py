@@ -419,7 +419,7 @@ _LEXICON_RE = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _LEXICON), key=
 # A leading adverbial ("In 1923, ", "After a short illness, ") moved to the end of the sentence.
 _FRONT_RE = re.compile(r"(?P<prep>In|By|After|Within|During|Before|Since|At) "
                        r"(?P<adv>[^,]{1,60}), (?P<rest>.+)\.")
-_THE_RE = re.compile(r"\b[Tt]he $")
+_THE_RE = re.compile(r"\b[Tt]he (?:town of )?$")  # "the town of X" -> "an unnamed town"
 
 
 def _withheld_phrase(value: str) -> str | None:
