@@ -6,10 +6,10 @@
 Also ``python -m dense_cf.eval.e2e``. ``--retriever`` is a retriever run directory (its latest
 ``eval/step_N/retrieval.json``; ``--retriever_step`` for another), an eval directory, or a
 ``retrieval.json`` (DPR's results format). Writes ``READER_RUN/e2e/step_N/`` (``--out``):
-``e2e.md`` / ``e2e.json`` (EM and F1 at each k with 95 % intervals, PiCL's Table 3 layout,
+the report (markdown and JSON: EM and F1 at each k with 95 % intervals, PiCL's Table 3 layout,
 EM against AAR, EM by question type, McNemar between retrievers) and per retriever
-``<label>/e2e.json`` (per-question outcomes: ``python -m dense_cf.eval.compare`` pairs two of
-them) and ``<label>/predictions.json``. Prints the markdown.
+``<label>/`` its per-question outcomes (``python -m dense_cf.eval.compare`` pairs two of them)
+and ``predictions.json``; the file names are ``dense_cf.eval.outcomes``'. Prints the markdown.
 """
 
 from __future__ import annotations

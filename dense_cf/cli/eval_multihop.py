@@ -5,9 +5,10 @@
         [--reader READER_RUN [--reader_ks 1,5,10]]
 
 Exports and indexes the run's corpus (reused when unchanged), runs the two-hop beam search over
-the questions of a HotpotQA-format file and writes ``RUN/eval/step_<N>/`` (report.json/md,
-chains.json, aar_scores_hop{1,2}.npz; with ``--reader`` the reader's answer EM/F1 over the top
-chains in report.json/md, e2e.json and predictions.json); prints the summary as JSON. Also ``python -m
+the questions of a HotpotQA-format file and writes ``RUN/eval/step_<N>/`` (the report as
+JSON and markdown, chains.json, per-hop AAR scores; with ``--reader`` the reader's answer EM/F1
+over the top chains in the report, its per-question outcomes and predictions.json; file names:
+``dense_cf.eval.outcomes``); prints the summary as JSON. Also ``python -m
 dense_cf.eval.multihop``. Metrics and decisions: :mod:`dense_cf.eval.multihop`.
 """
 

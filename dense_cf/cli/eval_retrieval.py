@@ -3,7 +3,8 @@
     python -m dense_cf.cli.eval_retrieval --workdir DIR [--corpus F] [--qa F] [--index flat] \
         [--k 100]
 
-Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, report.json/md), reusing the
+Writes ``DIR/eval/step_<N>/`` (DPR result JSON, TREC run/qrels, the report as JSON
+and markdown: ``dense_cf.eval.outcomes.REPORT``), reusing the
 run's export and index, and prints the summary as JSON. Also ``python -m
 dense_cf.eval.retrieval``. Decisions: :mod:`dense_cf.eval.retrieval`.
 

@@ -53,7 +53,7 @@ _HELDOUT_KINDS = flags.DEFINE_list(
     flag_values=FLAGS)
 _OUT = flags.DEFINE_string(
     "out", None, "Report directory (default: DIR/eval/step_<N>). With an opt-in --heldout_kinds, "
-    "so that the run's stored robustness.json is not replaced.", flag_values=FLAGS)
+    "so that the run's stored robustness report is not replaced.", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:

@@ -4,8 +4,9 @@
         [--k 1,5,20,100] [--in_domain NAME] [--out DIR]
 
 Pairs every question encoder of K trained runs with every passage encoder, prints the top-k
-matrices with the encoders' marginal contributions (eq. 7) and writes ``report.json``,
-``report.md`` and ``heatmap.png`` into ``--out``. Run directories are ``DIR`` or ``DIR@STEP``;
+matrices with the encoders' marginal contributions (eq. 7) and writes its report
+(``dense_cf.eval.outcomes.REPORT``), ``report.md`` and ``heatmap.png`` into ``--out``. Run
+directories are ``DIR`` or ``DIR@STEP``;
 ``--workdirs`` takes a comma list, and the command's other arguments are further runs (so
 ``--workdirs A B C`` and ``--workdirs runs/frac*`` work as well). Decisions:
 :mod:`dense_cf.eval.marginalize`.
