@@ -66,7 +66,10 @@ def test_end_to_end_reports(trained):
     rows = {r["stage"]: r["seconds"] for r in stage_rows({"picl": summary}, [], wall=1e6)}
     assert list(rows)[:4] == ["picl: training (3 steps)", "picl: retrieval export",
                               "picl: retrieval index + search + report", "picl: AAR"]
-    assert all(rows[k] > 0 for k in list(rows)[:4])
+    # Times are rounded to 0.1 s, and on a fast machine the 300-passage search rounds to 0.0:
+    # every stage has a time; training (a compile and 3 steps) is never below 0.1 s.
+    assert all(isinstance(rows[k], float) and rows[k] >= 0 for k in list(rows)[:4])
+    assert rows["picl: training (3 steps)"] > 0
 
 
 def test_flat_search_equals_brute_force(trained):
