@@ -157,7 +157,9 @@ def device_limits(dtypes: list[str]) -> dict[str, Any]:
             break
     else:
         out = {"kind": kind, "bandwidth": _measure_bandwidth(), "source": "measured here",
-               "peak": {d: measure_matmul_peak(1024, d, repeats=2, min_time=0.2) for d in dtypes}}
+               # float32 sums: the search sums every corpus dtype in float32.
+               "peak": {d: measure_matmul_peak(1024, d, repeats=2, min_time=0.2,
+                                          sum_dtype=jnp.float32) for d in dtypes}}
     if _BANDWIDTH.value:
         out["bandwidth"], out["source"] = _BANDWIDTH.value * 1e9, "flag"
     if _PEAK.value:
