@@ -364,7 +364,12 @@ def _shard_topk(q: jax.Array, p: jax.Array, live: jax.Array, *, axes: tuple[str,
         if blk.dtype == jnp.uint16:  # 16-bit floats stored as their bits (_storage_dtype)
             blk = jax.lax.bitcast_convert_type(blk, jnp.dtype(store))
         blk = blk.astype(cdt)  # a float32 search over a 16-bit corpus widens per block
-        s = jnp.dot(q, blk.T, precision=precision, preferred_element_type=jnp.float32)
+        # q · blockᵀ as one dot_general contracting both operands' last dim: `jnp.dot(q, blk.T)`
+        # leaves a transpose in front of the dot, and for a 16-bit block XLA's CPU backend then
+        # misses its library GEMM (measured [256, 768] · [65536, 768]ᵀ bfloat16 → float32:
+        # 120 GFLOP/s against 289; docs/scale.md "bfloat16 operands on the CPU").
+        s = jax.lax.dot_general(q, blk, (((1,), (1,)), ((), ())), precision=precision,
+                                preferred_element_type=jnp.float32)
         if mode == "bmc":
             ms, mr, pruned = bmc(best_s, best_r, s, rows, first)
             return (ms, mr, counts.at[3].add(1).at[4].add(pruned)), None
