@@ -49,17 +49,18 @@ def _fwd(spec, a, b, operand_dtype):
     _check(spec)
     ac, bc = a.astype(operand_dtype), b.astype(operand_dtype)
     # The narrow operands are the residuals: half the memory of float32 ones.
-    return jnp.einsum(spec, ac, bc, preferred_element_type=a.dtype), (ac, bc, jnp.zeros((), a.dtype))
+    return jnp.einsum(spec, ac, bc, preferred_element_type=a.dtype), (ac, bc)
 
 
 def _bwd(spec, operand_dtype, res, g):
-    ac, bc, like = res
+    ac, bc = res
     sa, sb, out = _check(spec)
+    # The cotangent has the output's dtype, which is the operands' own (a.dtype == b.dtype).
     gc = g.astype(operand_dtype)
-    da = jnp.einsum(f"{out},{sb}->{sa}", gc, bc, preferred_element_type=like.dtype)
+    da = jnp.einsum(f"{out},{sb}->{sa}", gc, bc, preferred_element_type=g.dtype)
     # Operand order as written: jaxlib 0.10's CPU dot thunk rejects some orders of the same
     # batched contraction (tests/test_matmul.py runs every one the model uses).
-    db = jnp.einsum(f"{sa},{out}->{sb}", ac, gc, preferred_element_type=like.dtype)
+    db = jnp.einsum(f"{sa},{out}->{sb}", ac, gc, preferred_element_type=g.dtype)
     return da, db
 
 
