@@ -9,12 +9,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "rederive_claims", os.path.join(ROOT, "tools", "rederive_claims.py"))
+def _load_tool(name):
+    """tools/<name>.py as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _tool():
+    return _load_tool("rederive_claims")
 
 
 def _doc_rows(columns):
@@ -50,11 +54,7 @@ def test_the_documented_table_is_the_rederived_one():
 
 
 def _migration():
-    spec = importlib.util.spec_from_file_location(
-        "migrate_results_json", os.path.join(ROOT, "tools", "migrate_results_json.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load_tool("migrate_results_json")
 
 
 def _write_data_stats(tmp_path, name, text):

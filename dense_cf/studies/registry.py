@@ -279,6 +279,15 @@ _SEEDS_LATER_DS = ("seeds 1-2 registered 2026-11-28 after seed 0's result (train
 _OE_SET = ("entity world, other-entity BM25 negatives, MiniLM mean pooling, 100 steps × 16, 1 "
            "hard negative; 300 test questions; p* and held-out distractors")
 _I50 = "registered 2026-11-28 (issue 50) before any of its runs"
+# The data-statistics claims and their equal-steps twins share the paper's words and the trend
+# checks (Spearman ρ of each encoder's marginal, top-5 and top-20).
+_Q_DATA_40 = ("with only 40% of training data, the passage encoder manages to achieve similar "
+              "and even higher performance compared with the one trained with full data")
+_Q_DATA_TREND = ("passage encoders are affected by positive passage overlap and corpus coverage "
+                 "of the training data, while question encoders are sensitive to the training "
+                 "sample complexity")
+_TREND_CHECKS = tuple(Check(f"attribution.rho.top{k}.{tail}") for k in (5, 20)
+                      for tail in ("p_coverage", "q_examples"))
 _VW = "; --vary_world: one world draw per seed"
 _T4_SET = ("entity world, MiniLM, 100 steps × 16, in-batch + 1 random negative "
            "(synthetic hard_negatives='random'), tau_1 = tau_2 = 0.2; 300 test questions"
@@ -423,21 +432,16 @@ CLAIMS: tuple[Claim, ...] = (
                                "spans −0.7 to +1.8 points"),
            _NW("retrieval.top20", reason="2 points, the registry's rate margin; Table 4's 'similar' "
                                 "spans −0.7 to +1.8 points")), study="data-stats",
-          quote=("with only 40% of training data, the passage encoder manages to achieve "
-                 "similar and even higher performance compared with the one trained with full "
-                 "data"), setting="mixed world, 3 questions per positive, DPR on 10–100 %",
+          quote=_Q_DATA_40, setting="mixed world, 3 questions per positive, DPR on 10–100 %",
           seeds=_S012, note=_SEEDS_LATER_DS),
     Claim("attribution-data-trend", "Encoder attribution", "§10, Fig. 3/4, Table 3",
           "over training-set fractions, the passage encoder's marginal follows unique passage "
           "coverage (coverage × (1 − overlap)^1.3) and the question encoder's follows the "
           "number of examples: Spearman ρ > 0, significant (with 5 fractions only ρ = 1 is)",
           *data_stats_lib.TREND_NAMES,
-          tuple(Check(f"attribution.rho.top{k}.{tail}") for k in (5, 20)
-                for tail in ("p_coverage", "q_examples")),
+          _TREND_CHECKS,
           study="data-stats",
-          quote=("passage encoders are affected by positive passage overlap and corpus "
-                 "coverage of the training data, while question encoders are sensitive to the "
-                 "training sample complexity"),
+          quote=_Q_DATA_TREND,
           setting="mixed world, 3 questions per positive, DPR on 10–100 %",
           seeds=_S012, note=_SEEDS_LATER_DS),
     Claim("dcsr-default", "DCSR", "§4.3, Table 2 (NQ, Trivia)",
@@ -600,20 +604,15 @@ CLAIMS: tuple[Claim, ...] = (
           "of a high-overlap training set is not worse by more than 2 points than the one "
           "trained on 100 % (top-5, top-20)", *data_stats_lib.SWAP_NAMES,
           (_NW("retrieval.top5"), _NW("retrieval.top20")), study="data-stats-equal-steps",
-          quote=("with only 40% of training data, the passage encoder manages to achieve "
-                 "similar and even higher performance compared with the one trained with full "
-                 "data"), setting="mixed world, 3 questions per positive, DPR on 10–100 % at "
+          quote=_Q_DATA_40, setting="mixed world, 3 questions per positive, DPR on 10–100 % at "
                  "equal steps; one world per seed", seeds=_S012, note=_I50),
     Claim("attribution-data-trend-eqsteps", "Encoder attribution", "§10, Fig. 3/4, Table 3",
           "at equal steps (ρ = the partial ρ given steps), the passage encoder's marginal "
           "follows unique passage coverage and the question encoder's the number of examples",
           *data_stats_lib.TREND_NAMES,
-          tuple(Check(f"attribution.rho.top{k}.{tail}") for k in (5, 20)
-                for tail in ("p_coverage", "q_examples")),
+          _TREND_CHECKS,
           study="data-stats-equal-steps",
-          quote=("passage encoders are affected by positive passage overlap and corpus "
-                 "coverage of the training data, while question encoders are sensitive to the "
-                 "training sample complexity"),
+          quote=_Q_DATA_TREND,
           setting="mixed world, 3 questions per positive, DPR on 10–100 % at equal steps",
           seeds=_S012, note=_I50),
     # Table 9 in its own metrics (item 1): seen in the stored paired tables, so exploratory.
