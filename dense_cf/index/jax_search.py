@@ -96,7 +96,7 @@ __all__ = ["DTYPES", "FORMAT", "KIND", "SELECTS", "JaxIndex", "JaxSearchSpec", "
 KIND = "jax"
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SELECTS: tuple[str, ...] = ("auto", "bmc", "chunked", "sort")
-FORMAT = _FORMAT = "dense_cf.jax_index"  # the manifest "format" of a saved JaxIndex
+FORMAT = "dense_cf.jax_index"  # the manifest "format" of a saved JaxIndex
 _FORMAT_VERSION = 1
 
 
@@ -678,7 +678,7 @@ class JaxIndex:
             raise ValueError("a JaxIndex built from an array has no files to refer to; build it "
                              "with build_jax_index_from_dir to save it")
         os.makedirs(directory, exist_ok=True)
-        manifest = {"format": _FORMAT, "version": _FORMAT_VERSION, "kind": KIND,
+        manifest = {"format": FORMAT, "version": _FORMAT_VERSION, "kind": KIND,
                     "dim": self.dim, "ntotal": self.ntotal, "spec": self.spec.to_dict(),
                     **self._source}
         files.write_json(os.path.join(directory, MANIFEST_NAME), manifest)
@@ -691,7 +691,7 @@ class JaxIndex:
         changed since (its file key differs). ``spec`` overrides the saved one."""
         path = os.path.join(directory, MANIFEST_NAME)
         manifest = files.read_json(path)
-        if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise ValueError(f"{path}: not a saved JaxIndex")
         if manifest.get("version") != _FORMAT_VERSION:
             raise ValueError(f"{path}: unsupported JaxIndex version {manifest.get('version')!r}")
