@@ -12,6 +12,7 @@ from dense_cf.eval import claims, outcomes
 from dense_cf.eval import report as report_lib
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 from dense_cf.studies import replicate as rep
+from dense_cf.synthetic.distractors import HELDOUT_KINDS
 
 # Studies, not sharding, are the subject here: one device (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_device")
@@ -354,6 +355,64 @@ def test_did_rows_measure_the_drop_per_kind():
     assert e["verdict"] == "reproduced" and e["did_hist"] == [0, 0, 50, 10, 0]
     pooled = claims.pool_seed_checks([[e], [e]], [claims.Check(e["id"])])[0]
     assert pooled["n"] == 2 * n and pooled["p_null"] == pytest.approx(2 / 2 ** 20)
+
+
+def test_did_rows_label_each_step_by_the_runs_recorded_kinds():
+    """With the opt-in fourth kind (eval.robustness_heldout_kinds), K 3→4 adds a rule
+    paraphrase, not a value swap: the row's label and id follow the kinds the runs recorded,
+    a check registered for that selection gets the row, and one registered for the default
+    selection does not (it is not measured rather than fed another kind)."""
+    from types import SimpleNamespace
+    four = ("value_swap", "paraphrase", "namesake", "rule_paraphrase")
+    n = 40
+    qs = [f"q{i}" for i in range(n)]
+    clean = [1] * 30 + [None] * 10
+    held_a = {k: [1] * (30 - 5 * k) + [None] * (10 + 5 * k) for k in range(1, 5)}
+    held_b = {k: [1] * (30 - 2 * k) + [None] * (10 + 2 * k) for k in range(1, 5)}
+
+    def run(held, kinds):
+        return SimpleNamespace(robustness={
+            "questions": qs, "first_hit_rank": {0: clean},
+            "heldout": {"questions": qs, "kinds": kinds, "first_hit_rank": held}})
+    rows = {r["id"]: r for r in rep.did_rows(run(held_a, four), run(held_b, four), ("A", "B"),
+                                             specs=[("heldout", 3, 4)], n_resamples=200)}
+    rp = rep.did_id("heldout", 3, 4, 5, kinds=four)
+    assert set(rows) == {rep.did_id("heldout", 3, 4, k, kinds=four) for k in (1, 5)}
+    assert rows[rp]["metric"] == "drop DiD rule paraphrase K=3→4: top-5"
+    assert outcomes.metric(rp).label == rows[rp]["metric"]
+    assert rp != rep.did_id("heldout", 3, 4, 5)  # the default id means a value swap there
+    assert outcomes.metric(rep.did_id("heldout", 3, 4, 5)).label.startswith(
+        "drop DiD value swap (control)")
+    assert rows[rp]["stats"]["diff"] == pytest.approx(3 / 40)  # A loses 5 items, B 2
+    e_rp, e_default = claims.evaluate_checks(
+        list(rows.values()), [claims.Check(rp), claims.Check(rep.did_id("heldout", 3, 4, 5))],
+        ("A", "B"))
+    assert e_rp["metric"] == "drop DiD rule paraphrase K=3→4: top-5" and "diff" in e_rp
+    assert e_default["verdict"] == "not measured"
+    # One kind alone: K 0→1 is that kind.
+    one = ("rule_paraphrase",)
+    (r,) = rep.did_rows(run(held_a, one), run(held_b, one), ("A", "B"), ks=(5,),
+                        specs=[("heldout", 0, 1)], n_resamples=200)
+    assert r["metric"] == "drop DiD rule paraphrase K=0→1: top-5"
+    # Runs whose selections differ give no held-out row (their distractors differ).
+    assert rep.did_rows(run(held_a, four), run(held_b, one), ("A", "B"),
+                        specs=[("heldout", 0, 1)], n_resamples=200) == []
+
+
+def test_did_metric_ids_round_trip_and_refuse_unknown_kinds():
+    four = ("value_swap", "paraphrase", "namesake", "rule_paraphrase")
+    for spec in [("heldout", 0, 5), ("heldout", 3, 4), ("pstar", 0, 5)]:
+        for kinds in (None, four):
+            m = outcomes.did_metric(*spec, 5, kinds)
+            assert outcomes.metric(m.id) == m
+            fam, got, *_ = outcomes.did_spec(m.id)
+            assert got == (four if kinds and fam == "heldout" else HELDOUT_KINDS)
+    assert outcomes.did_metric("heldout", 0, 5, 1, four).label == (
+        "drop DiD held-out (value swap (control), paraphrase, namesake, rule paraphrase) "
+        "K=0→5: top-1")
+    assert outcomes.did_metric("heldout", 0, 5, 1).id == "robustness.did.heldout.k0_5.top1"
+    with pytest.raises(KeyError, match="unknown metric id"):
+        claims.Check("robustness.did.heldout:value_swap+typo.k0_1.top1")
 
 
 def test_every_registered_run_has_a_valid_config():

@@ -32,11 +32,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from dense_cf.files import write_json
+from dense_cf.synthetic.distractors import HELDOUT_KINDS, check_kinds
 from dense_cf.train.run import RunDir
 
 __all__ = ["AAR", "DID_FAMILIES", "DID_KINDS", "E2E", "FAMILIES", "KINDS", "METRICS", "Metric",
            "Outcomes", "Paired", "REPORT", "RESULTS", "ROBUSTNESS", "TESTS", "RunOutcomes",
-           "aar_scores_name", "did_metric", "evaluated", "family_label", "family_prefix",
+           "aar_scores_name", "did_metric", "did_spec", "evaluated", "family_label", "family_prefix",
            "find_eval_dir", "metric", "outcomes_name", "pair", "pair_questions", "read",
            "read_aar", "read_aar_scores", "read_json", "read_report", "write"]
 
@@ -155,21 +156,62 @@ def _multihop_aar_metric(hop: str) -> Metric:
 
 
 # Robustness as a drop (issue 50): the per-item difference-in-differences of hit@k between two
-# distractor counts. Held-out kinds alternate in synthetic.distractors.HELDOUT_KINDS order, so
-# one step of K from K0 adds kind K0 mod 3; a value swap cannot be told from p+ (a control).
-DID_KINDS = ("value swap (control)", "paraphrase", "namesake")
+# distractor counts. Held-out kinds alternate in the order the run recorded
+# (robustness.json heldout.kinds, eval.robustness_heldout_kinds; default
+# synthetic.distractors.HELDOUT_KINDS), so one step of K from K0 adds kind K0 mod len(kinds); a
+# kind that cannot be built for a passage is skipped there and the next one fills in
+# (distractors.heldout_variants), so the step's kind is the round robin's. A value swap cannot
+# be told from p+ (a control).
+_KIND_NAMES = {"value_swap": "value swap (control)"}  # the others: the kind's name, "_" as " "
 DID_FAMILIES = {"heldout": "held-out", "pstar": "p*"}
 
 
-def did_metric(family: str, k_from: int, k_to: int, k: int) -> Metric:
+def _kind_name(kind: str) -> str:
+    return _KIND_NAMES.get(kind, kind.replace("_", " "))
+
+
+DID_KINDS = tuple(_kind_name(k) for k in HELDOUT_KINDS)  # the default kinds' names, in order
+
+
+def did_metric(family: str, k_from: int, k_to: int, k: int,
+               kinds: Sequence[str] | None = None) -> Metric:
     """The drop of ``family`` (:data:`DID_FAMILIES`) from ``k_from`` to ``k_to`` distractors at
-    top-``k``, B − A in points (> 0: B loses less)."""
+    top-``k``, B − A in points (> 0: B loses less). ``kinds``: the held-out kinds the runs
+    recorded, in their order (None: ``HELDOUT_KINDS``). A one-step held-out drop is labelled by
+    the kind that step adds; a selection other than the default is part of the id
+    (``robustness.did.heldout:value_swap+...+rule_paraphrase.k3_4.top5``), so a check registered
+    for one selection is never fed by runs of another."""
     if family not in DID_FAMILIES or not 0 <= k_from < k_to:
         raise KeyError(f"no drop metric for family {family!r}, K={k_from}→{k_to}")
-    name = (DID_KINDS[k_from % len(DID_KINDS)]
-            if family == "heldout" and k_to == k_from + 1 else DID_FAMILIES[family])
-    return Metric(f"robustness.did.{family}.k{k_from}_{k_to}.top{k}",
+    kinds = HELDOUT_KINDS if kinds is None else check_kinds(kinds)
+    tag = f":{'+'.join(kinds)}" if family == "heldout" and kinds != HELDOUT_KINDS else ""
+    if family == "heldout" and k_to == k_from + 1:
+        name = _kind_name(kinds[k_from % len(kinds)])
+    elif tag:
+        name = f"{DID_FAMILIES[family]} ({', '.join(map(_kind_name, kinds))})"
+    else:
+        name = DID_FAMILIES[family]
+    return Metric(f"robustness.did.{family}{tag}.k{k_from}_{k_to}.top{k}",
                   f"drop DiD {name} K={k_from}→{k_to}: top-{k}", "mean", scale=100.0)
+
+
+def did_spec(metric_id: str) -> tuple[str, tuple[str, ...], int, int, int] | None:
+    """``(family, kinds, K from, K to, k)`` of a drop metric id (:func:`did_metric`), else None
+    (also for a kind selection that ``check_kinds`` refuses)."""
+    parts = metric_id.split(".")
+    if parts[:2] != ["robustness", "did"] or len(parts) != 5:
+        return None
+    family, _, tag = parts[2].partition(":")
+    a, _, b = parts[3][1:].partition("_")
+    if not (parts[3][:1] == "k" and a.isdigit() and b.isdigit() and parts[4][:3] == "top"
+            and parts[4][3:].isdigit()) or family not in DID_FAMILIES \
+            or (tag and family != "heldout"):
+        return None
+    try:
+        kinds = check_kinds(tag.split("+")) if tag else HELDOUT_KINDS
+    except ValueError:
+        return None
+    return family, kinds, int(a), int(b), int(parts[4][3:])
 
 
 # The metric table: every id the built-in evaluators save at their usual settings. Ids with
@@ -226,14 +268,13 @@ def _parametrised_other(metric_id: str) -> Metric | None:
         r, _, k = parts[2].partition("@")
         if parts[1] in _MULTIHOP and r == "r" and k.isdigit():
             return _multihop_metric(parts[1], int(k))
-    if parts[:2] == ["robustness", "did"] and len(parts) == 5:
-        a, _, b = parts[3][1:].partition("_")
-        if parts[3][:1] == "k" and a.isdigit() and b.isdigit() and parts[4][:3] == "top" \
-                and parts[4][3:].isdigit():
-            try:
-                return did_metric(parts[2], int(a), int(b), int(parts[4][3:]))
-            except KeyError:
-                return None
+    spec = did_spec(metric_id)
+    if spec is not None:
+        family, kinds, a, b, k = spec
+        try:
+            return did_metric(family, a, b, k, kinds)
+        except KeyError:
+            return None
     return None
 
 
@@ -461,6 +502,8 @@ def read(path: str, step: int | None = None) -> RunOutcomes:
             h = rob["heldout"]
             out.robustness["heldout"] = {
                 "questions": h["questions"],
+                # robustness.json written before issue 50 has no "kinds": the default three
+                "kinds": tuple(h.get("kinds", HELDOUT_KINDS)),
                 "first_hit_rank": {int(K): v for K, v in h["first_hit_rank"].items()}}
         out.method = out.method or rob.get("method")
     e2e = read_json(d, E2E)

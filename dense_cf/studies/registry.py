@@ -8,7 +8,7 @@ the studies some claims are tested inside (:data:`STUDIES`). No code runs here;
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 from dense_cf.eval import outcomes
 from dense_cf.eval.claims import Check, not_worse
@@ -224,17 +224,21 @@ RUNS: dict[str, RunSpec] = {
 # Robustness as a drop (issue 50 item 1; EADPR Fig. 5 shades the drop): per-item
 # difference-in-differences of hit@k between two distractor counts, B − A (> 0: B loses less).
 # (family, K from, K to): "pstar" is the p* family, "heldout" the held-out one, whose
-# kinds alternate value swap, paraphrase, namesake (synthetic.distractors.HELDOUT_KINDS), so
-# K 0→1 adds a value swap (a control: no retriever can tell it from p+, ties expected),
-# K 1→2 a paraphrase and K 2→3 a namesake (labels: eval.outcomes.did_metric).
+# kinds alternate value swap, paraphrase, namesake by default (synthetic.distractors.HELDOUT_KINDS),
+# so K 0→1 adds a value swap (a control: no retriever can tell it from p+, ties expected),
+# K 1→2 a paraphrase and K 2→3 a namesake. Another selection (eval.robustness_heldout_kinds)
+# names itself in the id and labels each step by the run's recorded kinds (did_id(kinds=),
+# eval.outcomes.did_metric).
 DID_SPECS = (("heldout", 0, 5), ("pstar", 0, 5), ("heldout", 0, 1), ("heldout", 1, 2),
              ("heldout", 2, 3))
 DID_ID_PREFIX = "robustness.did."
 
 
-def did_id(family: str, k_from: int, k_to: int, k: int) -> str:
-    """The metric id of a difference-in-differences check (``outcomes.did_metric``)."""
-    return outcomes.did_metric(family, k_from, k_to, k).id
+def did_id(family: str, k_from: int, k_to: int, k: int,
+           kinds: Sequence[str] | None = None) -> str:
+    """The metric id of a difference-in-differences check (``outcomes.did_metric``); ``kinds``
+    the runs' held-out kinds (``eval.robustness_heldout_kinds``) when not the default."""
+    return outcomes.did_metric(family, k_from, k_to, k, kinds).id
 
 
 # The registry (docs/replication.md, "Method" and "Pre-registration"): per claim the paper's

@@ -73,6 +73,7 @@ from dense_cf.studies.registry import (
     did_id,
 )
 from dense_cf.synthetic import generate as synthetic
+from dense_cf.synthetic.distractors import HELDOUT_KINDS
 
 # The registry's names are re-exported: callers know them as studies.replicate's.
 __all__ = ["CLAIMS", "CLAIMS_BY_ID", "CLAIM_IDS", "DID_SPECS", "RUNS", "STUDIES",
@@ -320,7 +321,10 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
         else:
             checks.append(check)
     if any(c.metric.startswith(DID_ID_PREFIX) for c in checks):
-        rows += did_rows(oa, ob, names, n_resamples=n_resamples)
+        # The registered drops and any other step a check names (e.g. K 3→4 of a 4-kind run).
+        wanted = [outcomes.did_spec(c.metric) for c in checks]
+        rows += did_rows(oa, ob, names, n_resamples=n_resamples, specs=[
+            *DID_SPECS, *((w[0], w[2], w[3]) for w in wanted if w is not None)])
     entries = evaluate_checks(rows, checks, names)
     verdict = claim_verdict([c["verdict"] for c in entries])
     return {"checks": entries, "verdict": verdict, "verdict_text": verdict_text(entries),
@@ -328,17 +332,26 @@ def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
 
 
 def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1, 5),
+             specs: Sequence[tuple[str, int, int]] = DID_SPECS,
              n_resamples: int = stats.DEFAULT_RESAMPLES) -> list[dict[str, Any]]:
-    """One report row per :data:`DID_SPECS` entry and k that both runs' robustness outcomes
-    hold on the same questions (``stats.did_test``): each run's drop hit@k(K_to) − hit@k(K_from)
-    in points, B − A with its bootstrap interval, the exact sign-flip p. K = 0 of the held-out
-    family is the clean retrieval, read from the p* family (the same run, no distractor)."""
+    """One report row per ``specs`` entry (family, K from, K to; default :data:`DID_SPECS`)
+    and k that both runs' robustness outcomes hold on the same questions (``stats.did_test``):
+    each run's drop hit@k(K_to) − hit@k(K_from) in points, B − A with its bootstrap interval,
+    the exact sign-flip p. K = 0 of the held-out family is the clean retrieval, read from the
+    p* family (the same run, no distractor). A held-out row's id and label follow the kinds the
+    runs recorded (``outcomes.did_metric``); runs with different kind selections give no
+    held-out row (logged), as their distractors differ."""
     if not (oa.robustness and ob.robustness):
         return []
     out = []
-    for family, k0, k1 in DID_SPECS:
+    for family, k0, k1 in dict.fromkeys(specs):
         fam = [r if family == "pstar" else r.get("heldout") for r in (oa.robustness, ob.robustness)]
         if not all(fam) or fam[0]["questions"] != fam[1]["questions"]:
+            continue
+        kinds = [tuple(f.get("kinds") or HELDOUT_KINDS) for f in fam]
+        if family == "heldout" and kinds[0] != kinds[1]:
+            logging.warning("replicate: no held-out drop rows for %s vs %s: their held-out kinds "
+                            "differ (%s vs %s)", *names, *kinds)
             continue
         clean = [r if k0 == 0 else f for r, f in zip((oa.robustness, ob.robustness), fam)]
         if not all(k0 in c["first_hit_rank"] and k1 in f["first_hit_rank"]
@@ -353,7 +366,7 @@ def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1
             t = stats.did_test([a0], [a1], [b0], [b1], n_resamples=n_resamples)
             drop_a = 100 * (sum(a1) - sum(a0)) / len(a0)
             drop_b = 100 * (sum(b1) - sum(b0)) / len(b0)
-            m = outcomes.did_metric(family, k0, k1, k)
+            m = outcomes.did_metric(family, k0, k1, k, kinds[0] if family == "heldout" else None)
             out.append({"metric": m.label, "id": m.id, "n": t["n"],
                         names[0]: f"{drop_a:+.2f}", names[1]: f"{drop_b:+.2f}",
                         "B − A": f"{100 * t['diff']:+.2f} [{100 * t['lo']:+.2f}, "
