@@ -130,6 +130,12 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
                 k.get("A", ""), k.get("B", ""), k["verdict"])
             assert f"| {outcomes.family_label(k['id'])} | {cells['expect']} |" in md
     assert set(saved["setup"]["runs"]) == {"dpr", "picl", "dcsr_dpr", "dcsr_dcsr"}
+    # The namesake share of the training negatives, per world of the synthetic runs (issue 50).
+    (ns,) = saved["namesake_negatives"]
+    assert (ns["world"], ns["runs"], ns["in training"]) == ("data", "dpr, picl", True)
+    assert ns["namesake"] + ns["same_entity"] + ns["other"] == ns["hard_negatives"] > 0
+    assert "## Namesake passages among the training negatives" in md
+    assert saved["did_kinds"] == []  # no claim here checks a held-out kind
     assert "| claim | status | paper | what the paper says |" in md and "## Runs" in md
     assert all(isinstance(m, float) for m in saved["setup"]["minutes_per_run"].values())
     # Stamped (issue 50): the commit, the dirty flag, and each run's start and end.

@@ -37,9 +37,9 @@ from dense_cf.train.run import RunDir
 
 __all__ = ["AAR", "DID_FAMILIES", "DID_KINDS", "E2E", "FAMILIES", "KINDS", "METRICS", "Metric",
            "Outcomes", "Paired", "REPORT", "RESULTS", "ROBUSTNESS", "TESTS", "RunOutcomes",
-           "aar_scores_name", "did_metric", "did_spec", "evaluated", "family_label", "family_prefix",
-           "find_eval_dir", "metric", "outcomes_name", "pair", "pair_questions", "read",
-           "read_aar", "read_aar_scores", "read_json", "read_report", "write"]
+           "aar_scores_name", "did_kind", "did_metric", "did_spec", "evaluated", "family_label",
+           "family_prefix", "find_eval_dir", "metric", "outcomes_name", "pair", "pair_questions",
+           "read", "read_aar", "read_aar_scores", "read_json", "read_report", "write"]
 
 # ------------------------------------------------------------------ file names
 
@@ -212,6 +212,15 @@ def did_spec(metric_id: str) -> tuple[str, tuple[str, ...], int, int, int] | Non
     except ValueError:
         return None
     return family, kinds, int(a), int(b), int(parts[4][3:])
+
+
+def did_kind(metric_id: str) -> str | None:
+    """The held-out kind a one-step held-out drop id adds (``namesake`` for K 2→3 of the
+    default selection), else None."""
+    spec = did_spec(metric_id)
+    if spec is None or spec[0] != "heldout" or spec[3] != spec[2] + 1:
+        return None
+    return spec[1][spec[2] % len(spec[1])]
 
 
 # The metric table: every id the built-in evaluators save at their usual settings. Ids with

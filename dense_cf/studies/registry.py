@@ -568,8 +568,10 @@ CLAIMS: tuple[Claim, ...] = (
                reason="2 points, the registry's rate margin: a value swap cannot be told from "
                       "p+, so ties are expected")),
           quote=_Q_PICL_ROBUST, setting=_OE_SET + _VW, seeds=_S012, scope=_EXTRAP,
-          status=_EXPL, note=_I50 + "; 53 % of the other-entity training negatives are "
-                                    "namesake passages, so the namesake kind is not fully held out"),
+          status=_EXPL, note=_I50 + "; the other-entity training negatives include namesake "
+                                    "passages, so the namesake kind is not fully held out (the "
+                                    "report prints their share per world beside that kind: "
+                                    "replicate.namesake_negatives)"),
     # The 2 × 2 factorial (item 3): the project's explanation that the sign of PiCL's AA
     # effect follows the source of the hard negatives, not the pooling. The existing cells:
     # picl-aa (sibling, [CLS]: reversed) and picl-robust-oe's AA (other entity, mean: up).

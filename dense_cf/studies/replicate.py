@@ -46,6 +46,7 @@ from dense_cf import app as _app
 from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.presets import with_method
 from dense_cf.configs.studies import ablation_row_config, dcsr_config
+from dense_cf.datasets import formats
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.eval.claims import claim_verdict, evaluate_checks, expand, pool_claim, verdict_text
@@ -73,7 +74,7 @@ from dense_cf.studies.registry import (
     did_id,
 )
 from dense_cf.synthetic import generate as synthetic
-from dense_cf.synthetic.distractors import HELDOUT_KINDS
+from dense_cf.synthetic.distractors import HELDOUT_KINDS, namesake_negative_counts
 
 # The registry's names are re-exported: callers know them as studies.replicate's.
 __all__ = ["CLAIMS", "CLAIMS_BY_ID", "CLAIM_IDS", "DID_SPECS", "RUNS", "STUDIES",
@@ -303,6 +304,95 @@ def untrained_baselines(runs: Sequence[str], out: str, seeds: Sequence[int] = (0
     return list(seen.values())
 
 
+def world_namesake_negatives(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The share of namesake passages among the hard negatives of ``cfg``'s training file, read
+    with its world's corpus (``distractors.namesake_negative_counts``)."""
+    d = cfg.data.data_dir
+    train = formats.read_biencoder(os.path.join(d, cfg.data.train_file), skip_bad=False)
+    titles = [t for _, _, t in formats.read_corpus_tsv(os.path.join(d, cfg.data.corpus_file),
+                                                       skip_bad=False)]
+    return namesake_negative_counts(
+        ((ex.positive_ctxs[0].title, [h.title for h in ex.hard_negative_ctxs]) for ex in train),
+        titles)
+
+
+def namesake_negatives(runs: Sequence[str], out: str, seeds: Sequence[int] = (0,),
+                       **budget: Any) -> list[dict[str, Any]]:
+    """Issue 50 item 1: per world of the ``synthetic`` runs (with ``vary_world``, per world
+    seed too), how many of the training hard negatives are namesake passages
+    (:func:`world_namesake_negatives`), the passages the held-out ``namesake`` kind imitates;
+    where there are some, that kind is not fully held out. Runs that train on in-batch
+    negatives only (``data.num_hard`` = 0) get a row of their own whose ``in training`` is
+    False. Generates a world that is not there yet. Rows: ``{world, world seed, hard negatives,
+    in training, runs, counts}``."""
+    seen: dict[tuple[str, bool], dict[str, Any]] = {}
+    worlds = list(seeds) if budget.get("vary_world") else [0]
+    for seed, name in ((s, n) for s in worlds for n in runs):
+        if RUNS[name].study != "synthetic":
+            continue
+        cfg = run_config(name, out, seed=seed, **budget)
+        key = (cfg.data.data_dir, int(cfg.data.num_hard) > 0)
+        if key in seen:
+            seen[key]["runs"] += f", {name}"
+            continue
+        _prepare_world(RUNS[name], cfg)
+        seen[key] = {"world": os.path.basename(key[0]),
+                     "world seed": int(cfg.data.synthetic.seed),
+                     "hard negatives": str(cfg.data.synthetic.hard_negatives),
+                     "in training": key[1], "runs": name, **world_namesake_negatives(cfg)}
+    return list(seen.values())
+
+
+def namesake_cell(row: dict[str, Any] | None) -> str:
+    """A world's namesake share as the report prints it next to the ``namesake`` kind."""
+    if row is None:
+        return "not measured"
+    if not row.get("in training", True):
+        return f"none: in-batch negatives only ({row['world']})"
+    if not row["hard_negatives"]:
+        return f"no hard negatives in training ({row['world']})"
+    return (f"{100 * row['namesake_share']:.1f} % of the training hard negatives are namesake "
+            f"passages ({row['namesake']} of {row['hard_negatives']}, {row['world']})"
+            + (": not fully held out" if row["namesake"] else ": held out"))
+
+
+def did_kind_rows(claims: Sequence[dict[str, Any]],
+                  namesake_by: dict[tuple[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The held-out drop per distractor kind: one row per claim, seed (and ``pooled``) and
+    one-step held-out check (``outcomes.did_kind``); the ``namesake`` kind's row carries the
+    share of namesake passages among the training negatives of the claim's world at that seed
+    (``namesake_by``: ``{(claim id, seed): namesake_negatives row}``)."""
+    rows = []
+    for c in claims:
+        seeds = list(c["per_seed"])
+        blocks = [(str(seed), e["checks"], [seed]) for seed, e in c["per_seed"].items()]
+        if c.get("pooled"):
+            blocks.append(("pooled", c["pooled"]["checks"], seeds))
+        for label, checks, its_seeds in blocks:
+            for e in checks:
+                kind = outcomes.did_kind(e.get("id", ""))
+                if kind is None:
+                    continue
+                share = "—"
+                if kind == "namesake":
+                    share = "; ".join(
+                        (f"seed {s}: " if len(its_seeds) > 1 else "")
+                        + namesake_cell(namesake_by.get((c["id"], s))) for s in its_seeds)
+                rows.append({"claim": c["id"], "seed": label, "kind": kind,
+                             "check": e["metric"], "expect": e.get("expect", ""),
+                             "B − A": (f"{e['diff_shown']:+.2f}" if "diff_shown" in e else "—"),
+                             "95% CI": e.get("95% CI", "—"), "p at δ0": e.get("p at δ0", "—"),
+                             "verdict": e["verdict"], "training negatives of this kind": share})
+    return rows
+
+
+NAMESAKE_COLUMNS = ["world", "world seed", "hard negatives", "in training", "runs", "examples",
+                    "hard_negatives", "namesake", "namesake share (%)", "same_entity", "other",
+                    "examples_with_namesake_negative", "positives_with_world_namesake"]
+DID_KIND_COLUMNS = ["claim", "seed", "kind", "check", "expect", "B − A", "95% CI", "p at δ0",
+                    "verdict", "training negatives of this kind"]
+
+
 def evaluate_claim(claim: Claim, a: tuple[str, int], b: tuple[str, int], *,
                    n_resamples: int = stats.DEFAULT_RESAMPLES) -> dict[str, Any]:
     """The paired rows of ``claim``'s checks between runs ``a`` and ``b`` ((workdir, step)) and
@@ -447,6 +537,16 @@ def run_replication(out: str, claim_ids: Sequence[str] = CLAIM_IDS, *, steps: in
                 (b[UNTRAINED_COLS["answer"]] for b in baselines if b["world"] == world
                  and b["pooling"] == pooling + (" + normalize" if norm else "")), None)
     result["aa_vs_untrained"] = aa_against_untrained(claims, untrained_aa)
+    # The namesake kind's share of the training negatives, per world (issue 50 item 1).
+    result["namesake_negatives"] = namesake_negatives(runs, out, seeds, steps=steps, **budget)
+    by_world = {(r["world"], r["in training"]): r for r in result["namesake_negatives"]}
+    namesake_by = {}
+    for c in claims:
+        for seed in ([] if c.get("study") else c["per_seed"]):
+            cfg = run_config(c["a"], out, seed=seed, steps=steps, **budget)
+            namesake_by[c["id"], seed] = by_world.get(
+                (os.path.basename(cfg.data.data_dir), int(cfg.data.num_hard) > 0))
+    result["did_kinds"] = did_kind_rows(claims, namesake_by)
     result["markdown"] = markdown(result)
     with atomic_open(os.path.join(out, "replicate.md")) as f:
         f.write(result["markdown"])
@@ -590,6 +690,23 @@ def markdown(result: dict[str, Any]) -> str:
                      + report_lib.markdown_table(result["aa_vs_untrained"], [
                          "claim", "seed", "untrained", "A", "B", "A − untrained",
                          "B − untrained"]))
+    if result.get("did_kinds"):
+        parts.append("## Held-out drop per distractor kind\n\nEach held-out kind is one step "
+                     "of K (the kinds alternate in the order the runs recorded): B − A of the "
+                     "drop hit@k(K+1) − hit@k(K), points (> 0: B loses less). A value swap "
+                     "cannot be told from p+ (a tie control). Where training negatives are "
+                     "namesake passages, the namesake kind is not fully held out: the share is "
+                     "printed beside it, for the claim's world at that seed.\n\n"
+                     + report_lib.markdown_table(result["did_kinds"], DID_KIND_COLUMNS))
+    if result.get("namesake_negatives"):
+        parts.append("## Namesake passages among the training negatives\n\nPer world of the "
+                     "runs: the training file's hard negatives that are passages of a "
+                     "same-named other entity (`distractors.namesake_negative_counts`), the "
+                     "passages the held-out namesake kind imitates.\n\n"
+                     + report_lib.markdown_table(
+                         [{**r, "namesake share (%)": (None if r["namesake_share"] is None
+                                                       else round(100 * r["namesake_share"], 2))}
+                          for r in result["namesake_negatives"]], NAMESAKE_COLUMNS))
     if result.get("over_seeds"):
         parts.append("## Over seeds\n\nB − A per check over the training seeds: mean ± sample "
                      "std [min, max] (points for rates, raw for score gaps), and the verdicts "

@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from dense_cf.synthetic.templates import FACTS_BY_TYPE, INTROS
 from dense_cf.synthetic.vocab import (
@@ -75,10 +75,10 @@ from dense_cf.synthetic.world import _VALUE_MAKERS, _a, _cap
 from dense_cf.text.answers import dpr_tokenize, find_answer_spans, has_answer
 from dense_cf.text.sentences import split_sentences
 
-__all__ = ["HELDOUT_KINDS", "KINDS", "Kind", "check_kinds", "heldout_variants", "namesake",
-           "namesake_index", "paraphrase", "paraphrase_sentence", "rule_paraphrase",
-           "token_recall",
-           "rule_paraphrase_skip", "same_type_value", "value_kind", "value_swap"]
+__all__ = ["HELDOUT_KINDS", "KINDS", "Kind", "check_kinds", "heldout_variants", "name_key",
+           "namesake", "namesake_index", "namesake_negative_counts", "paraphrase",
+           "paraphrase_sentence", "rule_paraphrase", "rule_paraphrase_skip", "same_type_value",
+           "token_recall", "value_kind", "value_swap"]
 
 # The default selection and round-robin order (stored results use it; do not reorder or append:
 # that changes what a K holds). Every registered kind is in KINDS.
@@ -333,6 +333,51 @@ def namesake_index(titles: Sequence[str]) -> dict[str, list[str]]:
         if p:
             out.setdefault(p[0], set()).add(p[1])
     return {k: sorted(v) for k, v in out.items()}
+
+
+def name_key(title: str) -> str | None:
+    """The part of ``title`` that namesakes share ("Marta Lindqvist (chemist)" -> "Marta
+    Lindqvist"; a work's kind is kept: "The Silent Harbour|film"), None for a title without a
+    disambiguator."""
+    parsed = _parse_title(title)
+    return parsed[0] if parsed else None
+
+
+def namesake_negative_counts(examples: Iterable[tuple[str, Sequence[str]]],
+                             world_titles: Sequence[str]) -> dict[str, Any]:
+    """How many training hard negatives are namesake passages (issue 50: the held-out
+    ``namesake`` kind is then not fully held out). ``examples``: (positive title, hard-negative
+    titles) per training example; ``world_titles``: the corpus titles. A title is its entity (the
+    world's entity keys are unique), so a negative is the positive's ``same_entity`` (a sibling
+    passage) when the titles are equal and a ``namesake`` when the titles differ but share
+    :func:`name_key` (what :func:`namesake` imitates); anything else is ``other``. Also counted:
+    the examples with at least one namesake negative, the positives whose entity has a
+    namesake in the world (the most there could be), and titles not in the world (a file that
+    does not belong to it: ValueError)."""
+    world = set(world_titles)
+    in_world = namesake_index(world_titles)
+    out = {"examples": 0, "hard_negatives": 0, "namesake": 0, "same_entity": 0, "other": 0,
+           "examples_with_namesake_negative": 0, "positives_with_world_namesake": 0}
+    for i, (pos, negs) in enumerate(examples):
+        missing = [t for t in (pos, *negs) if t not in world]
+        if missing:
+            raise ValueError(f"training example {i}: titles {missing[:3]} are not in the world's "
+                             f"corpus")
+        key = name_key(pos)
+        out["examples"] += 1
+        out["positives_with_world_namesake"] += int(key is not None
+                                                     and len(in_world.get(key, ())) > 1)
+        found = 0
+        for t in negs:
+            kind = ("same_entity" if t == pos else
+                    "namesake" if key is not None and name_key(t) == key else "other")
+            out[kind] += 1
+            found += kind == "namesake"
+        out["hard_negatives"] += len(negs)
+        out["examples_with_namesake_negative"] += int(found > 0)
+    out["namesake_share"] = (out["namesake"] / out["hard_negatives"]
+                             if out["hard_negatives"] else None)
+    return out
 
 
 def _built_disambiguator(dis: str, rng: random.Random) -> str | None:
