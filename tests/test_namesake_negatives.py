@@ -122,3 +122,31 @@ def test_the_per_kind_rows_print_the_share_beside_the_namesake_kind():
     assert pooled.startswith("seed 0: 53.3 %") and "; seed 1: 0.0 %" in pooled
     assert by["0", "namesake"]["verdict"] == "reversed"
     assert rep.namesake_cell(None) == "not measured"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tool():
+    import importlib.util
+    path = os.path.join(ROOT, "tools", "measure_namesake_negatives.py")
+    spec = importlib.util.spec_from_file_location("measure_namesake_negatives", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_documented_shares_are_the_measured_ones():
+    """docs/replication.md states no share by hand: its table is the tool's markdown of the
+    stored measurement, which covers both worlds at world seeds 0-2."""
+    tool = _tool()
+    stored = json.load(open(os.path.join(ROOT, "docs", "results", "namesake_negatives.json")))
+    text = open(os.path.join(ROOT, "docs", "replication.md"), encoding="utf-8").read()
+    block = text[text.index(tool.BEGIN) + len(tool.BEGIN):text.index(tool.END)]
+    assert block.strip() == tool.markdown(stored).strip()
+    assert {(r["world seed"], r["hard negatives"]) for r in stored["rows"]} == {
+        (s, h) for s in (0, 1, 2) for h in ("sibling", "other_entity")}
+    for r in stored["rows"]:
+        assert r["namesake"] + r["same_entity"] + r["other"] == r["hard_negatives"]
+        assert r["namesake_share"] == pytest.approx(r["namesake"] / r["hard_negatives"])
+    assert stored["stamp"]["commit"] and stored["stamp"]["dirty"] is False

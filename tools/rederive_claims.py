@@ -14,6 +14,7 @@ before issue 48).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 from dense_cf.eval import claims as C
@@ -25,6 +26,13 @@ REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300
            "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
            "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md", "replicate_bm25_seeds012.md",
            "replicate_ablation_seeds012.md")
+# The world-draw re-runs (issue 50 item 2: ``studies.replicate --vary_world``, the world seed
+# follows the training seed; docs/replication.md "Registered by issue 50" has the commands),
+# stored as these names (report, its rows sibling and its JSON). Read when present: their runs
+# are still training. A claim such a report holds takes every seed from it; its rows from the
+# one-world reports above are left out, so no pooled test mixes the two designs. The report's
+# JSON must say it ran with --vary_world.
+WORLD_REPORTS = ("replicate_worlds_seeds012.md", "replicate_worlds_rest_seeds012.md")
 # Claims measured outside studies.replicate: (id, report of seed 0, its table (the sibling's
 # table name), A, B, checks, the paper's words, where, registered seeds). Seeds 1-2 of both were
 # registered 2026-11-28 after seed 0's result (trained before 9bb5ca3), before their runs
@@ -99,6 +107,28 @@ def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
     return stored, source, series
 
 
+def _world_reports(results: str) -> list[tuple[str, list[dict]]]:
+    """``(name, tables)`` of each :data:`WORLD_REPORTS` entry stored in ``results``; one whose
+    JSON (``studies.replicate``'s ``replicate.json``, copied beside it) is missing or does not
+    say ``vary_world`` is refused, naming the file."""
+    out = []
+    for name in WORLD_REPORTS:
+        path = os.path.join(results, name)
+        if not os.path.exists(path):
+            continue
+        setup_path = path[:-len(".md")] + ".json"
+        if not os.path.exists(setup_path):
+            raise ValueError(f"{setup_path}: missing; a world-draw report needs the JSON "
+                             "studies.replicate wrote beside it (its setup says --vary_world)")
+        with open(setup_path, encoding="utf-8") as f:
+            setup = json.load(f).get("setup", {})
+        if setup.get("vary_world") is not True:
+            raise ValueError(f"{setup_path}: setup.vary_world is {setup.get('vary_world')!r}; "
+                             f"{name} is for runs with --vary_world (world seed = seed)")
+        out.append((name, read_rows(path)["tables"]))
+    return out
+
+
 COLUMNS = ["claim", "status", "paper", "the paper's words", "A vs B", "seed", "report",
            "B − A [95% CI] (p at δ0; Holm p)", "seed-level: signs, t (p; Holm p)", "verdict"]
 RESULT = COLUMNS[7]
@@ -116,6 +146,13 @@ def rederive(results: str = "docs/results") -> list[dict]:
     source: dict[tuple[str, int], str] = {}  # the results file a (claim, seed) comes from
     for name in REPORTS:  # a later report replaces an earlier one's (claim, seed)
         for t in read_rows(os.path.join(results, name))["tables"]:
+            stored[t["claim"], t["seed"]] = _rows(t["rows"])
+            source[t["claim"], t["seed"]] = name
+    for name, tables in _world_reports(results):  # a claim's every seed, replaced
+        held = {t["claim"] for t in tables}
+        for key in [k for k in stored if k[0] in held]:
+            del stored[key], source[key]
+        for t in tables:
             stored[t["claim"], t["seed"]] = _rows(t["rows"])
             source[t["claim"], t["seed"]] = name
     data_stats, ds_source, series = _stored_data_stats(results)

@@ -319,6 +319,9 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
             e["diff_shown"] = 100.0 * (b01 - b10) / n
     else:
         iv = re.search(rf"\[({_NUM}),\s*({_NUM})\]", row["B − A"])
+        hist = re.search(r"d = −2\.\.\+2: (\d+), (\d+), (\d+), (\d+), (\d+)\)", row["test"])
+        if hist:  # a robustness drop (replicate.did_rows): its counts pool seeds exactly
+            e["did_hist"] = [int(x) for x in hist.groups()]
         if iv:
             lo, hi = _num(iv.group(1)), _num(iv.group(2))
             e.update(interval=(lo, hi), interval_method="paired bootstrap",

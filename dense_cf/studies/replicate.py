@@ -461,8 +461,11 @@ def did_rows(oa: Any, ob: Any, names: tuple[str, str], *, ks: Sequence[int] = (1
                         names[0]: f"{drop_a:+.2f}", names[1]: f"{drop_b:+.2f}",
                         "B − A": f"{100 * t['diff']:+.2f} [{100 * t['lo']:+.2f}, "
                                  f"{100 * t['hi']:+.2f}]",
+                        # the counts of d = −2..+2: what pools the seeds exactly, from the
+                        # stored row too (claims.rejudge)
                         "test": f"difference-in-differences, exact sign-flip "
-                                f"({t['n1']} items ±1, {t['n2']} ±2)",
+                                f"({t['n1']} items ±1, {t['n2']} ±2; d = −2..+2: "
+                                f"{', '.join(map(str, t['hist']))})",
                         "p": f"{t['p_value']:.3g}", "scale": 100.0,
                         "stats": {"kind": "did", **t}})
     return out
