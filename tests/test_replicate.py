@@ -421,6 +421,21 @@ def test_did_metric_ids_round_trip_and_refuse_unknown_kinds():
         claims.Check("robustness.did.heldout:value_swap+typo.k0_1.top1")
 
 
+def test_picl_claims_scored_by_eadprs_metrics_are_labelled_extrapolations():
+    """PiCL measures neither the AA score (EADPR Eq. 9) nor robustness to inserted distractors
+    (EADPR Fig. 5): a PiCL claim with such a check is an extrapolation (review 3 §2.3 item 3,
+    issue 50 item 1), and the status column says so."""
+    eadpr_metrics = ("aar.answer", "robustness.")
+    for c in rep.CLAIMS:
+        borrowed = [k.metric for k in c.checks if k.metric.startswith(eadpr_metrics)]
+        if c.paper.startswith("PiCL") and borrowed:
+            assert c.scope == "extrapolation" and c.scope_status.endswith(", extrapolation"), (
+                c.id, borrowed)
+        if c.paper.startswith("EADPR"):
+            assert c.scope == "", c.id
+    assert {c.id for c in rep.CLAIMS if c.scope} >= {"picl-aa", "picl-robust", "picl-robust-oe"}
+
+
 def test_every_registered_run_has_a_valid_config():
     """Registered before any run (issue 50): each run's config, with and without
     --vary_world, passes the trainer's validation (files aside)."""

@@ -38,7 +38,7 @@ from dense_cf import app as _app
 from dense_cf.analysis import compare as compare_lib
 from dense_cf.configs.studies import dcsr_config
 from dense_cf.eval import stats
-from dense_cf.files import make_dir
+from dense_cf.files import make_dir, utc_now
 from dense_cf.studies import harness
 from dense_cf.synthetic import generate as synthetic
 
@@ -83,6 +83,7 @@ def _seeded(config, seed: int):
 
 def main(argv) -> None:
     del argv
+    started = utc_now()
     out = _F.out.value or make_dir("dcsr_bench_")
     steps, batch, model, lr = _F.steps.value, _F.batch.value, _F.model.value, _F.lr.value
     has_qpp = "questions_per_passage" in inspect.signature(synthetic.generate).parameters
@@ -122,6 +123,10 @@ def main(argv) -> None:
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
+    # The commit, the dirty flag and each run's start and end (issue 50 item 4).
+    print("\n" + harness.stamp_markdown(harness.report_stamp(started, {
+        f"{run_name(world, n, m)} (seed {s})": trained[run_name(world, n, m), s].workdir
+        for n, _ in settings for s in seeds for m in METHODS})))
     if len(seeds) > 1:
         spread = stats.seed_table(rows, ("setting", "method"),
                                   [c for c in cols if c.startswith("top-") or c == "MRR"])

@@ -396,8 +396,10 @@ CLAIMS: tuple[Claim, ...] = (
           "under the same negative sampling (in-batch only), DPR+PiCL raises AAR, widens the "
           "gap and raises the AA score; top-k and robustness not worse by more than 2 points",
           "dpr_h0", "picl_h0", (*_AWARE, *_TOPK_NI, _ROBUST_NI), quote=_Q_PICL_AAR,
-          setting=_H0, seeds=_S012, status=_EXPL,
-          note="in-batch setting chosen after the BM25 null results (d1a9098 → 726fc85)"),
+          setting=_H0, seeds=_S012, status=_EXPL, scope=_EXTRAP,
+          note="in-batch setting chosen after the BM25 null results (d1a9098 → 726fc85); "
+               "its AA-score and robustness checks are EADPR's metrics (issue 50: scope "
+               "extrapolation, as picl-aa)"),
     Claim("eadpr-h0", "EADPR", "§5, Eq. 9, Fig. 4",
           "with in-batch negatives only, EADPR raises the AA score; top-k and robustness not "
           "worse by more than 2 points", "dpr_h0", "eadpr_h0",
