@@ -50,6 +50,11 @@ _HEARTBEAT = flags.DEFINE_integer(
 _SHUTDOWN = flags.DEFINE_integer(
     "shutdown_timeout_s", None, "Multi-host: seconds a finishing process waits for the others "
     "at shutdown (default: jax's, 300).")
+_COORDINATOR_SERVICE = flags.DEFINE_enum(
+    "coordinator_service", "sidecar", list(distributed.COORDINATOR_SERVICES),
+    "Multi-host (explicit, SLURM): where jax's coordination service runs. sidecar = a side "
+    "process started by process 0, so that losing process 0 stops the others with one line "
+    "like losing any other; in_process = inside process 0, as jax does (docs/reliability.md).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -61,7 +66,8 @@ def main(argv) -> None:
     distributed.initialize(_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
                            local_device_ids=local_ids, heartbeat_timeout_s=_HEARTBEAT.value,
-                           shutdown_timeout_s=_SHUTDOWN.value)
+                           shutdown_timeout_s=_SHUTDOWN.value,
+                           coordinator_service=_COORDINATOR_SERVICE.value)
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
     try:

@@ -30,7 +30,9 @@ collective fails at once with "Connection closed/reset by peer"; on GPUs (NCCL) 
 wait for ever, and the bound is the coordination service's heartbeat: a process that sends none
 for ``heartbeat_timeout_s`` (``--heartbeat_timeout_s``, default :data:`HEARTBEAT_TIMEOUT_S`) is
 declared dead and every other process is terminated. :func:`lost_peer_message` turns the first
-kind into one line naming the lost process (docs/reliability.md, "A lost host").
+kind into one line naming the lost process (docs/reliability.md, "A lost host"). Process 0 is no
+exception: in explicit and SLURM modes the coordination service runs in a side process of its
+own (:mod:`dense_cf.parallel.coordinator`), so losing process 0 fails a collective too.
 
 CPU multi-process collectives use gloo (``jax_cpu_collectives_implementation``; the jax 0.10
 default, set explicitly here so an older default cannot silently break cross-process psums).
@@ -50,12 +52,19 @@ from absl import logging
 from jax._src import distributed as jax_distributed
 from jax._src import hardware_utils
 
+from dense_cf.parallel import coordinator
+
 MODES = ("auto", "none", "tpu", "slurm", "explicit")
 # Seconds without a heartbeat after which the coordination service declares a process dead and
 # stops the others (jax's default is 100): the bound on how long a survivor can hang in a
 # collective with a lost peer where the collective itself never fails (NCCL).
 HEARTBEAT_TIMEOUT_S = 60
 PORT_ENV_VARS = ("DENSE_CF_COORDINATOR_PORT", "JAX_COORDINATOR_PORT")
+# Where the coordination service runs (--coordinator_service): a side process started by
+# process 0 (parallel/coordinator.py: losing process 0 is then like losing any other), or
+# inside process 0 as jax does it.
+COORDINATOR_SERVICES = ("sidecar", "in_process")
+JAX_SHUTDOWN_TIMEOUT_S = 300  # jax.distributed.initialize's default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,12 +268,19 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None,
                num_processes: int | None = None, process_id: int | None = None,
                local_device_ids: Sequence[int] | None = None, *,
                heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S,
-               shutdown_timeout_s: int | None = None) -> InitPlan:
+               shutdown_timeout_s: int | None = None,
+               coordinator_service: str = "sidecar") -> InitPlan:
     """Plans (see :func:`plan`), logs the choice, and calls ``jax.distributed.initialize``
     with the heartbeat timeout (and the shutdown timeout when given; jax's default is 300 s).
 
-    Must run before anything touches devices (``jax.devices()``, any computation).
+    With ``coordinator_service="sidecar"`` (explicit and SLURM modes) process 0 first starts
+    the coordination service in a side process (:mod:`dense_cf.parallel.coordinator`) and joins
+    it as a client; TPU mode, and a jaxlib without the service-only call, keep jax's
+    in-process service. Must run before anything touches devices.
     """
+    if coordinator_service not in COORDINATOR_SERVICES:
+        raise ValueError(f"--coordinator_service={coordinator_service!r}; expected one of "
+                         f"{', '.join(COORDINATOR_SERVICES)}")
     p = plan(mode, coordinator_address=coordinator_address, num_processes=num_processes,
              process_id=process_id, local_device_ids=local_device_ids)
     if not p.distributed:
@@ -280,7 +296,28 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None,
     timeouts = {"heartbeat_timeout_seconds": int(heartbeat_timeout_s)}
     if shutdown_timeout_s is not None:
         timeouts["shutdown_timeout_seconds"] = int(shutdown_timeout_s)
-    jax.distributed.initialize(**p.kwargs, **timeouts)
+    kwargs, sidecar = dict(p.kwargs), None
+    if (coordinator_service == "sidecar" and p.mode in ("explicit", "slurm")
+            and kwargs.get("process_id") == 0):
+        if coordinator.service_available():
+            sidecar = coordinator.start(
+                kwargs["coordinator_address"], kwargs["num_processes"], int(heartbeat_timeout_s),
+                int(shutdown_timeout_s or JAX_SHUTDOWN_TIMEOUT_S))
+            # jax still starts a service in process 0: bind it where no client looks.
+            kwargs["coordinator_bind_address"] = coordinator.unused_local_address()
+            logging.info("distributed: coordination service in side process %d on %s",
+                         sidecar.pid, sidecar.bind)
+        else:
+            logging.warning("distributed: this jaxlib has no service-only call; the "
+                            "coordination service runs inside process 0")
+    try:
+        jax.distributed.initialize(**kwargs, **timeouts)
+    except BaseException:
+        if sidecar is not None:
+            sidecar.stop()
+        raise
+    if sidecar is not None:
+        coordinator.stop_at_exit(sidecar, jax.distributed.shutdown)
     logging.info("distributed: process %d of %d, %d local / %d global devices",
                  jax.process_index(), jax.process_count(), jax.local_device_count(),
                  jax.device_count())
