@@ -8,6 +8,7 @@ One subprocess runs every binary (and every library alias that forwards to one) 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -21,6 +22,7 @@ from absl import flags
 
 from dense_cf import app as _app
 from dense_cf.files import UserError
+from dense_cf.index import kinds as index_kinds
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI = sorted(m.name for m in pkgutil.iter_modules([str(ROOT / "dense_cf" / "cli")])
@@ -213,3 +215,15 @@ def test_binary_errors_and_absl_flags(tmp_path):
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| 1.00 | 1 |" in r.stdout
+
+
+def test_every_index_flag_lists_the_registered_kinds():
+    """``--index`` has one definition (cli/_model_flags.py), so every binary that takes it lists
+    the kinds index/kinds.py registers, a new kind included (three binaries once hard-coded an
+    older list)."""
+    # eval_robustness rewords it on purpose: it searches with jax or faiss Flat whatever the kind.
+    binaries = ("eval_retrieval", "eval_multihop", "marginalize", "reader_data", "mine_model")
+    for name in binaries:
+        fv = importlib.import_module(f"dense_cf.cli.{name}").FLAGS
+        assert " | ".join(index_kinds.names()) in fv["index"].help, (name, fv["index"].help)
+        assert fv["index"].default is None, name

@@ -49,12 +49,17 @@ def define_model_flags(fv: flags.FlagValues) -> None:
                         "OUT_ROOT/<model>-<pooling>-<hash>/.", **kw)
 
 
+def index_help(default: str) -> str:
+    """``--index``'s help: the registered index kinds (index/kinds.py) and ``default``."""
+    return f"{' | '.join(index_kinds.names())} (default: {default})."
+
+
 # The evaluation binaries' data flags: name -> default help (a binary may reword one).
 DATA_FLAGS = {
     "gold": "Gold passages info JSON (default: config).",
     "qa": "Test qa CSV with the answers (default: config).",
     "corpus": "Corpus TSV (default: the run's config).",
-    "index": f"{' | '.join(index_kinds.names())} (default: config).",
+    "index": index_help("config"),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf import app as _app
+from dense_cf.cli import _model_flags
 from dense_cf.eval.marginalize import DEFAULT_KS, run_marginalization, summary_text
 
 __all__ = ["FLAGS", "USAGE", "main", "run_cli"]
@@ -37,8 +38,8 @@ _K = flags.DEFINE_list("k", [str(k) for k in DEFAULT_KS], "Top-k cut-offs.",
                        flag_values=FLAGS)
 _IN_DOMAIN = flags.DEFINE_string("in_domain", None, "Run name or index whose tandem = 100%.",
                                  flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", "flat", "flat | hnsw | ivfpq | sq8 | ivfsq | jax.",
-                             flag_values=FLAGS)
+_INDEX = _model_flags.define_data_flags(
+    FLAGS, "index", index=_model_flags.index_help("flat"))["index"]
 _ANSWER_MODE = flags.DEFINE_enum("answer_mode", None, ["string", "regex"],
                                  "DPR has_answer mode (default: the first run's).",
                                  flag_values=FLAGS)
@@ -52,7 +53,7 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     rep = run_marginalization(
         [*_WORKDIRS.value, *argv[1:]], _TEST.value, corpus_path=_CORPUS.value,
         ks=[int(x) for x in _K.value], out_dir=_OUT.value, in_domain=_IN_DOMAIN.value,
-        index_kind=_INDEX.value, answer_mode=_ANSWER_MODE.value, batch_size=_BATCH_SIZE.value)
+        index_kind=_INDEX.value or "flat", answer_mode=_ANSWER_MODE.value, batch_size=_BATCH_SIZE.value)
     print(summary_text(rep))
     _app.say_written(rep["out_dir"])
     return rep

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from dense_cf import app as _app
+from dense_cf.cli import _model_flags
 from dense_cf.cli._mining_flags import define_common_flags
 from dense_cf.mining.model_negatives import mine_model
 
@@ -36,8 +37,8 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).",
 _K = flags.DEFINE_integer("k", 100, "Passages retrieved per question.", flag_values=FLAGS)
 _SKIP_TOP = flags.DEFINE_integer(
     "skip_top", 0, "Ignore the top N retrieved ranks (false-negative guard).", flag_values=FLAGS)
-_INDEX = flags.DEFINE_string(
-    "index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: eval.index).", flag_values=FLAGS)
+_INDEX = _model_flags.define_data_flags(
+    FLAGS, "index", index=_model_flags.index_help("eval.index"))["index"]
 _STORE_DIR = flags.DEFINE_string(
     "store_dir", None, "Passage store (default RUN/mine/store) or a mine_bm25 --index_dir.",
     flag_values=FLAGS)

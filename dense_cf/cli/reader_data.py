@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from absl import flags, logging
 
 from dense_cf import app as _app
+from dense_cf.cli import _model_flags
 from dense_cf.files import workdir_lock
 from dense_cf.mining.reader_data import SPLIT_FILES, reader_data
 
@@ -35,8 +36,8 @@ _MAX_Q = flags.DEFINE_integer("max_questions", 0, "Only the first N questions (0
                               flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: "
                            "RUN/reader_data/step_N/<split>).", flag_values=FLAGS)
-_INDEX = flags.DEFINE_string("index", None, "flat | hnsw | ivfpq | sq8 | ivfsq | jax (default: the "
-                             "run's eval.index).", flag_values=FLAGS)
+_INDEX = _model_flags.define_data_flags(
+    FLAGS, "index", index=_model_flags.index_help("the run's eval.index"))["index"]
 _CORPUS = flags.DEFINE_string("corpus", None, "Corpus TSV (default: the run's).",
                               flag_values=FLAGS)
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).",
