@@ -374,7 +374,7 @@ def did_kind_rows(claims: Sequence[dict[str, Any]],
                 if kind is None:
                     continue
                 share = "—"
-                if kind == "namesake":
+                if kind == NAMESAKE_KIND:
                     share = "; ".join(
                         (f"seed {s}: " if len(its_seeds) > 1 else "")
                         + namesake_cell(namesake_by.get((c["id"], s))) for s in its_seeds)
@@ -386,6 +386,8 @@ def did_kind_rows(claims: Sequence[dict[str, Any]],
     return rows
 
 
+# The held-out kind whose passages the training negatives can contain (namesake_negatives).
+NAMESAKE_KIND = "namesake"
 NAMESAKE_COLUMNS = ["world", "world seed", "hard negatives", "in training", "runs", "examples",
                     "hard_negatives", "namesake", "namesake share (%)", "same_entity", "other",
                     "examples_with_namesake_negative", "positives_with_world_namesake"]
