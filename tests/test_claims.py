@@ -238,6 +238,33 @@ def test_seed_level_analysis_and_fragile_verdicts():
     assert "*fragile*" in shaky["verdict_text"]
     t = stats.seed_level_test([100 * 37 / 300, 100 * 1 / 300, -100 * 2 / 300])
     assert shaky["seed_checks"][0]["p_null"] == pytest.approx(t["p_value"])
+    # The mixed-effects logistic model (eval.glmm) sits beside both: the steady seeds hold
+    # under it; the shaky ones' seed × method variance leaves β not significant.
+    assert steady["mixed_verdict"] == "reproduced" and "β=+1.39" in steady["mixed_cell"]
+    assert shaky["mixed_verdict"] == "no difference detected"
+    assert shaky["mixed_checks"][0]["beta"] > 0 and shaky["mixed_checks"][0]["p_null"] > 0.05
+    assert ("the seed-level t-test says no difference detected; the mixed model says no "
+            "difference detected") in shaky["verdict_text"]
+
+
+def test_mixed_model_leaves_not_worse_and_non_binary_checks_unfitted():
+    """A margin in points has no single log-odds value, so a not-worse check keeps the
+    seed-level t only; the claim then has no mixed-model word and cannot be fragile by it."""
+    a = [True] * 150 + [False] * 150
+    b = [False] * 5 + [True] * 145 + [True] * 20 + [False] * 130
+    checks = [claims.Check("retrieval.top5"), claims.not_worse("retrieval.top1")]
+
+    def seed():
+        return claims.evaluate_checks(_rows(a, b) + _rows(a, b, "retrieval.top1"), checks,
+                                      ("A", "B"))
+    pooled = claims.pool_claim([seed(), seed()])
+    words = [e["verdict"] for e in pooled["mixed_checks"]]
+    assert words == ["reproduced", claims.NOT_FITTED_NI]
+    assert pooled["mixed_verdict"] is None and "not-worse check" in pooled["mixed_cell"]
+    # Stored rows carry A's rate, not A's hits: the table is rebuilt from it and n.
+    e = seed()[0]
+    assert claims._paired_table(e) == (145, 5, 20, 130)
+    assert claims._paired_table({**e, "a_hits": None}) is None
 
 
 # --- Re-judging stored results ------------------------------------------------------------------
@@ -280,6 +307,10 @@ def test_rejudge_stored_rows():
     assert got[1]["n"] == 300 and got[1]["diff_shown"] == pytest.approx(-7 / 3)
     assert got[1]["interval"] == pytest.approx([100 * x for x in stats.tango_interval(0, 7, 300)])
     assert got[2]["interval"] == (5.9842, 6.5786)
+    # A's hits from its stored rate (2 decimals: exact for n <= 5000): 52.33 % of 300 = 157,
+    # so the paired table (both, only A, only B, neither) the mixed model fits is whole.
+    assert got[0]["a_hits"] == 157
+    assert claims._paired_table(got[0]) == (157 - 24, 24, 35, 300 - 157 - 35)
 
 
 def test_pool_seed_checks_pools_counts_and_intervals():

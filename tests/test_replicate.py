@@ -5,10 +5,11 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 
 from dense_cf import methods
-from dense_cf.eval import claims, outcomes
+from dense_cf.eval import claims, outcomes, stats
 from dense_cf.eval import report as report_lib
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 from dense_cf.studies import replicate as rep
@@ -277,6 +278,30 @@ def test_seed_summary_mean_spread_and_verdict_counts():
                        "claims": [], "over_seeds": rows})
     assert "## Over seeds" in md and "| c1 | AAR | up | 3 | +3.00 ± 2.00 [+1.00, +5.00] |" in md
     assert rep.seed_summary(claims_[1:]) == []
+
+
+def test_report_has_seed_level_and_mixed_model_rows_after_a_pooled_row():
+    """Issue 50 item 2: the claims table gives each pooled row its seed-level t and its
+    mixed-effects logistic model (eval.glmm), each with its own word."""
+    a = [True] * 150 + [False] * 150
+
+    def seed(b01, b10):
+        b = [False] * b10 + [True] * (150 - b10) + [True] * b01 + [False] * (150 - b01)
+        row = {**stats.compare_outcomes("top-5", np.asarray(a), np.asarray(b, bool)),
+               "id": "retrieval.top5"}
+        entries = claims.evaluate_checks([row], [claims.Check("retrieval.top5")], ("A", "B"))
+        return {"checks": entries, "verdict_text": claims.verdict_text(entries)}
+    per_seed = {0: seed(40, 3), 1: seed(8, 7), 2: seed(3, 5)}
+    pooled = claims.pool_claim([v["checks"] for v in per_seed.values()])
+    claim = {"id": "c", "status": "exploratory", "paper": "P", "where": "§1", "claim": "up", "note": "",
+             "a": "dpr", "b": "picl", "per_seed": per_seed, "pooled": pooled}
+    md = rep.markdown({"setup": {"steps": 2, "seeds": [0, 1, 2], "n_resamples": 10,
+                                 "minutes": 0, "out": "x", "runs": {}, "minutes_per_run": {}},
+                       "claims": [claim], "over_seeds": []})
+    (mixed,) = [ln for ln in md.splitlines() if "| mixed model |" in ln]
+    assert "top-5 β=+" in mixed and mixed.rstrip(" |").endswith("no difference detected")
+    assert "| seed-level |" in md and "*fragile*: the seed-level t-test says" in md
+    assert "'mixed model' rows" in md
 
 
 def test_seed_summary_uses_the_units_of_the_b_minus_a_column():

@@ -53,6 +53,21 @@ def test_the_documented_table_is_the_rederived_one():
     assert not by_key, sorted(by_key)
 
 
+def test_the_table_has_the_mixed_model_beside_the_seed_level_column():
+    """Issue 50 item 2: each pooled row carries the mixed-effects logistic model (eval.glmm)
+    next to the seed-level t; one-seed rows have neither."""
+    tool = _tool()
+    assert tool.COLUMNS.index(tool.MIXED) == tool.COLUMNS.index(tool.SEED_LEVEL) + 1
+    doc = _doc_rows(tool.COLUMNS)
+    pooled = [r for r in doc if r["seed"].startswith("pooled")]
+    assert pooled and all(r[tool.MIXED] not in ("", "—") for r in pooled)
+    assert all(r[tool.MIXED] in ("—", "") for r in doc if not r["seed"].startswith("pooled"))
+    fitted = [r for r in pooled if "β=" in r[tool.MIXED]]
+    assert len(fitted) >= 10, len(fitted)
+    # A not-worse check is left to the seed-level t (its margin is in points, not log-odds).
+    assert any("not fitted (not-worse check" in r[tool.MIXED] for r in pooled)
+
+
 def _migration():
     return _load_tool("migrate_results_json")
 

@@ -28,8 +28,9 @@ fixed as data before a run (alpha, the margins in the registry; issue 50 item 2)
   detected > reproduced (``not run`` without a measured check).
 * Over several seeds the pooled test (CMH, inverse-variance, stratified permutation) is
   conditional on the trained models and the world; :func:`pool_seed_checks` adds the
-  seed-level t-test of the per-seed differences and the sign pattern, and a claim whose word
-  differs between the two is *fragile*.
+  seed-level t-test of the per-seed differences and the sign pattern, :func:`mixed_level` a
+  mixed-effects logistic model of the binary checks (``eval.glmm``: item, seed and
+  seed × method random), and a claim whose word differs between CMH and either is *fragile*.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from dense_cf.eval import outcomes, stats
+from dense_cf.eval import glmm, outcomes, stats
 
 __all__ = ["ALPHA", "CORRECTION", "EXPECTATIONS", "FEASIBLE", "STATUSES", "UNINFORMATIVE",
            "VERDICTS", "Check", "expand", "infeasible",
            "check_verdict", "claim_verdict", "evaluate_checks", "infer_n", "judge",
-           "RATE_MARGIN", "not_worse", "parse_check_table", "pool_claim", "pool_seed_checks",
-           "rejudge", "seed_level", "verdict_text"]
+           "RATE_MARGIN", "mixed_level", "not_worse", "parse_check_table", "pool_claim",
+           "pool_seed_checks", "rejudge", "seed_level", "verdict_text"]
 
 ALPHA = stats.ALPHA
 CORRECTION = ("reproduced: intersection–union (every check at alpha, unadjusted); "
@@ -206,7 +207,7 @@ def evaluate_checks(rows: Sequence[Mapping[str, Any]], checks: Sequence[Check],
              "p": f"{s['p_value']:.3g}", "p_value": s["p_value"], "test": r["test"]}
         if s.get("kind") == "binary":
             e.update(_binary_entry(check, s["n"], s["b01"], s["b10"], scale),
-                     a_rate=scale * s["a"])
+                     a_rate=scale * s["a"], a_hits=round(s["a"] * s["n"]))
         elif "lo" in s and "hi" in s:
             lo, hi = scale * s["lo"], scale * s["hi"]
             if s.get("kind") == "did":  # a robustness drop (stats.did_test): pooled by counts
@@ -315,6 +316,8 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
             a_rate = re.match(rf"\s*({_NUM})", e["A"])
             e.update(_binary_entry(check, n, b01, b10, 100.0), n=n,
                      a_rate=_num(a_rate.group(1)) if a_rate else None)
+            if a_rate:  # A's hits: the stored rate has 2 decimals, exact for n <= 5000
+                e["a_hits"] = round(_num(a_rate.group(1)) * n / 100.0)
             # The stored B − A is rounded: recompute it from the counts.
             e["diff_shown"] = 100.0 * (b01 - b10) / n
     else:
@@ -442,6 +445,80 @@ def seed_level(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Sequence
     return judge(out, checks, alpha)
 
 
+# The mixed model's words for checks it does not fit (mixed_level).
+NOT_FITTED_NI = "not fitted (not-worse check: seed-level t only)"
+NOT_FITTED = "not fitted (no paired counts)"
+
+
+def _paired_table(entry: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
+    """A binary entry's paired 2×2 table (both hit, only A, only B, neither) from ``n``,
+    ``b01`` / ``b10`` and ``a_hits``; None without them or when they disagree."""
+    counts = _counts(entry)
+    a_hits = entry.get("a_hits")
+    if counts is None or a_hits is None:
+        return None
+    n, b01, b10 = counts
+    table = (int(a_hits) - b10, b10, b01, n - int(a_hits) - b01)
+    return table if min(table) >= 0 else None
+
+
+def mixed_level(per_seed: Sequence[Sequence[Mapping[str, Any]]], checks: Sequence[Check],
+                alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """The mixed-effects logistic model beside the pooled test (``glmm.mixed_logit``: item,
+    seed and seed × method random effects, fitted to each seed's paired 2×2 table): per
+    binary ``up`` / ``down`` check, β (B's log-odds ratio over A) with its Wald interval and
+    p at β = 0; then the words of :func:`judge` (the sign of β against the claimed side;
+    unadjusted for ``reproduced``, Holm for ``reversed``). Not fitted: ``not_worse`` checks
+    (their margin is in points; on the log-odds scale it would depend on the base rate, so
+    they keep the seed-level t only) and checks without paired counts at every seed (means,
+    ρ, differences-in-differences). An infeasible reference (:func:`infeasible`) is
+    ``uninformative`` without a fit. Returns ``{"metric", "id", "expect", "verdict"}`` per
+    check, with ``beta``, ``interval``, ``z``, ``p_null``, ``p_holm`` and the fitted σs
+    where fitted."""
+    out = []
+    for j, check in enumerate(checks):
+        rows = [seed[j] for seed in per_seed]
+        e: dict[str, Any] = {"metric": check.label, "id": check.metric, "expect": check.expect,
+                             "a_rate": rows[0].get("a_rate")}
+        tables = [_paired_table(r) for r in rows]
+        if any(r.get("verdict") == "not measured" for r in rows):
+            e["verdict"] = "not measured"
+        elif infeasible(e["a_rate"]):
+            e["verdict"] = UNINFORMATIVE
+        elif check.expect == "not_worse":
+            e["verdict"] = NOT_FITTED_NI
+        elif any(t is None for t in tables):
+            e["verdict"] = NOT_FITTED
+        else:
+            fit = glmm.mixed_logit(tables)
+            e.update(diff_shown=fit["beta"], beta=fit["beta"], z=fit["z"],
+                     interval=(fit["lo"], fit["hi"]), p_null=fit["p_value"],
+                     sigmas=(fit["sigma_item"], fit["sigma_seed"], fit["sigma_seed_method"]),
+                     converged=fit["converged"], separation=fit["separation"])
+        out.append(e)
+    return judge(out, checks, alpha)
+
+
+def _mixed_cell(e: Mapping[str, Any]) -> str:
+    if "p_holm" not in e:
+        return f"{e['metric']}: {e['verdict']}"
+    note = "" if e["converged"] else " (the optimiser did not converge)"
+    if e["separation"]:
+        shown = f"β={'+' if e['beta'] > 0 else '−'}inf (separation; likelihood-ratio p="
+    else:
+        lo, hi = e["interval"]
+        shown = f"β={e['beta']:+.2f} [{lo:+.2f}, {hi:+.2f}] (p="
+    return f"{e['metric']} {shown}{e['p_null']:.2g}; Holm p={e['p_holm']:.2g}){note}"
+
+
+def _mixed_verdict(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """The claim's word under the mixed model, or None when it leaves a measured,
+    informative check unfitted (its word would rest on part of the claim)."""
+    if any(e["verdict"] in (NOT_FITTED, NOT_FITTED_NI) for e in entries):
+        return None
+    return claim_verdict([e["verdict"] for e in entries])
+
+
 def _seed_cell(e: Mapping[str, Any]) -> str:
     if "p_holm" not in e:
         return f"{e['metric']}: {e['verdict']}"
@@ -454,22 +531,33 @@ def pool_claim(per_seed: Sequence[Sequence[Mapping[str, Any]]], alpha: float = A
                ) -> dict[str, Any]:
     """A claim's verdict over several seeds (:func:`pool_seed_checks`), its checks rebuilt
     from the first seed's entries (metric, expect, margin, margin_reason), with the
-    seed-level analysis beside it (:func:`seed_level`): ``{"checks", "verdict",
-    "verdict_text", "seed_checks", "seed_verdict", "seed_cell", "fragile"}``. ``fragile``:
-    the pooled word and the seed-level word differ; ``verdict_text`` then says so."""
+    seed-level analysis (:func:`seed_level`) and the mixed model (:func:`mixed_level`)
+    beside it: ``{"checks", "verdict", "verdict_text", "seed_checks", "seed_verdict",
+    "seed_cell", "mixed_checks", "mixed_verdict", "mixed_cell", "fragile"}``.
+    ``mixed_verdict`` is None where the model leaves an informative check unfitted.
+    ``fragile``: the pooled word differs from the seed-level word or the mixed model's;
+    ``verdict_text`` then says which."""
     checks = [Check(e["id"], e["expect"], e.get("margin"), e.get("margin_reason", ""))
               for e in per_seed[0]]
     entries = pool_seed_checks(per_seed, checks, alpha)
     verdict = claim_verdict([e["verdict"] for e in entries])
     seed_checks = seed_level(per_seed, checks, alpha)
     seed_verdict = claim_verdict([e["verdict"] for e in seed_checks])
-    fragile = seed_verdict not in ("not run", UNINFORMATIVE) and seed_verdict != verdict
+    mixed_checks = mixed_level(per_seed, checks, alpha)
+    mixed_verdict = _mixed_verdict(mixed_checks)
+    differ = [f"the {name} says {word}"
+              for name, word in (("seed-level t-test", seed_verdict),
+                                 ("mixed model", mixed_verdict))
+              if word not in (None, "not run", UNINFORMATIVE) and word != verdict]
     text = verdict_text(entries)
-    if fragile:
-        text += f" (*fragile*: the seed-level t-test says {seed_verdict})"
+    if differ:
+        text += f" (*fragile*: {'; '.join(differ)})"
     return {"checks": entries, "verdict": verdict, "verdict_text": text,
             "seed_checks": seed_checks, "seed_verdict": seed_verdict,
-            "seed_cell": "; ".join(_seed_cell(e) for e in seed_checks), "fragile": fragile}
+            "seed_cell": "; ".join(_seed_cell(e) for e in seed_checks),
+            "mixed_checks": mixed_checks, "mixed_verdict": mixed_verdict,
+            "mixed_cell": "; ".join(_mixed_cell(e) for e in mixed_checks),
+            "fragile": bool(differ)}
 
 
 # --- Margins of the non-inferiority checks (fixed as data; docs/replication.md "Method") ---

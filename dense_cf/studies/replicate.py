@@ -648,6 +648,9 @@ def markdown(result: dict[str, Any]) -> str:
             rows.append({**rows[-1], "seed": "seed-level",
                          "B − A (95% CI, p)": c["pooled"].get("seed_cell", "—"),
                          "verdict": c["pooled"].get("seed_verdict", "—")})
+            rows.append({**rows[-1], "seed": "mixed model",
+                         "B − A (95% CI, p)": c["pooled"].get("mixed_cell", "—"),
+                         "verdict": c["pooled"].get("mixed_verdict") or "—"})
     parts = [
         "# Replication: the papers' claims on the synthetic benchmark",
         f"{s['steps']} steps per run, seeds {s['seeds']}, {s['n_resamples']} bootstrap "
@@ -665,8 +668,12 @@ def markdown(result: dict[str, Any]) -> str:
         "score gaps. 'pooled' rows test all seeds at once (CMH over seed strata for rates, "
         "inverse-variance pooling for means, the mean Spearman ρ by a stratified permutation "
         "test): conditional on the trained models and the world. 'seed-level' rows: the "
-        "t-test of the per-seed differences (df = seeds − 1) and their signs; a claim whose "
-        "pooled and seed-level words differ is *fragile*.",
+        "t-test of the per-seed differences (df = seeds − 1) and their signs. 'mixed model' "
+        "rows: a logistic model of the binary checks with item, seed and seed × method "
+        "random effects (eval.glmm, maximum likelihood): β is B's log-odds ratio over A with "
+        "its Wald interval and p at 0; 'not worse' checks and non-binary rows are not fitted, "
+        "and then the row has no claim word. A claim whose pooled word differs from the "
+        "seed-level or the mixed model's word is *fragile*.",
         "## Runs\n\n" + report_lib.markdown_table(
             [{"run": r, "study": v["study"], "row": v["row"], "method preset": v["method"] or "—",
               "overrides": ", ".join(f"{k}={x}" for k, x in v["overrides"]) or "—",
