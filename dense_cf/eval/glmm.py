@@ -147,13 +147,13 @@ def _seed_loglik(counts: np.ndarray, mean: np.ndarray, chol: np.ndarray, sigma_i
         step = -np.linalg.solve(hess, grad[..., None])[..., 0]
         t = np.ones(n_seeds)
         for _ in range(40):
-            new = h((z + t[:, None] * step)[:, None, :])[:, 0]
-            bad = ~(new >= value - 1e-9 * np.abs(value))
+            trial = z + t[:, None] * step
+            new = newton_terms(trial)
+            bad = ~(new[0] >= value - 1e-9 * np.abs(value))
             if not bad.any():
                 break
             t = np.where(bad, t / 2, t)
-        z = z + t[:, None] * step
-        value, grad, hess = newton_terms(z)
+        z, (value, grad, hess) = trial, new
         if np.abs(t[:, None] * step).max() < 1e-7:
             break
     # z = mode + sqrt(2) R x with R R^T = (-hess)^-1: ∫ e^h dz = |det √2 R| Σ w e^(h + |x|²).
