@@ -1,5 +1,5 @@
 """The training loop end to end: save → stop (or SIGKILL) → resume equals an uninterrupted run;
-the CLI; missing-data errors."""
+the CLI (started outside the checkout, relative paths); missing-data errors."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import tiny_tower_config, write_tower_data, xla_flags
+from helpers import child_pythonpath, tiny_tower_config, write_tower_data, xla_flags
 
 from dense_cf.parallel import mesh as mesh_lib
 
@@ -49,23 +49,6 @@ def test_resume_gives_the_same_parameters(tmp_path, data_dir):
     assert os.path.isdir(tmp_path / "full" / "tb")
 
 
-def test_cli_smoke(tmp_path, data_dir):
-    env = dict(os.environ, XLA_FLAGS=xla_flags(2))
-    cmd = [sys.executable, "-m", "dense_cf.main", "--config=configs/dpr_nq.py",
-           f"--workdir={tmp_path / 'run'}", "--config.model.name_or_path=tiny",
-           "--config.model.tiny_layers=1", f"--config.data.data_dir={data_dir}",
-           "--config.data.train_file=train.json", "--config.data.dev_file=dev.json",
-           "--config.data.max_q_len=12", "--config.data.max_p_len=24",
-           "--config.train.global_batch=8", "--config.train.num_steps=2",
-           "--config.train.log_every=1", "--config.train.eval_every=2"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout[r.stdout.index("{"):])
-    assert out["step"] == 2 and np.isfinite(out["train"]["train/loss"])
-    assert out["train"]["train/l_chn"] == 0.0  # DPR: no counterfactual terms
-
-
 def test_missing_data_file_message(tmp_path):
     from dense_cf.experiment import train_and_evaluate as train
     from dense_cf.train.validate import ConfigError
@@ -75,28 +58,36 @@ def test_missing_data_file_message(tmp_path):
         train(c, str(tmp_path / "w"))
 
 
-def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
-    """A training process killed with SIGKILL after its first checkpoint resumes to the same end."""
+def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
+    """A training process killed with SIGKILL after its first checkpoint resumes to the same end.
+
+    The three runs are also the CLI smoke test: ``python -m dense_cf.main
+    --config=configs/dpr_nq.py`` with a dev file, started outside the checkout with a relative
+    data_dir and workdir, trains, prints its JSON summary (finite loss, no counterfactual terms)
+    and saves the config with the absolute data path."""
     import signal
     import time
 
     from dense_cf.train.run import load_run
-    env = dict(os.environ, XLA_FLAGS=xla_flags(2))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, XLA_FLAGS=xla_flags(2), PYTHONPATH=child_pythonpath(root))
+    env.pop("DENSE_CF_TRACEBACK", None)
+    (tmp_path / "data").mkdir()
+    write_tower_data(str(tmp_path / "data"))
 
     def cmd(workdir):
-        return [sys.executable, "-m", "dense_cf.main", "--config=configs/picl_nq.py",
+        return [sys.executable, "-m", "dense_cf.main", "--config=configs/dpr_nq.py",
                 f"--workdir={workdir}", "--config.model.name_or_path=tiny",
-                "--config.model.tiny_layers=1", f"--config.data.data_dir={data_dir}",
-                "--config.data.train_file=train.json", "--config.data.dev_file=",
+                "--config.model.tiny_layers=1", "--config.data.data_dir=data",
+                "--config.data.train_file=train.json", "--config.data.dev_file=dev.json",
                 "--config.data.max_q_len=12", "--config.data.max_p_len=24",
                 "--config.train.global_batch=8", "--config.train.num_steps=40",
                 "--config.train.checkpoint_every=10", "--config.train.log_every=20",
-                "--config.train.eval_every=0", "--config.optim.warmup_steps=5"]
+                "--config.train.eval_every=40", "--config.optim.warmup_steps=5"]
 
-    full = subprocess.Popen(cmd(tmp_path / "full"), cwd=root, env=env, stdout=subprocess.DEVNULL,
+    full = subprocess.Popen(cmd("full"), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    victim = subprocess.Popen(cmd(tmp_path / "killed"), cwd=root, env=env,
+    victim = subprocess.Popen(cmd("killed"), cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = tmp_path / "killed" / "checkpoints" / "10"
     deadline = time.time() + 240
@@ -106,12 +97,17 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, data_dir):
     assert victim.wait(timeout=60) == -signal.SIGKILL
     last = tmp_path / "killed" / "checkpoints" / "40"
     assert first.exists() and not last.exists(), "the run was not killed mid-training"
-    r = subprocess.run(cmd(tmp_path / "killed"), cwd=root, env=env, capture_output=True,
+    r = subprocess.run(cmd("killed"), cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "restored step" in r.stderr
-    _, err = full.communicate(timeout=300)
+    out, err = full.communicate(timeout=300)
     assert full.returncode == 0, err[-3000:]
+    summary = json.loads(out[out.index("{"):])
+    assert summary["step"] == 40 and np.isfinite(summary["train"]["train/loss"])
+    assert summary["train"]["train/l_chn"] == 0.0  # DPR: no counterfactual terms
+    saved = json.load(open(tmp_path / "full" / "config.json"))
+    assert saved["data"]["data_dir"] == str(tmp_path / "data")
     a, b = load_run(str(tmp_path / "full")), load_run(str(tmp_path / "killed"))
     assert a.step == b.step == 40
     for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
