@@ -15,16 +15,20 @@ from dense_cf.bench import levers
 from dense_cf.models.hf import resolve_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = "layer,flags,hlo,attn,encode,pack,export,decide"
+# Every part, "step" (not in the script's default list) included: one script run for all.
+PARTS = "layer,flags,hlo,attn,encode,pack,export,step,decide"
 
 
 def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
+    """Every part, and the isolated step with levers (LEVERS_STEP_ARGS) among them."""
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), LEVERS_SIZE="tiny", LEVERS_WORK=str(tmp_path / "work"),
                LEVERS_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu",
                XLA_FLAGS=xla_flags(1), PYTHON=sys.executable,
                LEVERS_PARTS=PARTS, LEVERS_VARIANTS="baseline,ln_remat,fused_qkv,remat_matmul_outputs",
-               LEVERS_TOKENIZER=resolve_model_dir("minilm"))
+               LEVERS_TOKENIZER=resolve_model_dir("minilm"),
+               LEVERS_STEP_ARGS="--layer_norm_remat --fused_qkv --remat "
+                                "--remat_policy=matmul_outputs")
     r = subprocess.run(["bash", "tools/gpu/levers.sh"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -52,6 +56,8 @@ def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
     exp = by["export"][0]
     assert exp["passages"] == 64 and exp["shard_size"] == 32 and exp["token_table_equal"]
     assert exp["passages_per_s"] > 0 and exp["encode_only_passages_per_s"] > 0
+    (step,) = by["step"]
+    assert step["step_s_median"] > 0 and "--fused_qkv" in step["args"]
     assert by["decide"][0]["baseline_ms"] == layer["baseline"]["ms"]
     assert "ADOPT" in r.stdout or "keep " in r.stdout
 
@@ -115,20 +121,6 @@ def test_hlo_classifier_reads_cublas_and_cudnn_custom_calls():
                                  "bytes": (64 * 2304 * 2 + 1024) + 64 * 768 * 2 + 768 * 2304 * 2}
     assert classes["attention"]["ops"] == 1 and classes["attention"]["flops"] == 0
     assert classes["layernorm"]["ops"] == 1 and classes["layernorm"]["bytes"] == 64 * 768 * (2 + 4)
-
-
-def test_levers_step_part_runs_the_isolated_step_with_levers(tmp_path):
-    out = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out), LEVERS_SIZE="tiny", LEVERS_WORK=str(tmp_path / "work"),
-               LEVERS_CARRY=str(tmp_path / "no_carry"), JAX_PLATFORMS="cpu",
-               XLA_FLAGS=xla_flags(1), PYTHON=sys.executable, LEVERS_PARTS="step",
-               LEVERS_STEP_ARGS="--layer_norm_remat --fused_qkv --remat "
-                                "--remat_policy=matmul_outputs")
-    r = subprocess.run(["bash", "tools/gpu/levers.sh"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0 and "rc=0 (step)" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
-    (line,) = [json.loads(ln) for ln in (out / "levers.jsonl").read_text().splitlines()]
-    assert line["part"] == "step" and line["step_s_median"] > 0 and "--fused_qkv" in line["args"]
 
 
 @pytest.mark.parametrize("variant", list(levers.LAYER_VARIANTS))
