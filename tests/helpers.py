@@ -393,6 +393,15 @@ run()
 """
 
 
+# ``python -c NO_TF_MAIN <dense_cf.main flags>``: dense_cf.main with TensorFlow, TFDS and faiss
+# unimportable, the situation of a JAX GPU host.
+NO_TF_MAIN = ("import runpy, sys\n"
+              "for m in ('tensorflow', 'tensorflow_datasets', 'faiss'):\n"
+              "    sys.modules[m] = None\n"
+              "sys.argv = ['dense_cf.main'] + sys.argv[1:]\n"
+              "runpy.run_module('dense_cf.main', run_name='__main__')\n")
+
+
 # ``--config.<key>=<value>`` overrides for dense_cf.main (with configs/picl_nq.py): the tiny
 # 8-step PiCL run on write_tower_data's train.json of the fault and multi-host tests.
 TINY_MAIN_STEPS = 8

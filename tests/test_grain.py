@@ -1,17 +1,15 @@
 """The Grain input pipeline (``data.pipeline=grain``, dense_cf/inputs/source.py): the same batches
 as tf.data for every training method, host columns, exact resume through Grain's own iterator
-state, and a killed Grain run with TensorFlow unimportable resuming to an uninterrupted tf.data
-run's parameters. The demo config end to end without TensorFlow: tests/test_gpu_check.py."""
+state. A killed Grain run with TensorFlow unimportable resuming to an uninterrupted tf.data
+run's parameters: tests/test_train_loop.py's SIGKILL test (its tf.data run is the reference of
+both). The demo config end to end without TensorFlow: tests/test_gpu_check.py."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
-import jax
 import numpy as np
 import pytest
 from helpers import (
@@ -20,7 +18,6 @@ from helpers import (
     tiny_fid_config,
     tiny_reader_config,
     write_tiny_t5_tokenizer,
-    write_tower_data,
     write_toy_reader_results,
     xla_flags,
 )
@@ -150,60 +147,8 @@ def test_unknown_pipeline_is_refused(cases):
     assert source_lib.epoch_order(5, 0, 0, shuffle=False).tolist() == [0, 1, 2, 3, 4]
 
 
-# A wrapper that makes TensorFlow, TFDS and faiss unimportable before running dense_cf.main:
-# the situation of a JAX GPU host.
-_NO_TF = ("import runpy, sys\n"
-          "for m in ('tensorflow', 'tensorflow_datasets', 'faiss'):\n"
-          "    sys.modules[m] = None\n"
-          "sys.argv = ['dense_cf.main'] + sys.argv[1:]\n"
-          "runpy.run_module('dense_cf.main', run_name='__main__')\n")
-
-
 def _env(devices=2):
     return dict(os.environ, XLA_FLAGS=xla_flags(devices))
-
-
-def test_killed_grain_run_without_tensorflow_resumes_to_the_tfdata_run(tmp_path):
-    """A Grain run (TensorFlow unimportable) killed with SIGKILL after its first checkpoint and
-    resumed ends with the parameters of an uninterrupted tf.data run."""
-    from dense_cf.train.run import load_run
-    write_tower_data(str(tmp_path))
-
-    def cmd(workdir, *extra):
-        return ["--config=configs/picl_nq.py", f"--workdir={workdir}",
-                "--config.model.name_or_path=tiny", "--config.model.tiny_layers=1",
-                f"--config.data.data_dir={tmp_path}", "--config.data.train_file=train.json",
-                "--config.data.dev_file=", "--config.data.max_q_len=12",
-                "--config.data.max_p_len=24", "--config.train.global_batch=8",
-                "--config.train.num_steps=30", "--config.train.checkpoint_every=10",
-                "--config.train.log_every=30", "--config.train.eval_every=0",
-                "--config.optim.warmup_steps=5", *extra]
-
-    grain = ("--config.data.pipeline=grain", "--config.data.grain_threads=2")
-    full = subprocess.Popen([sys.executable, "-m", "dense_cf.main", *cmd(tmp_path / "full")],
-                            cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    victim = subprocess.Popen([sys.executable, "-c", _NO_TF, *cmd(tmp_path / "killed", *grain)],
-                              cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    first = tmp_path / "killed" / "checkpoints" / "10"
-    deadline = time.time() + 240
-    while not first.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    assert victim.wait(timeout=60) == -signal.SIGKILL
-    assert first.exists() and not (tmp_path / "killed" / "checkpoints" / "30").exists()
-    r = subprocess.run([sys.executable, "-c", _NO_TF, *cmd(tmp_path / "killed", *grain)],
-                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "restored step" in r.stderr
-    _, err = full.communicate(timeout=300)
-    assert full.returncode == 0, err[-3000:]
-    a, b = load_run(str(tmp_path / "full")), load_run(str(tmp_path / "killed"))
-    assert a.step == b.step == 30
-    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)),
-                    jax.tree.leaves(jax.device_get(b.params))):
-        np.testing.assert_array_equal(x, y)
 
 
 def test_a_tfdata_iterator_alive_at_exit_does_not_hang_the_process():

@@ -9,7 +9,13 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import child_pythonpath, tiny_tower_config, write_tower_data, xla_flags
+from helpers import (
+    NO_TF_MAIN,
+    child_pythonpath,
+    tiny_tower_config,
+    write_tower_data,
+    xla_flags,
+)
 
 from dense_cf.parallel import mesh as mesh_lib
 
@@ -59,12 +65,14 @@ def test_missing_data_file_message(tmp_path):
 
 
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
-    """A training process killed with SIGKILL after its first checkpoint resumes to the same end.
+    """A training process killed with SIGKILL after its first checkpoint resumes to the same end:
+    a tf.data run, and a Grain run with TensorFlow unimportable (helpers.NO_TF_MAIN), both to
+    the parameters of one uninterrupted tf.data run.
 
-    The three runs are also the CLI smoke test: ``python -m dense_cf.main
-    --config=configs/dpr_nq.py`` with a dev file, started outside the checkout with a relative
-    data_dir and workdir, trains, prints its JSON summary (finite loss, no counterfactual terms)
-    and saves the config with the absolute data path."""
+    The runs are also the CLI smoke test: ``python -m dense_cf.main --config=configs/dpr_nq.py``
+    with a dev file, started outside the checkout with a relative data_dir and workdir, trains,
+    prints its JSON summary (finite loss, no counterfactual terms) and saves the config with the
+    absolute data path."""
     import signal
     import time
 
@@ -74,33 +82,42 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     env.pop("DENSE_CF_TRACEBACK", None)
     (tmp_path / "data").mkdir()
     write_tower_data(str(tmp_path / "data"))
+    grain = ("--config.data.pipeline=grain", "--config.data.grain_threads=2")
 
-    def cmd(workdir):
-        return [sys.executable, "-m", "dense_cf.main", "--config=configs/dpr_nq.py",
+    def cmd(workdir, *extra):
+        head = ["-c", NO_TF_MAIN] if extra else ["-m", "dense_cf.main"]
+        return [sys.executable, *head, "--config=configs/dpr_nq.py",
                 f"--workdir={workdir}", "--config.model.name_or_path=tiny",
                 "--config.model.tiny_layers=1", "--config.data.data_dir=data",
                 "--config.data.train_file=train.json", "--config.data.dev_file=dev.json",
                 "--config.data.max_q_len=12", "--config.data.max_p_len=24",
                 "--config.train.global_batch=8", "--config.train.num_steps=40",
                 "--config.train.checkpoint_every=10", "--config.train.log_every=20",
-                "--config.train.eval_every=40", "--config.optim.warmup_steps=5"]
+                "--config.train.eval_every=40", "--config.optim.warmup_steps=5", *extra]
 
     full = subprocess.Popen(cmd("full"), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    victim = subprocess.Popen(cmd("killed"), cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    first = tmp_path / "killed" / "checkpoints" / "10"
-    deadline = time.time() + 240
-    while not first.exists() and victim.poll() is None and time.time() < deadline:
+    victims = {name: subprocess.Popen(cmd(name, *extra), cwd=tmp_path, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for name, extra in (("killed", ()), ("grain", grain))}
+    deadline = time.time() + 300  # three trainers at once
+    alive = dict(victims)
+    while alive and time.time() < deadline:  # each killed right after its first checkpoint
+        for name, victim in list(alive.items()):
+            if (tmp_path / name / "checkpoints" / "10").exists() or victim.poll() is not None:
+                victim.send_signal(signal.SIGKILL)
+                del alive[name]
         time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    assert victim.wait(timeout=60) == -signal.SIGKILL
-    last = tmp_path / "killed" / "checkpoints" / "40"
-    assert first.exists() and not last.exists(), "the run was not killed mid-training"
-    r = subprocess.run(cmd("killed"), cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "restored step" in r.stderr
+    for name, victim in victims.items():
+        victim.kill()  # a no-op for those killed above
+        assert victim.wait(timeout=60) == -signal.SIGKILL, name
+        first, last = (tmp_path / name / "checkpoints" / str(s) for s in (10, 40))
+        assert first.exists() and not last.exists(), f"{name}: the run was not killed mid-training"
+    for name, extra in (("killed", ()), ("grain", grain)):
+        r = subprocess.run(cmd(name, *extra), cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "restored step" in r.stderr, name
     out, err = full.communicate(timeout=300)
     assert full.returncode == 0, err[-3000:]
     summary = json.loads(out[out.index("{"):])
@@ -108,7 +125,10 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     assert summary["train"]["train/l_chn"] == 0.0  # DPR: no counterfactual terms
     saved = json.load(open(tmp_path / "full" / "config.json"))
     assert saved["data"]["data_dir"] == str(tmp_path / "data")
-    a, b = load_run(str(tmp_path / "full")), load_run(str(tmp_path / "killed"))
-    assert a.step == b.step == 40
-    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
-        np.testing.assert_array_equal(x, y)
+    a = load_run(str(tmp_path / "full"))
+    for name in ("killed", "grain"):
+        b = load_run(str(tmp_path / name))
+        assert a.step == b.step == 40
+        for x, y in zip(jax.tree.leaves(jax.device_get(a.params)),
+                        jax.tree.leaves(jax.device_get(b.params))):
+            np.testing.assert_array_equal(x, y, err_msg=name)
