@@ -110,8 +110,11 @@ def test_full_disk_stops_training_with_one_line_then_resumes(tmp_path):
     mnt.mkdir()
     write_tower_data(str(data), dev=False)
     wd = mnt / "run"
+    # Grain: the trainer without TensorFlow's import (about half a tiny run's CPU); the subject
+    # here is the full disk, not the input pipeline.
     overrides = dict(TINY_MAIN_OVERRIDES, **{"mesh.data": 1, "mesh.model": 1, "train.checkpoint_every": 3,
-                                    "train.num_steps": 9})
+                                    "train.num_steps": 9, "data.pipeline": "grain",
+                                    "data.grain_threads": 2})
     hook = tmp_path / "hook.py"  # 0.3 s after each step: the background save fails meanwhile
     hook.write_text(STEP_HOOK)
     train = " ".join([sys.executable, str(hook), "--config=configs/picl_nq.py",
