@@ -26,10 +26,18 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 import jax  # noqa: E402
 
-try:  # TF is only needed by the data tests; the TF-free core's tests run without it (GPU hosts).
-    import tensorflow as tf  # noqa: E402
-except ImportError:
+if os.environ.get("DENSE_CF_TEST_AS_USERS_COMPILE"):
+    # The child pytest of one ``optimized`` test (pytest_pyfunc_call, below): most are TF-free,
+    # so the import (~4 s of CPU) is left to a test that needs it. TF reads its pool sizes from
+    # these variables at import: the same one-thread pools as below.
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
     tf = None
+else:
+    try:  # TF is only needed by the data tests; the TF-free core's tests run without it (GPU hosts).
+        import tensorflow as tf  # noqa: E402
+    except ImportError:
+        tf = None
 
 # Identical programs compiled by several tests (e.g. three train() runs of one config) are
 # compiled once: XLA's persistent cache, keyed by the HLO fingerprint.
