@@ -146,7 +146,10 @@ def test_tiny_fid_learns_the_toy_task_and_eval_e2e_reads_it(tmp_path, tok_dir):
     test = write_toy_fid_results(tmp_path / "test.json", 32, seed=1)
     # 1,500 steps of 8 questions: ~10 s of steps on 2 CPU cores (plus compiling); at 600 steps
     # EM@4 was 0.69, at 1,500 1.0 (tiny_fid_config: 1 layer, d_model 32).
-    over = {"train.num_steps": 1500, "train.checkpoint_every": 1500, "train.log_every": 100}
+    # Grain: this child pytest (``optimized``) then never imports TensorFlow (~4 CPU-s); the
+    # subject is FiD, not the input pipeline (Grain's batches equal tf.data's: test_grain).
+    over = {"train.num_steps": 1500, "train.checkpoint_every": 1500, "train.log_every": 100,
+            "data.pipeline": "grain", "data.grain_threads": 2}
     summary, run = train(tiny_fid_config(tmp_path / "train.json", tok_dir, **over), str(tmp_path / "run"))
     assert summary["data"]["kept"] == 256
     preds = run.method.predict(run, [r["question"] for r in test],
