@@ -1,11 +1,21 @@
 """Shared test helpers (imported by test modules; pytest puts tests/ on sys.path)."""
 
+import importlib.util
 import json
 import os
 import socket
 
 from dense_cf.configs.base import base_config
 from dense_cf.datasets.formats import BiencoderExample, Passage, write_biencoder
+
+
+def load_tool(name: str):
+    """tools/<name>.py as a module (tools/ is not a package)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "tools", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def write_tower_data(d, dev: bool = True) -> None:

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from helpers import load_tool
 
 from dense_cf.studies import replicate as rep
 from dense_cf.synthetic import distractors
@@ -128,12 +129,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _tool():
-    import importlib.util
-    path = os.path.join(ROOT, "tools", "measure_namesake_negatives.py")
-    spec = importlib.util.spec_from_file_location("measure_namesake_negatives", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("measure_namesake_negatives")
 
 
 def test_the_documented_shares_are_the_measured_ones():

@@ -1,24 +1,16 @@
 """docs/replication.md's verdict table is what ``tools/rederive_claims.py`` derives from the
 stored reports under the current rules: no row stale, none missing, none hand-edited."""
 
-import importlib.util
 import os
 
 import pytest
+from helpers import load_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _load_tool(name):
-    """tools/<name>.py as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tools", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _tool():
-    return _load_tool("rederive_claims")
+    return load_tool("rederive_claims")
 
 
 def _doc_rows(columns):
@@ -69,7 +61,7 @@ def test_the_table_has_the_mixed_model_beside_the_seed_level_column():
 
 
 def _migration():
-    return _load_tool("migrate_results_json")
+    return load_tool("migrate_results_json")
 
 
 def _write_data_stats(tmp_path, name, text):

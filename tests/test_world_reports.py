@@ -2,13 +2,13 @@
 report of tools/rederive_claims.py: read when stored, its claims take every seed from it, and
 its difference-in-differences rows pool over seeds as the live report does."""
 
-import importlib.util
 import json
 import os
 import shutil
 from types import SimpleNamespace
 
 import pytest
+from helpers import load_tool
 
 from dense_cf.eval import claims as C
 from dense_cf.eval import report as report_lib
@@ -20,11 +20,7 @@ RESULTS = os.path.join(ROOT, "docs", "results")
 
 
 def _tool():
-    path = os.path.join(ROOT, "tools", "rederive_claims.py")
-    spec = importlib.util.spec_from_file_location("rederive_claims", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("rederive_claims")
 
 
 def _results_copy(tmp_path):
