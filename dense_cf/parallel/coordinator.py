@@ -9,6 +9,8 @@ started by process 0 before it initialises, process 0 is an ordinary client: whe
 others' next collective fails ("Connection reset by peer") and :func:`dense_cf.main` prints its
 one line, as for any other process.
 
+The side process is the binary ``dense_cf.cli.coordinator``; it runs :func:`serve`.
+
 Lifetime: the sidecar reads its stdin, a pipe whose write end only process 0 holds.
 - Process 0 exits normally: after jax's shutdown barrier it writes ``stop``; the sidecar exits.
 - Process 0 dies (kill -9, ``os._exit``, preemption): the pipe reaches EOF; the sidecar keeps
@@ -28,7 +30,6 @@ from __future__ import annotations
 import atexit
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -70,16 +71,15 @@ def unused_local_address() -> str:
 
 
 def serve(bind: str, num_processes: int, heartbeat_timeout_s: int, shutdown_timeout_s: int,
-          linger_s: float, stdin: Any = None, out: Any = None) -> str:
-    """Runs the service until ``stop`` on ``stdin`` (returns ``"stop"``) or EOF plus
-    ``linger_s`` seconds (returns ``"eof"``)."""
-    stdin, out = stdin or sys.stdin, out or sys.stdout
+          linger_s: float) -> str:
+    """Runs the service until ``stop`` on stdin (returns ``"stop"``) or EOF plus ``linger_s``
+    seconds (returns ``"eof"``); the side process's body (``dense_cf.cli.coordinator``)."""
     service = _jax.get_distributed_runtime_service(
         bind, num_processes, heartbeat_timeout=int(heartbeat_timeout_s),
         shutdown_timeout=int(shutdown_timeout_s))
-    out.write(f"{READY} {bind} pid={os.getpid()}\n")
-    out.flush()
-    line = stdin.readline()
+    sys.stdout.write(f"{READY} {bind} pid={os.getpid()}\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
     why = STOP if line.strip() == STOP else "eof"
     if why == "eof":
         time.sleep(linger_s)
@@ -136,7 +136,7 @@ def start(coordinator_address: str, num_processes: int, heartbeat_timeout_s: int
     the port is served (a killed run's sidecar lingering) it waits, for ``timeout_s`` seconds in
     all; RuntimeError names the port, or gives the sidecar's last words."""
     bind = bind_address(coordinator_address)
-    cmd = [python, "-m", "dense_cf.parallel.coordinator", f"--bind={bind}",
+    cmd = [python, "-m", "dense_cf.cli.coordinator", f"--bind={bind}",
            f"--num_processes={num_processes}", f"--heartbeat_timeout_s={heartbeat_timeout_s}",
            f"--shutdown_timeout_s={shutdown_timeout_s}", f"--linger_s={linger_s}"]
     port = int(bind.rsplit(":", 1)[1])
@@ -180,23 +180,3 @@ def stop_at_exit(sidecar: Sidecar, shutdown: Callable[[], None]) -> None:
         finally:
             sidecar.stop()
     atexit.register(stop)
-
-
-def _flag(argv: list[str], name: str) -> str:
-    for a in argv:
-        if a.startswith(f"--{name}="):
-            return a.split("=", 1)[1]
-    raise SystemExit(f"error: dense_cf.parallel.coordinator needs --{name}=")
-
-
-def main(argv: list[str]) -> int:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    serve(_flag(argv, "bind"), int(_flag(argv, "num_processes")),
-          int(_flag(argv, "heartbeat_timeout_s")), int(_flag(argv, "shutdown_timeout_s")),
-          float(_flag(argv, "linger_s")))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
