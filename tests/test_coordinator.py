@@ -3,7 +3,6 @@ coordinator's port, ends on ``stop``, outlives a dead process 0 by ``linger_s`` 
 second one waits for a port still held, then says which port. The two-process behaviour (losing
 process 0 gives our one line) is tests/test_multihost.py's coordinator test."""
 
-import socket
 import time
 
 import pytest
@@ -13,12 +12,6 @@ from dense_cf.parallel import coordinator, distributed
 
 pytestmark = pytest.mark.skipif(not coordinator.service_available(),
                                 reason="this jaxlib has no service-only call")
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _wait_exit(proc, timeout_s: float) -> float | None:
@@ -35,11 +28,11 @@ def test_sidecar_serves_on_the_coordinator_port_and_ends_on_stop():
     car = coordinator.start(f"127.0.0.1:{port}", 2, heartbeat_timeout_s=10, shutdown_timeout_s=10)
     try:
         assert car.bind == f"[::]:{port}" and car.proc.poll() is None
-        assert _accepts(port)
+        assert coordinator.port_in_use(port)
     finally:
         car.stop()
     assert car.proc.returncode == 0, car.proc.stderr
-    assert not _accepts(port)
+    assert not coordinator.port_in_use(port)
 
 
 def test_a_dead_process_0_leaves_the_service_up_for_linger_s_then_it_ends():
@@ -51,7 +44,7 @@ def test_a_dead_process_0_leaves_the_service_up_for_linger_s_then_it_ends():
     car.proc.stdin.close()  # what the kernel does when process 0 dies
     t0 = time.monotonic()
     time.sleep(1.0)
-    assert car.proc.poll() is None and _accepts(port)
+    assert car.proc.poll() is None and coordinator.port_in_use(port)
     took = _wait_exit(car.proc, 30)
     assert took is not None, "the sidecar outlived its linger time"
     assert time.monotonic() - t0 >= 2.0 and car.proc.returncode == 0
@@ -73,7 +66,7 @@ def test_a_served_port_is_waited_for_then_named():
         assert first.proc.poll() == 0  # gone before the second one served
     finally:
         first.stop()
-    assert second.proc.poll() is None and _accepts(port)
+    assert second.proc.poll() is None and coordinator.port_in_use(port)
     second.stop()
     assert second.proc.returncode == 0
 
