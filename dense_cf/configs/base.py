@@ -63,6 +63,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.length_buckets = ()                  # training: pad each batch to the smallest of these
                                                 # that fits (e.g. (64, 96, ..., 256)); () = off,
                                                 # every batch at max_q_len / max_p_len (docs/scale.md)
+    c.data.pack_row_len = 0                     # training: pack questions and passages into rows of
+                                                # this many tokens, several per row (block-diagonal
+                                                # attention; inputs/packing.py); 0 = off
+    c.data.pack_rows_multiple = 2               # packed row counts round up to a multiple of this
+                                                # (fewer distinct shapes, so fewer compiles)
     c.data.num_hard = 1                         # hard negatives per question in a batch
     c.data.max_hard_stored = 5                  # sampled from (DPR shuffles hard negatives)
     c.data.counterfactual = "sentence"          # sentence | window | answer | evidence

@@ -19,6 +19,7 @@ other way to cut padding, by trimming whole batches; packing also cuts it inside
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -104,3 +105,105 @@ def pack(ids: np.ndarray, mask: np.ndarray, row_len: int, *, num_rows: int = 0,
             col += n
     return PackedBatch(ids=out_ids, mask=(seg > 0).astype(np.int32), segment_ids=seg,
                        position_ids=pos, starts=starts)
+
+
+def _group_rows(batch: Mapping[str, np.ndarray], group: Sequence[str]
+                ) -> tuple[np.ndarray, np.ndarray, int]:
+    """A group's ``<prefix>_ids`` / ``_mask`` as [B, n, L] (an example's rows in group order,
+    ``[B, L]`` arrays counting as one row each), and n. Prefixes absent from the batch are
+    skipped (e.g. ``cf`` when the method makes no counterfactuals)."""
+    ids, masks = [], []
+    for prefix in group:
+        if f"{prefix}_ids" not in batch:
+            continue
+        i, m = np.asarray(batch[f"{prefix}_ids"]), np.asarray(batch[f"{prefix}_mask"])
+        ids.append(i[:, None] if i.ndim == 2 else i)
+        masks.append(m[:, None] if m.ndim == 2 else m)
+    if not ids:
+        raise ValueError(f"the batch has none of the group {tuple(group)}'s arrays "
+                         f"(keys: {sorted(batch)})")
+    ids_a, mask_a = np.concatenate(ids, axis=1), np.concatenate(masks, axis=1)
+    return ids_a, mask_a, ids_a.shape[1]
+
+
+def _shard_slices(batch_size: int, num_shards: int) -> list[slice]:
+    if num_shards < 1 or batch_size % num_shards:
+        raise ValueError(f"a batch of {batch_size} examples does not split into {num_shards} "
+                         f"data shards")
+    per = batch_size // num_shards
+    return [slice(s * per, (s + 1) * per) for s in range(num_shards)]
+
+
+def group_key(group: Sequence[str]) -> str:
+    """The name of a packed group's arrays: ``packed_<first prefix>_*``."""
+    return str(group[0])
+
+
+def rows_needed(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]], row_len: int,
+                num_shards: int) -> dict[str, int]:
+    """Per group, the most rows of ``row_len`` (first fit) any of the ``num_shards`` data shards
+    needs for its examples' rows (empty rows take none)."""
+    out = {}
+    for group in groups:
+        _, mask, n = _group_rows(batch, group)
+        lengths = mask.sum(-1)
+        need = 0
+        for sl in _shard_slices(mask.shape[0], num_shards):
+            flat = lengths[sl].reshape(-1)
+            need = max(need, len(assign_rows(flat[flat > 0], max(row_len, mask.shape[-1]))))
+        out[group_key(group)] = max(need, 1)
+    return out
+
+
+def pack_batch(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]], row_len: int,
+               num_shards: int, *, rows: Mapping[str, int] | None = None
+               ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A training batch with each group's ``<prefix>_ids``/``_mask`` arrays (``groups``, e.g.
+    ``methods.base.DPR_LENGTH_GROUPS``) replaced by packed rows, per data shard.
+
+    The batch's examples split into ``num_shards`` contiguous blocks (the data shards its
+    leading axis is sharded over); each block's rows, in example order and within an example in
+    group order (``[pos, hard..., cf]``: the order ``methods.base.embed_passages`` stacks them),
+    are packed on their own (:func:`pack`), so a device's rows hold only its own examples. Per
+    group ``k`` (:func:`group_key`): ``packed_k_ids`` / ``_mask`` / ``_segment_ids`` /
+    ``_position_ids`` [S, R, L] and ``packed_k_starts`` [S, P] (flat index into the shard's
+    ``R * L`` tokens). ``L`` is ``max(row_len, the group's padded length)``; ``R`` is
+    ``rows[k]`` (the same on every host: a global array's shape) or the most any shard needs
+    (:func:`rows_needed`). An empty row (all-zero mask: a missing hard negative or
+    counterfactual, masked by its ``*_valid`` flag) takes no tokens; its start points at its
+    shard's first token, so its vector is some real passage's and must stay masked, as the
+    padded batch's vector of an empty row is meaningless too.
+
+    Returns ``(batch, stats)``: stats ``tokens`` (real), ``slots`` (packed), ``slots_padded``
+    (the replaced arrays' size) and ``rows`` per group.
+    """
+    out = dict(batch)
+    rows = dict(rows or {})
+    stats: dict[str, Any] = {"tokens": 0, "slots": 0, "slots_padded": 0, "rows": {}}
+    for group in groups:
+        key = group_key(group)
+        ids, mask, _ = _group_rows(batch, group)
+        length = max(int(row_len), mask.shape[-1])
+        r_count = int(rows.get(key) or rows_needed(batch, [group], row_len, num_shards)[key])
+        parts: dict[str, list[np.ndarray]] = {f: [] for f in
+                                              ("ids", "mask", "segment_ids", "position_ids", "starts")}
+        for sl in _shard_slices(ids.shape[0], num_shards):
+            s_ids = ids[sl].reshape(-1, ids.shape[-1])
+            s_mask = mask[sl].reshape(-1, mask.shape[-1])
+            real = s_mask.sum(-1) > 0
+            packed = pack(s_ids[real], s_mask[real], length, num_rows=r_count)
+            starts = np.zeros(len(s_ids), np.int32)
+            starts[real] = packed.starts
+            for f in ("ids", "mask", "segment_ids", "position_ids"):
+                parts[f].append(getattr(packed, f))
+            parts["starts"].append(starts)
+            stats["tokens"] += packed.real_tokens
+            stats["slots"] += packed.ids.size
+        for f, arrs in parts.items():
+            out[f"packed_{key}_{f}"] = np.stack(arrs).astype(np.int32 if f != "ids" else ids.dtype)
+        stats["slots_padded"] += ids.size
+        stats["rows"][key] = r_count
+        for prefix in group:
+            out.pop(f"{prefix}_ids", None)
+            out.pop(f"{prefix}_mask", None)
+    return out, stats

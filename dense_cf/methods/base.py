@@ -117,12 +117,25 @@ def embed_passages(model, params, batch: dict[str, jax.Array], *, deterministic:
     them, counterfactual positives [B,D].
 
     The passages of an example are stacked as [B, 1 + h (+1), L] and flattened, so each device
-    encodes the passages of its own examples in one encoder call.
+    encodes the passages of its own examples in one encoder call. A packed batch
+    (``inputs.packing.pack_batch`` over ``DPR_LENGTH_GROUPS``: ``packed_q_*``, ``packed_pos_*``;
+    ``data.pack_row_len``) holds the same rows in that order, packed per data shard.
     """
+    b, h = batch["hard_valid"].shape[:2]
+    has_cf = "cf_valid" in batch
+    if "packed_pos_ids" in batch:
+        def packed(key: str, fn) -> jax.Array:
+            return model.apply({"params": params}, *(batch[f"packed_{key}_{f}"] for f in PACKED_FIELDS),
+                               deterministic=deterministic, rngs=rngs, method=fn)
+        q = packed("q", model.encode_question_packed) if "packed_q_ids" in batch else model.apply(
+            {"params": params}, batch["q_ids"], batch["q_mask"], deterministic=deterministic,
+            rngs=rngs, method=model.encode_question)
+        p = packed("pos", model.encode_passage_packed).reshape(b, 1 + h + int(has_cf), -1)
+        return Embeddings(q=q, pos=p[:, 0], neg=p[:, 1:1 + h], neg_valid=batch["hard_valid"],
+                          cf=p[:, 1 + h] if has_cf else None,
+                          cf_valid=batch["cf_valid"] if has_cf else None)
     q = model.apply({"params": params}, batch["q_ids"], batch["q_mask"], deterministic=deterministic,
                     rngs=rngs, method=model.encode_question)
-    b, h = batch["hard_ids"].shape[:2]
-    has_cf = "cf_ids" in batch
     parts_ids = [batch["pos_ids"][:, None], batch["hard_ids"]]
     parts_mask = [batch["pos_mask"][:, None], batch["hard_mask"]]
     if has_cf:
@@ -171,6 +184,10 @@ class Inputs:
 
 # Questions alone; passages together (embed_passages stacks pos, hard and cf in one call).
 DPR_LENGTH_GROUPS = (("q",), ("pos", "hard", "cf"))
+# The arrays of a packed group, in DualEncoder.encode_*_packed's argument order.
+PACKED_FIELDS = ("ids", "mask", "segment_ids", "position_ids", "starts")
+# An embed function that reads packed batches says which groups (Method.pack_groups).
+embed_passages.pack_groups = DPR_LENGTH_GROUPS
 DPR_INPUTS = Inputs(prepare=lambda config, tokenizer, data: data, spec=dpr_inputs.spec_from_config,
                     make_dataset=dpr_inputs.make_dataset, batch_iterator=dpr_inputs.BatchIterator,
                     length_groups=DPR_LENGTH_GROUPS)
@@ -283,6 +300,13 @@ class Method:
     # The evaluations a run gets after training unless config.eval.evaluators names others
     # (eval.evaluators); None: what applies to its kind (default_evaluators).
     evaluators: tuple[str, ...] | None = None
+
+    @property
+    def pack_groups(self) -> tuple[tuple[str, ...], ...]:
+        """The batch groups ``data.pack_row_len`` packs (``inputs.packing.pack_batch``): those
+        the embed function declares it reads packed (its ``pack_groups`` attribute); () = this
+        method's batches are never packed."""
+        return tuple(getattr(self.embed, "pack_groups", ()))
 
     def __post_init__(self) -> None:
         if self.evaluators is None:

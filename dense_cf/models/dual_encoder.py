@@ -110,14 +110,35 @@ class DualEncoder(nn.Module):
     def encode_passage(self, ids, mask, deterministic: bool = True) -> jax.Array:
         return self._encode(self.tower if self.shared else self.passage, ids, mask, deterministic)
 
+    def _encode_packed(self, tower: BertEncoder, ids, mask, segment_ids, position_ids, starts,
+                       deterministic: bool) -> jax.Array:
+        if ids.ndim == 2:  # one pack: [R, L] rows, [P] starts
+            hidden = tower(ids, mask, deterministic=deterministic, segment_ids=segment_ids,
+                           position_ids=position_ids)
+            return self._unit(pool_packed(hidden, position_ids, segment_ids, starts, self.pooling))
+        # One pack per data shard ([S, R, L] rows, [S, P] starts local to the shard;
+        # inputs.packing.pack_batch): the tower sees [S * R, L], pooling stays within a shard.
+        s, r, length = ids.shape
+        flat = lambda x: x.reshape(s * r, length)  # noqa: E731
+        hidden = tower(flat(ids), flat(mask), deterministic=deterministic,
+                       segment_ids=flat(segment_ids), position_ids=flat(position_ids))
+        pooled = jax.vmap(lambda h, p, g, st: pool_packed(h, p, g, st, self.pooling))(
+            hidden.reshape(s, r, length, -1), position_ids, segment_ids, starts)
+        return self._unit(pooled.reshape(s * starts.shape[1], -1))
+
     def encode_passage_packed(self, ids, mask, segment_ids, position_ids, starts,
                               deterministic: bool = True) -> jax.Array:
-        """Packed passages (``dense_cf.inputs.packing.PackedBatch`` fields) -> float32 [P, H] in
-        passage order, equal to :meth:`encode_passage` of the same passages padded one per row."""
-        tower = self.tower if self.shared else self.passage
-        hidden = tower(ids, mask, deterministic=deterministic, segment_ids=segment_ids,
-                       position_ids=position_ids)
-        return self._unit(pool_packed(hidden, position_ids, segment_ids, starts, self.pooling))
+        """Packed passages (``dense_cf.inputs.packing``: ``PackedBatch`` fields [R, L] / [P], or
+        ``pack_batch``'s per-shard [S, R, L] / [S, P]) -> float32 [P or S * P, H] in passage
+        order, equal to :meth:`encode_passage` of the same passages padded one per row."""
+        return self._encode_packed(self.tower if self.shared else self.passage, ids, mask,
+                                   segment_ids, position_ids, starts, deterministic)
+
+    def encode_question_packed(self, ids, mask, segment_ids, position_ids, starts,
+                               deterministic: bool = True) -> jax.Array:
+        """:meth:`encode_passage_packed` with the question tower."""
+        return self._encode_packed(self.tower if self.shared else self.question, ids, mask,
+                                   segment_ids, position_ids, starts, deterministic)
 
     def encode_passage_tokens(self, ids, mask, deterministic: bool = True) -> jax.Array:
         """The passage tower's last hidden states, float32 [B, L, H] (DCSR sentence vectors)."""

@@ -28,6 +28,7 @@ from dense_cf.datasets.dpr import resolve_data_file
 from dense_cf.files import atomic_open, workdir_lock, write_json
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.inputs import dpr as dpr_inputs
+from dense_cf.inputs import packing
 from dense_cf.inputs.source import GrainOptions
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.hosts import host0_first, is_host0
@@ -93,6 +94,36 @@ def length_bucketer(method, config):
         return batch, bucket_lib.padding_removed(counts["tokens"], counts["tokens_at_max"])
 
     return cut
+
+
+def sequence_packer(method, config, mesh):
+    """``batch -> (batch, padding share removed)`` packing host-local batches into rows of
+    ``config.data.pack_row_len`` tokens (``inputs.packing.pack_batch``, one pack per data shard
+    of this host), or None when off. Row counts round up to ``data.pack_rows_multiple`` (a few
+    shapes, each compiled once); on several hosts each is the maximum over all hosts, so every
+    host builds the same global shape. A pure function of the (global) batch: resume stays
+    exact."""
+    row_len = int(config.data.get("pack_row_len", 0))
+    if not row_len:
+        return None
+    groups = method.pack_groups
+    if not groups:
+        raise ValueError(f"config.data.pack_row_len={row_len}: method {method.name}'s batches "
+                         "cannot be packed (its embed function reads no packed groups, "
+                         "Method.pack_groups); set data.pack_row_len=0")
+    multiple = int(config.data.get("pack_rows_multiple", 1))
+    shards = mesh.shape["data"] // jax.process_count()
+
+    def pack(batch):
+        local = packing.rows_needed(batch, groups, row_len, shards)
+        need = np.asarray(list(local.values()), np.int32)
+        if jax.process_count() > 1:
+            need = multihost_utils.process_allgather(need).reshape(-1, len(local)).max(axis=0)
+        rows = {k: int(-(-int(n) // multiple) * multiple) for k, n in zip(local, need)}
+        batch, stats = packing.pack_batch(batch, groups, row_len, shards, rows=rows)
+        return batch, 1.0 - stats["slots"] / stats["slots_padded"]
+
+    return pack
 
 
 def device_memory() -> dict[str, int | None]:
@@ -241,6 +272,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
         timing: dict[str, Any] = {"checkpoint_save_s": []}
         t_train = time.perf_counter()
         bucketer = length_bucketer(method, config)
+        packer = sequence_packer(method, config, mesh)
         shapes: set[tuple] = set()  # batch shapes compiled (one per length bucket combination)
         preempted = False
         while step < stop_at:
@@ -249,6 +281,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
             removed = None
             if bucketer is not None:  # each bucket shape compiles once (jit's cache)
                 local_batch, removed = bucketer(local_batch)
+            if packer is not None:  # as are the few packed row counts
+                local_batch, removed_pk = packer(local_batch)
+                removed = 1.0 - (1.0 - (removed or 0.0)) * (1.0 - removed_pk)
             batch = mesh_lib.global_batch(local_batch, mesh)
             shape = tuple((k, v.shape) for k, v in sorted(local_batch.items()))
             if compiled and shape in shapes:

@@ -84,6 +84,12 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
     _range(out, "data.train_fraction", d.train_fraction, 0, 1, lo_open=True)
     for b in d.length_buckets:
         _range(out, "data.length_buckets[]", b, 1)
+    _range(out, "data.pack_row_len", d.get("pack_row_len", 0), 0)
+    _range(out, "data.pack_rows_multiple", d.get("pack_rows_multiple", 1), 1)
+    if d.get("pack_row_len", 0) and int(t.grad_cache_chunks) > 1:
+        out.append(f"config.data.pack_row_len={d.pack_row_len} and config.train.grad_cache_chunks="
+                   f"{t.grad_cache_chunks}: GradCache cuts the batch into example chunks, which "
+                   "packed rows are not; use one of the two")
 
     _range(out, "optim.learning_rate", o.learning_rate, 0, lo_open=True)
     _range(out, "optim.warmup_steps", o.warmup_steps, 0)
@@ -149,6 +155,10 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
               HARD_NEGATIVES)
     if method is not None:  # its loss weights and its own config block (docs/method.md §3)
         out += method.config_problems(config)
+        if d.get("pack_row_len", 0) and not method.pack_groups:
+            out.append(f"config.data.pack_row_len={d.pack_row_len}: method {method.name}'s "
+                       "batches cannot be packed (its embed function reads no packed groups, "
+                       "Method.pack_groups); set data.pack_row_len=0")
     if check_files and not d.synthetic.generate:
         # The files this method's Inputs.load reads (an unknown method: DPR's, the default).
         out += (method.inputs.file_problems if method else dpr_inputs.file_problems)(config)
