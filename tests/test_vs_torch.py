@@ -1,7 +1,7 @@
 """bench.vs_torch without its optional extra: the A/B alternation, the paired arithmetic, the
-padding helper, the step config and the shared jitted step at the benchmark's shapes, and a clear
-error when torch is missing. The torch loss is checked against ours only where torch is
-installed (the [peer] extra; tests never need it)."""
+padding helpers, the real-length training batches, the step config and the shared jitted step at
+the benchmark's shapes, and a clear error when torch is missing. The torch loss is checked
+against ours only where torch is installed (the [peer] extra; tests never need it)."""
 
 import importlib
 import sys
@@ -16,6 +16,8 @@ from dense_cf import losses, methods
 from dense_cf.bench import vs_torch
 from dense_cf.bench.common import batch_shapes, jitted_train_step, random_batch
 from dense_cf.files import UserError
+from dense_cf.models.hf import resolve_model_dir
+from dense_cf.models.tokenizer import load_tokenizer
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.train import run as loop
 
@@ -161,3 +163,92 @@ def test_shapes_buckets_and_goals_of_the_one_run_comparison():
         ("train step", False), ("train step (bfloat16 operands)", True),
         ("export (bfloat16 operands) vs peer longest", True),
         ("export (bfloat16 operands) vs peer fixed", False)]
+
+
+def test_real_length_batch_draws_right_padded_rows_from_the_pools():
+    shapes = batch_shapes(4, 2, 8, 16, True)
+    q_pool, p_pool = np.array([3, 5, 40]), np.array([7, 12, 16, 30])  # 40, 30: truncated
+    b = vs_torch.real_length_batch(shapes, q_pool, p_pool, 2048, seed=(0, 1))
+    assert {k: v.shape for k, v in b.items()} == {k: v.shape for k, v in shapes.items()}
+    assert b["hard_valid"].all() and b["cf_valid"].all()
+    for prefix, pool, width in (("q", q_pool, 8), ("pos", p_pool, 16), ("hard", p_pool, 16),
+                                ("cf", p_pool, 16)):
+        ids, mask = b[prefix + "_ids"], b[prefix + "_mask"]
+        n = mask.sum(-1)
+        assert set(n.ravel().tolist()) <= set(np.minimum(pool, width).tolist())
+        # right-padded: the first n positions real, pad id 0 after
+        assert (mask == (np.arange(width) < n[..., None])).all()
+        assert (ids[mask == 0] == 0).all() and (ids[mask == 1] >= 1000).all()
+    again = vs_torch.real_length_batch(shapes, q_pool, p_pool, 2048, seed=(0, 1))
+    assert all((again[k] == b[k]).all() for k in b)
+    other = vs_torch.real_length_batch(shapes, q_pool, p_pool, 2048, seed=(0, 2))
+    assert any((other[k] != b[k]).any() for k in b if k.endswith("_mask"))
+    fill = vs_torch.group_fill([b, other], vs_torch.TRAIN_GROUPS)
+    assert 0 < fill["questions"]["fill"] < 1 and 0 < fill["passages"]["fill"] < 1
+    assert fill["questions"]["slots"] == 8 and fill["passages"]["slots"] == 16
+    lens = np.concatenate([x[p + "_mask"].sum(-1).ravel() for x in (b, other)
+                           for p in ("pos", "hard", "cf")])
+    assert lens.size == 2 * 4 * 4  # 2 batches x 4 questions x (pos, 2 hard, cf)
+    assert fill["passages"]["mean_tokens"] == pytest.approx(lens.mean())
+    assert fill["passages"]["fill"] == pytest.approx(lens.mean() / 16)
+    with pytest.raises(ValueError, match="non-empty"):
+        vs_torch.real_length_batch(shapes, np.array([], int), p_pool, 2048)
+
+
+def test_group_fill_counts_real_tokens_over_slots():
+    m = {"q_mask": np.array([[1, 1, 0, 0], [1, 0, 0, 0]]), "pos_mask": np.array([[1, 1, 1, 0]])}
+    f = vs_torch.group_fill([m], {"questions": ("q",), "passages": ("pos", "hard")})
+    assert f == {"questions": {"mean_tokens": 1.5, "slots": 4.0, "fill": 3 / 8},
+                 "passages": {"mean_tokens": 3.0, "slots": 4.0, "fill": 3 / 4}}
+
+
+def test_peer_trim_cuts_each_group_to_its_longest_row():
+    b = vs_torch.real_length_batch(batch_shapes(4, 1, 8, 32, True), np.array([2, 3, 5]),
+                                   np.array([6, 9, 11]), 2048, seed=0)
+    t = vs_torch.peer_trim(b)
+    qn = int(b["q_mask"].sum(1).max())
+    pn = max(int(b[p + "_mask"].sum(-1).max()) for p in ("pos", "hard", "cf"))
+    assert t["q_ids"].shape == (4, qn) and t["q_mask"].shape == (4, qn)
+    assert t["pos_ids"].shape == (4, pn) and t["hard_mask"].shape == (4, 1, pn)
+    assert t["cf_ids"].shape == (4, pn)  # the passage tower's inputs share one length
+    assert (t["pos_ids"] == b["pos_ids"][:, :pn]).all() and t["hard_valid"] is b["hard_valid"]
+    assert all(t[k].sum() == b[k].sum() for k in b if k.endswith("_mask"))  # no real token lost
+
+
+def test_length_pools_tokenise_in_the_training_format_and_truncate(tmp_path):
+    tok = load_tokenizer(resolve_model_dir("minilm"))
+    questions, titles, texts = vs_torch.demo_world_texts(str(tmp_path), num_passages=30)
+    assert len(questions) > 0 and len(texts) == 30
+    q, p = vs_torch.length_pools(tok, questions, titles, texts, 8, 48)
+    assert q.shape == (len(questions),) and p.shape == (30,)
+    assert q.max() == 8 and 3 <= q.min()  # [CLS] question [SEP], cut at 8
+    assert (p == 48).all()  # the demo's passages (~78 word pieces) cut at 48
+    q, p = vs_torch.length_pools(tok, questions, titles, texts, 64, 256)
+    assert 8 < q.mean() < 64 and 40 < p.mean() < 256 and p.max() < 256  # nothing cut
+    wq, wtitles, wtexts = vs_torch.wiki_texts(num_passages=12, num_questions=5)
+    assert len(wq) == 5 and len(wtexts) == len(wtitles) == 12
+    assert all(len(t.split()) <= 100 for t in wtexts)
+    with pytest.raises(UserError, match="questions and passages"):
+        vs_torch.length_pools(tok, [], titles, texts, 8, 48)
+
+
+def test_length_source_and_packed_row_lengths():
+    assert vs_torch.length_source("auto", 32, 96) == "demo"
+    assert vs_torch.length_source("auto", 64, 256) == "wiki"
+    assert vs_torch.length_source("wiki", 32, 96) == "wiki"
+    assert vs_torch.parse_row_lens(["3x", "288", "2x", "off"], 96) == [288, 192]
+    assert vs_torch.parse_row_lens(["off"], 96) == [] == vs_torch.parse_row_lens([], 96)
+    for bad in (["x"], ["0x"], ["64"], ["fast"]):
+        with pytest.raises(UserError, match="--pack_row_len"):
+            vs_torch.parse_row_lens(bad, 96)
+
+
+def test_goals_name_the_packed_contenders():
+    def summary(x):
+        return {"speedup": x}
+    rows = vs_torch.goals({"32:96": {"train": summary(1.0),
+                                     "train@float32+packed288": summary(1.5),
+                                     "train@bfloat16+packed288": summary(1.2)}})
+    assert [(r["part"], r["met"]) for r in rows] == [
+        ("train step", False), ("train step packed 288 (float32 operands)", True),
+        ("train step packed 288 (bfloat16 operands)", False)]

@@ -10,12 +10,29 @@ global-norm clipping (``config.optim``), ``torch.set_num_threads`` = the core co
 jitted train step the loop runs (``train.step.make_train_step``), at identical shapes.
 
 1. Numerics first: both steps run twice without dropout from the same weights on the same
-   batch; the losses of step 0 and step 1 (after one AdamW update) and step 0's gradient norm
-   must agree within ``--tol`` (relative), else the command stops: timing two different
+   batch (the first training batch, each side in its own layout: padded, packed, trimmed); the
+   losses of step 0 and step 1 (after one AdamW update) and step 0's gradient norm must agree
+   within ``--tol`` (relative), else the command stops: timing two different
    functions means nothing.
 2. Train step: ``--rounds`` rounds, each one step of every contender in an order that rotates
    per round (A/B, B/A, ...), dropout on as in training; medians, the ratio of medians and an
-   exact sign test over the paired rounds.
+   exact sign test over the paired rounds. Round r steps every contender on training batch
+   r mod N. ``--lengths=real`` (default): rows of real token lengths, drawn (seeded,
+   :func:`real_length_batch`) from real text tokenised with our tokenizer in the training
+   format before any timing (:func:`length_pools`) and truncated at Lq / Lp like the input
+   pipeline; ``--length_source`` auto takes the demo world at the demo's shape 32:96 (its
+   training questions and corpus, generated in-process as ``make demo`` does) and the installed
+   Wikipedia summaries at any other (100-word passages; each summary's first sentence as a
+   question). Word pieces are random (the compute depends on the masks only). Ours pads every
+   row to Lq / Lp (the loop's default); the peer takes each batch cut to its longest question
+   and its longest passage (HF's ``padding="longest"``, :func:`peer_trim`); the header prints
+   each layout's mean length and fill (real tokens / token slots). ``--lengths=full``: every
+   row full length, one batch (the peer's padding then equals ours). ``--pack_row_len``
+   (e.g. 3x = 3 * Lp tokens a row) adds "ours packed": the same batches through
+   ``inputs.packing.pack_batch`` (one row count per group for all batches, the most any needs,
+   so one compiled shape) before the rounds; the timed step is the jitted step on the packed
+   batch, because the loop packs on the host while the device runs the previous step, like the
+   rest of the input pipeline; the host packing time per batch is timed apart and printed.
 3. Export: batches of ``--export_batch`` passages of the real-length corpus (``--corpus``, default
    the first passages of the installed Wikipedia summaries, ``cli.wiki_corpus``), tokenised once
    with our input format (tokenisation is outside every timing); ours through
@@ -46,7 +63,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -57,21 +74,30 @@ from dense_cf import app as _app
 from dense_cf import methods
 from dense_cf.bench.common import batch_shapes, cpu_description, jitted_train_step, random_batch
 from dense_cf.configs.base import base_config
+from dense_cf.configs.presets import demo_config
 from dense_cf.datasets import wiki_offline
+from dense_cf.datasets.formats import iter_biencoder
 from dense_cf.eval.stats import mcnemar_exact
+from dense_cf.experiment import maybe_generate_synthetic
 from dense_cf.files import UserError
-from dense_cf.inputs.tokens import tokenize_passages
+from dense_cf.inputs import buckets as bucket_lib
+from dense_cf.inputs import packing
+from dense_cf.inputs.tokens import tokenize_passages, tokenize_questions
+from dense_cf.methods.base import DPR_LENGTH_GROUPS
 from dense_cf.methods.contrastive import DPR_LOSS, PICL_LOSS
 from dense_cf.models.bert import DTYPES
 from dense_cf.models.hf import resolve_model_dir
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
+from dense_cf.text.sentences import split_sentences
 from dense_cf.train import run as loop
 from dense_cf.train.step import make_eval_step
 
-__all__ = ["PEER_INSTALL", "alternate", "export_buckets", "goals", "import_peer", "our_encoder",
-           "paired_summary", "parse_shapes", "step_config", "trim_to_longest"]
+__all__ = ["PACKED_GROUPS", "PEER_INSTALL", "TRAIN_GROUPS", "alternate", "demo_world_texts",
+           "export_buckets", "goals", "group_fill", "import_peer", "length_pools", "length_source",
+           "our_encoder", "pack_batches", "paired_summary", "parse_row_lens", "parse_shapes",
+           "peer_trim", "real_length_batch", "step_config", "trim_to_longest", "wiki_texts"]
 
 PEER_INSTALL = ('pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && '
                 'pip install -e ".[peer]"')
@@ -129,6 +155,28 @@ _BUCKETS = flags.DEFINE_list(
     "Our export's length buckets: 'default' = the config's eval.length_buckets (what an export "
     "runs), 'off' (or empty) = fixed padding to max_p_len, or a list such as 32,64,96.",
     flag_values=FLAGS)
+_LENGTHS = flags.DEFINE_enum(
+    "lengths", "real", ["real", "full"],
+    "Token lengths of the training batches' rows. real: drawn from real tokenised text "
+    "(--length_source), right-padded to max_q_len/max_p_len, the peer cut to each batch's "
+    "longest question and passage (HF padding='longest'); full: every row full length (the "
+    "peer's padding then equals ours).", flag_values=FLAGS)
+_LENGTH_SOURCE = flags.DEFINE_enum(
+    "length_source", "auto", ["auto", "demo", "wiki"],
+    "Where --lengths=real draws lengths: demo = the demo world's training questions and "
+    "passages (generated in-process, ~2 s), wiki = the installed Wikipedia summaries (100-word "
+    "passages; their first sentences as questions); auto = demo at the demo's shape 32:96, "
+    "wiki at any other.", flag_values=FLAGS)
+_LENGTH_SEED = flags.DEFINE_integer("length_seed", 0, "Seed of the drawn lengths (--lengths=real).",
+                                    flag_values=FLAGS)
+_TRAIN_BATCHES = flags.DEFINE_integer(
+    "train_batches", 0, "Distinct training batches with --lengths=real: round r steps every "
+    "contender on batch r mod N (0 = --rounds: one per round).", flag_values=FLAGS)
+_PACK_ROW_LEN = flags.DEFINE_list(
+    "pack_row_len", ["off"],
+    "Row lengths of the 'ours packed' contenders (inputs.packing.pack_batch, as the loop's "
+    "data.pack_row_len): Nx = N * max_p_len, or tokens; several = one contender each; off = "
+    "none.", flag_values=FLAGS)
 _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.",
                             flag_values=FLAGS)
 
@@ -199,6 +247,128 @@ def trim_to_longest(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.n
     return ids[:, :n], mask[:, :n]
 
 
+def real_length_batch(shapes: Mapping[str, Any], q_lengths: np.ndarray, p_lengths: np.ndarray,
+                      vocab_size: int, seed: int | Sequence[int] = 0, *,
+                      question_prefixes: Sequence[str] = ("q",)) -> dict[str, np.ndarray]:
+    """A training batch of ``shapes`` (:func:`bench.common.batch_shapes`) whose rows have real
+    token lengths: each question row's length drawn (with replacement, ``np.random.default_rng
+    (seed)``) from ``q_lengths``, each passage row's (pos, hard, cf) from ``p_lengths``, both
+    clipped to the row's padded length (truncation, as the input pipeline does) and to >= 1.
+    Right-padded like ``inputs.tokens``: random word pieces (ids >= 1000) on the first
+    ``length`` positions, pad id 0 and mask 0 after; valid flags all true. The encoders'
+    compute depends on the masks, not on which word pieces they hold."""
+    q_lengths, p_lengths = np.asarray(q_lengths), np.asarray(p_lengths)
+    if q_lengths.size == 0 or p_lengths.size == 0:
+        raise ValueError("real_length_batch needs non-empty question and passage length pools")
+    r = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for key, spec in shapes.items():
+        if not key.endswith("_ids"):
+            if not key.endswith("_mask"):
+                out[key] = np.ones(spec.shape, spec.dtype)
+            continue
+        prefix = key[:-len("_ids")]
+        *rows, width = spec.shape
+        pool = q_lengths if prefix in question_prefixes else p_lengths
+        n = np.clip(r.choice(pool, size=tuple(rows)), 1, width)
+        mask = (np.arange(width) < n[..., None]).astype(np.int32)
+        ids = r.integers(1000, vocab_size, size=spec.shape).astype(np.int32)
+        out[key] = np.where(mask > 0, ids, 0).astype(np.int32)
+        out[prefix + "_mask"] = mask
+    return out
+
+
+def demo_world_texts(data_dir: str, num_passages: int = 0
+                     ) -> tuple[list[str], list[str], list[str]]:
+    """(questions, passage titles, passage texts) of the demo's synthetic world
+    (``configs.presets.demo_config``'s ``data.synthetic``, generated into ``data_dir`` by
+    ``experiment.maybe_generate_synthetic`` as ``make demo`` does; ~2 s): the training file's
+    questions and the whole corpus. ``num_passages`` > 0 generates a smaller world of the same
+    kind (tests)."""
+    cfg = demo_config("picl")
+    cfg.data.data_dir = data_dir
+    if num_passages:
+        cfg.data.synthetic.num_passages = num_passages
+        cfg.data.synthetic.test_questions = 0  # the default share of a small world
+    maybe_generate_synthetic(cfg)
+    questions = [e.question for e in iter_biencoder(os.path.join(data_dir, cfg.data.train_file),
+                                                    skip_bad=False)]
+    corpus = load_corpus(os.path.join(data_dir, cfg.data.corpus_file))
+    return questions, list(corpus.titles), list(corpus.texts)
+
+
+def wiki_texts(num_passages: int, num_questions: int, words: int = 100
+               ) -> tuple[list[str], list[str], list[str]]:
+    """(questions, passage titles, passage texts) from the installed Wikipedia summaries
+    (``datasets.wiki_offline``): the first ``num_passages`` passages of ``words`` words as
+    ``wiki_offline.write_corpus`` cuts them (DPR's psgs_w100), and as "questions" the first
+    sentence (``text.sentences``, rules backend) of each of the first ``num_questions``
+    summaries: ~25 words, longer than NQ's ~9-word questions, so the question padding they
+    leave is if anything less than a real DPR batch's."""
+    questions: list[str] = []
+    titles: list[str] = []
+    texts: list[str] = []
+    for title, extract in wiki_offline.iter_summaries(wiki_offline.summaries_path()):
+        if len(questions) < num_questions:
+            spans = split_sentences(extract, backend="rules")
+            if spans:
+                questions.append(extract[spans[0][0]:spans[0][1]])
+        for block in wiki_offline.word_blocks(extract, words):
+            if len(texts) < num_passages:
+                titles.append(" ".join(title.split()))
+                texts.append(block)
+        if len(texts) >= num_passages and len(questions) >= num_questions:
+            break
+    return questions, titles, texts
+
+
+def length_pools(tokenizer, questions: Sequence[str], titles: Sequence[str],
+                 texts: Sequence[str], max_q_len: int, max_p_len: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Token lengths (int64) of ``questions`` and of the passages, tokenised in the training
+    format (``inputs.tokens``: ``[CLS] q [SEP]``; ``[CLS] title [SEP] text [SEP]``) and
+    truncated at ``max_q_len`` / ``max_p_len``."""
+    if not questions or not texts:
+        raise UserError(f"real lengths need questions and passages, got {len(questions)} "
+                        f"questions and {len(texts)} passages")
+    _, q_mask = tokenize_questions(tokenizer, list(questions), max_q_len)
+    _, p_mask = tokenize_passages(tokenizer, list(titles), list(texts), max_p_len)
+    return q_mask.sum(1).astype(np.int64), p_mask.sum(1).astype(np.int64)
+
+
+def group_fill(batches: Sequence[Mapping[str, np.ndarray]],
+               groups: Mapping[str, Sequence[str]]) -> dict[str, dict[str, float]]:
+    """Per named group of prefixes (e.g. ``{"questions": ("q",), "passages": ("pos", "hard",
+    "cf")}``) over ``batches``: ``mean_tokens`` (real tokens per row), ``slots`` (padded
+    length per row) and ``fill`` (real tokens / token slots) of the ``<prefix>_mask`` arrays
+    present. A row is a mask's last axis."""
+    out = {}
+    for name, prefixes in groups.items():
+        real = slots = rows = 0
+        for b in batches:
+            for p in prefixes:
+                m = b.get(p + "_mask")
+                if m is None:
+                    continue
+                real += int(np.asarray(m).sum())
+                slots += int(np.asarray(m).size)
+                rows += int(np.asarray(m).size // max(np.asarray(m).shape[-1], 1))
+        if slots:
+            out[name] = {"mean_tokens": real / max(rows, 1), "slots": slots / max(rows, 1),
+                         "fill": real / slots}
+    return out
+
+
+def peer_trim(batch: Mapping[str, np.ndarray],
+              groups: Sequence[Sequence[str]] = DPR_LENGTH_GROUPS) -> dict[str, np.ndarray]:
+    """The peer's batch: each length group cut to its longest row (HF's ``padding="longest"``;
+    the passage tower takes pos, hard and cf in one call, so they share one length):
+    ``inputs.buckets.trim_batch`` with a bucket at every length."""
+    width = max(np.asarray(v).shape[-1] for k, v in batch.items() if k.endswith("_mask"))
+    out, _ = bucket_lib.trim_batch(batch, groups, range(1, width))
+    return out
+
+
 def parse_shapes(specs: Sequence[str], default: tuple[int, int]) -> list[tuple[int, int]]:
     """``["32:96", "64:256"]`` -> ``[(32, 96), (64, 256)]``; empty: ``[default]``."""
     out = []
@@ -229,9 +399,17 @@ def export_buckets(spec: Sequence[str], config_buckets: Sequence[int]) -> list[i
 
 def _parts(out: dict[str, Any], part: str) -> list[tuple[str, Any]]:
     """``[(label suffix, result)]`` of ``part`` ("train" / "export"): ours first, then each other
-    matmul operand dtype measured in the same rounds (``part@DTYPE``)."""
-    return [("" if key == part else f" ({key.partition('@')[2]} operands)", v)
-            for key, v in out.items() if key == part or key.startswith(part + "@")]
+    contender measured in the same rounds: ``part@DTYPE`` (matmul operands) and
+    ``part@DTYPE+packedL`` (packed rows of L tokens)."""
+    rows = []
+    for key, v in out.items():
+        if key == part:
+            rows.append(("", v))
+        elif key.startswith(part + "@"):
+            dt, _, layout = key.partition("@")[2].partition("+")
+            label = f" packed {layout[len('packed'):]}" if layout.startswith("packed") else ""
+            rows.append((f"{label} ({dt} operands)", v))
+    return rows
 
 
 def goals(shapes: dict[str, dict[str, Any]], train_goal: float = 1.3,
@@ -444,48 +622,170 @@ def _numerics_train(cfg, peer: TorchPeer, model, hf_params, batch, tb, mesh) -> 
     return numerics
 
 
+def length_source(spec: str, max_q_len: int, max_p_len: int) -> str:
+    """``--length_source``: "demo" or "wiki" as given; "auto" is the demo world at the demo's
+    shape (``demo_config``'s ``max_q_len``/``max_p_len``) and the Wikipedia summaries at any
+    other (DPR's 64:256 pads NQ-like passages, which the demo's ~78-token ones are not)."""
+    if spec != "auto":
+        return spec
+    d = demo_config("picl").data
+    return "demo" if (max_q_len, max_p_len) == (int(d.max_q_len), int(d.max_p_len)) else "wiki"
+
+
+def parse_row_lens(spec: Sequence[str], max_p_len: int) -> list[int]:
+    """``--pack_row_len``: entries ``Nx`` (N x ``max_p_len``) or a token count; ``off`` or
+    empty: no packed contender. Duplicates are dropped (order kept)."""
+    out: list[int] = []
+    for x in (str(v).strip().lower() for v in spec):
+        if x in ("", "off"):
+            continue
+        head = x[:-1] if x.endswith("x") else x
+        if not head.isdigit() or int(head) < 1:
+            raise UserError(f"--pack_row_len takes entries such as 3x (times max_p_len) or 288 "
+                            f"(tokens), or off; got {x!r}")
+        n = int(head) * (max_p_len if x.endswith("x") else 1)
+        if n < max_p_len:
+            raise UserError(f"--pack_row_len {x!r} = {n} tokens is shorter than a passage row "
+                            f"({max_p_len}); a packed row must hold the longest passage")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+TRAIN_GROUPS = {"questions": ("q",), "passages": ("pos", "hard", "cf")}
+PACKED_GROUPS = {"questions": ("packed_q",), "passages": ("packed_pos",)}
+
+
+def _train_batches(cfg, tokenizer, vocab_size: int) -> tuple[list[dict[str, np.ndarray]],
+                                                              dict[str, Any]]:
+    """The training batches of the rounds (``--lengths``) and what they are."""
+    b, h, lq, lp = (cfg.train.global_batch, cfg.data.num_hard, cfg.data.max_q_len,
+                    cfg.data.max_p_len)
+    shapes = batch_shapes(b, h, lq, lp, _CF.value)
+    if _LENGTHS.value == "full":
+        return [random_batch(shapes, vocab_size)], {
+            "lengths": "full", "source": "every row full length (random word pieces)"}
+    src = length_source(_LENGTH_SOURCE.value, lq, lp)
+    t0 = time.perf_counter()
+    if src == "demo":
+        with tempfile.TemporaryDirectory() as tmp:
+            texts = demo_world_texts(tmp)
+        what = (f"the demo world (configs/demo.py's synthetic benchmark, generated in-process): "
+                f"{len(texts[0])} training questions, {len(texts[2])} passages")
+    else:
+        texts = wiki_texts(num_passages=4000, num_questions=2000)
+        what = (f"the installed Wikipedia summaries: {len(texts[2])} 100-word passages; questions "
+                f"= the first sentences of {len(texts[0])} summaries")
+    q_len, p_len = length_pools(tokenizer, *texts, lq, lp)
+    n = _TRAIN_BATCHES.value or _ROUNDS.value
+    batches = [real_length_batch(shapes, q_len, p_len, vocab_size, (_LENGTH_SEED.value, k))
+               for k in range(n)]
+    return batches, {"lengths": "real", "source": src, "source_detail": what,
+                     "batches": n, "seed": _LENGTH_SEED.value,
+                     "tokenize_s": time.perf_counter() - t0,
+                     "pool_mean_tokens": {"questions": float(q_len.mean()),
+                                          "passages": float(p_len.mean())}}
+
+
+def pack_batches(batches: Sequence[Mapping[str, np.ndarray]], row_len: int, num_shards: int,
+                 groups: Sequence[Sequence[str]] = DPR_LENGTH_GROUPS
+                 ) -> tuple[list[dict[str, np.ndarray]], list[float], dict[str, int]]:
+    """``inputs.packing.pack_batch`` of every batch at one row count per group (the most any
+    batch needs: one compiled shape for the rounds). Returns (packed batches, host seconds of
+    each ``pack_batch`` call, the row counts)."""
+    need = [packing.rows_needed(b, groups, row_len, num_shards) for b in batches]
+    rows = {g: max(n[g] for n in need) for g in need[0]}
+    out, secs = [], []
+    for b in batches:
+        t0 = time.perf_counter()
+        packed, _ = packing.pack_batch(dict(b), groups, row_len, num_shards, rows=rows)
+        secs.append(time.perf_counter() - t0)
+        out.append(packed)
+    return out, secs, rows
+
+
+def _fill_line(name: str, fill: dict[str, dict[str, float]]) -> str:
+    return f"{name}: " + "; ".join(
+        f"{g} {v['mean_tokens']:.1f} real tokens of {v['slots']:.0f} slots a row (fill "
+        f"{v['fill']:.2f})" for g, v in fill.items())
+
+
 def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str, Any]]:
-    """Our train step at each matmul operand dtype (``cfgs``, first = "ours") and the peer's, in
-    the same rotated rounds; one summary per dtype against the same peer timings."""
+    """Our train step at each matmul operand dtype (``cfgs``, first = "ours"), packed at each
+    ``--pack_row_len``, and the peer's, in the same rotated rounds; one summary per contender
+    of ours against the same peer timings. Round r steps every contender on training batch
+    r mod N (``--lengths``): ours at full padding (packed: that batch through
+    ``inputs.packing.pack_batch``, packed before the rounds), the peer cut to the batch's
+    longest question and passage (:func:`peer_trim`)."""
     cfg = next(iter(cfgs.values()))
     b, h = cfg.train.global_batch, cfg.data.num_hard
     lq, lp = cfg.data.max_q_len, cfg.data.max_p_len
     cf = _CF.value
     mesh = mesh_lib.make_mesh(-1, 1)
+    shards = int(mesh.shape["data"])
     rng = jax.random.key(1)
-    batch = tb = None
-    contenders, numerics, compile_s, steps = [], {}, {}, {}
+    row_lens = parse_row_lens(_PACK_ROW_LEN.value, lp)
+    batches = tbs = None
+    contenders, numerics, compile_s, steps, meta = [], {}, {}, {}, {}
+    layouts: dict[str, Any] = {}
     for i, (dt, c) in enumerate(cfgs.items()):
-        model, hf_params, _ = loop.build_model(c)
-        if batch is None:
-            batch = random_batch(batch_shapes(b, h, lq, lp, cf), model.config.vocab_size)
-            tb = peer.tensors(batch)
-        numerics[dt] = _numerics_train(c, peer, model, hf_params, batch, tb, mesh)
-        gc.collect()
-        step, state, rules = jitted_train_step(c, model, hf_params, mesh, dropout=True)
-        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-            gbatch = mesh_lib.global_batch(batch, mesh)
-            t0 = time.perf_counter()
-            step = step.lower(state, gbatch, rng).compile()
-            compile_s[dt] = time.perf_counter() - t0
-        steps[dt] = {"state": state, "step": step, "gbatch": gbatch, "rules": rules,
-                     "model": model}
+        model, hf_params, tok_dir = loop.build_model(c)
+        if batches is None:
+            batches, info = _train_batches(c, loop.run_tokenizer(c, tok_dir),
+                                           model.config.vocab_size)
+            peer_batches = [peer_trim(x) for x in batches] if info["lengths"] == "real" \
+                else batches
+            tbs = [peer.tensors(x) for x in peer_batches]
+            fills = {"ours": group_fill(batches, TRAIN_GROUPS),
+                     "peer": group_fill(peer_batches, TRAIN_GROUPS)}
+            layouts[""] = batches
+            for row_len in row_lens:
+                packed, secs, rows = pack_batches(batches, row_len, shards)
+                layouts[f"packed{row_len}"] = packed
+                fills[f"packed {row_len}"] = group_fill(packed, PACKED_GROUPS)
+                meta[f"packed{row_len}"] = {
+                    "row_len": row_len, "rows": rows, "pack_ms_median": 1e3 * statistics.median(secs),
+                    "pack_ms": [round(1e3 * x, 3) for x in secs]}
+            info["fill"] = fills
+            print(f"train batches: {len(batches)} ({info['source']}"
+                  + (f": {info['source_detail']}; seed {info['seed']}" if "seed" in info else "")
+                  + ")", flush=True)
+            for name, f in fills.items():
+                print("  " + _fill_line(name, f), flush=True)
+            for key, m in meta.items():
+                print(f"  {key}: rows {m['rows']}; host packing {m['pack_ms_median']:.2f} ms a batch "
+                      f"(median; not in the timed step: the loop packs on the host while the "
+                      f"device runs the previous step)", flush=True)
+        for layout, lbatches in layouts.items():
+            key = f"{dt}{'+' + layout if layout else ''}"
+            name = _name(dt, i == 0) + (f"_{layout}" if layout else "")
+            numerics[key] = _numerics_train(c, peer, model, hf_params, lbatches[0], tbs[0], mesh)
+            gc.collect()
+            step, state, rules = jitted_train_step(c, model, hf_params, mesh, dropout=True)
+            with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+                gbatches = [mesh_lib.global_batch(x, mesh) for x in lbatches]
+                t0 = time.perf_counter()
+                step = step.lower(state, gbatches[0], rng).compile()
+                compile_s[key] = time.perf_counter() - t0
+            steps[key] = {"state": state, "step": step, "gbatches": gbatches, "rules": rules,
+                          "model": model, "name": name, "dtype": dt, "layout": layout}
 
-        def ours_step(_r, box=steps[dt]):
-            box["state"], m = box["step"](box["state"], box["gbatch"], rng)
-            jax.block_until_ready(m)
+            def ours_step(r, box=steps[key]):
+                g = box["gbatches"][r % len(box["gbatches"])]
+                box["state"], m = box["step"](box["state"], g, rng)
+                jax.block_until_ready(m)
 
-        contenders.append((_name(dt, i == 0), ours_step))
+            contenders.append((name, ours_step))
     peer.train(True)
-    contenders.append(("peer", lambda _r: peer.step(tb)))
-    first = steps[next(iter(cfgs))]
+    contenders.append(("peer", lambda r: peer.step(tbs[r % len(tbs)])))
+    first = steps[next(iter(steps))]
     if _FORWARD.value:
         method = methods.get(cfg.method)
         fwd = jax.jit(make_eval_step(method, first["model"], loss_hparams=method.loss_hparams(cfg.loss),
                                      mesh=mesh))
-        contenders += [("ours_forward", lambda _r: jax.block_until_ready(
-                            fwd(first["state"].params, first["gbatch"]))),
-                       ("peer_forward", lambda _r: peer.forward(tb))]
+        contenders += [("ours_forward", lambda r: jax.block_until_ready(
+                            fwd(first["state"].params, first["gbatches"][r % len(batches)]))),
+                       ("peer_forward", lambda r: peer.forward(tbs[r % len(tbs)]))]
     with jax.set_mesh(mesh), nn.logical_axis_rules(first["rules"]):
         for _ in range(_WARMUP.value):
             for _, fn in contenders:
@@ -493,20 +793,20 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
         times, cpu, _ = alternate(contenders, _ROUNDS.value, on_round=_print_round)
     passages = b * (1 + h + int(cf))
     outs = {}
-    for i, dt in enumerate(cfgs):
-        name = _name(dt, i == 0)
+    for key, box in steps.items():
+        name = box["name"]
         out = paired_summary(times[name], times["peer"], work=passages)
-        if _FORWARD.value and i == 0:
+        if _FORWARD.value and box is first:
             out["forward"] = paired_summary(times["ours_forward"], times["peer_forward"],
                                             work=passages)
-        out.update(numerics=numerics[dt], compile_s=compile_s[dt], matmul_dtype=dt,
-                   passages_per_step=passages,
+        out.update(numerics=numerics[key], compile_s=compile_s[key], matmul_dtype=box["dtype"],
+                   layout=box["layout"] or "padded", passages_per_step=passages,
                    shapes={"global_batch": b, "num_hard": h, "max_q_len": lq, "max_p_len": lp,
                            "counterfactual": cf},
-                   times=_rounded(times), cpu_times=_rounded(cpu),
+                   batches=info, times=_rounded(times), cpu_times=_rounded(cpu),
                    cpu_median_s={k: statistics.median(v) for k, v in cpu.items()},
-                   ours_name=name)
-        outs[dt] = out
+                   ours_name=name, **({"packing": meta[box["layout"]]} if box["layout"] else {}))
+        outs[key] = out
     return outs
 
 
@@ -662,10 +962,12 @@ def main(argv) -> dict[str, Any]:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(), "torch_attention": _TORCH_ATTN.value,
         "jax": jax.__version__, "attention_impl": _ATTN.value,
-        "matmul_dtypes": dtypes,
+        "matmul_dtypes": dtypes, "lengths": _LENGTHS.value,
+        "length_source": _LENGTH_SOURCE.value, "pack_row_len": list(_PACK_ROW_LEN.value),
         "xla_flags": os.environ.get("XLA_FLAGS", ""), "shapes": {}}
     print(f"cpu: {out['cpu']}; load average {out['load_average_start']}; our matmul operands "
-          f"{', '.join(dtypes)}", flush=True)
+          f"{', '.join(dtypes)}; train batch lengths {_LENGTHS.value}; packed rows "
+          f"{','.join(_PACK_ROW_LEN.value) or 'off'}", flush=True)
     for lq, lp in shapes:
         cfgs = {dt: config(lq, lp, dt) for dt in dtypes}
         cfg = cfgs[dtypes[0]]
@@ -674,8 +976,8 @@ def main(argv) -> dict[str, Any]:
         res: dict[str, Any] = {}
         for part, measure in (("train", _measure_train), ("export", _measure_export)):
             if part in parts:
-                for i, (dt, r) in enumerate(measure(cfgs, fresh_peer(cfg)).items()):
-                    res[part if i == 0 else f"{part}@{dt}"] = r
+                for i, (name, r) in enumerate(measure(cfgs, fresh_peer(cfg)).items()):
+                    res[part if i == 0 else f"{part}@{name}"] = r
         out["shapes"][key] = res
         gc.collect()
     out["load_average_end"] = _load_average()
