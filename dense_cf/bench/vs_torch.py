@@ -28,11 +28,13 @@ jitted train step the loop runs (``train.step.make_train_step``), at identical s
    and its longest passage (HF's ``padding="longest"``, :func:`peer_trim`); the header prints
    each layout's mean length and fill (real tokens / token slots). ``--lengths=full``: every
    row full length, one batch (the peer's padding then equals ours). ``--pack_row_len``
-   (e.g. 3x = 3 * Lp tokens a row) adds "ours packed": the same batches through
-   ``inputs.packing.pack_batch`` (one row count per group for all batches, the most any needs,
-   so one compiled shape) before the rounds; the timed step is the jitted step on the packed
-   batch, because the loop packs on the host while the device runs the previous step, like the
-   rest of the input pipeline; the host packing time per batch is timed apart and printed.
+   (default 160 tokens a row) adds "ours packed": the same batches packed before the rounds
+   exactly as the loop packs at ``data.pack_row_len`` (``train.loop.sequence_packer``:
+   ``inputs.packing.pack_batch`` per data shard, each batch's row counts rounded up to
+   ``data.pack_rows_multiple``; every distinct shape compiled before the rounds); the timed step
+   is the jitted step on the packed batch, because the loop packs on the host while the device
+   runs the previous step, like the rest of the input pipeline; the host packing time per batch
+   is timed apart and printed.
 3. Export: batches of ``--export_batch`` passages of the real-length corpus (``--corpus``, default
    the first passages of the installed Wikipedia summaries, ``cli.wiki_corpus``), tokenised once
    with our input format (tokenisation is outside every timing); ours through
@@ -92,6 +94,7 @@ from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.text.sentences import split_sentences
 from dense_cf.train import run as loop
+from dense_cf.train.loop import sequence_packer
 from dense_cf.train.step import make_eval_step
 
 __all__ = ["PACKED_GROUPS", "PEER_INSTALL", "TRAIN_GROUPS", "alternate", "demo_world_texts",
@@ -173,10 +176,12 @@ _TRAIN_BATCHES = flags.DEFINE_integer(
     "train_batches", 0, "Distinct training batches with --lengths=real: round r steps every "
     "contender on batch r mod N (0 = --rounds: one per round).", flag_values=FLAGS)
 _PACK_ROW_LEN = flags.DEFINE_list(
-    "pack_row_len", ["off"],
-    "Row lengths of the 'ours packed' contenders (inputs.packing.pack_batch, as the loop's "
-    "data.pack_row_len): Nx = N * max_p_len, or tokens; several = one contender each; off = "
-    "none.", flag_values=FLAGS)
+    "pack_row_len", ["160"],
+    "Row lengths of the 'ours packed' contenders (data.pack_row_len, packed as the training "
+    "loop packs, train.loop.sequence_packer): tokens, or Nx = N * max_p_len; several = one "
+    "contender each; off = none. A group's rows are never shorter than its padded length. "
+    "Default 160: two of the demo's ~78-token passages or ten of its ~16-token questions a "
+    "row; at 64:256 questions in rows of 160, passages in rows of 256.", flag_values=FLAGS)
 _JSON = flags.DEFINE_string("json_out", "", "Also write the figures to this JSON file.",
                             flag_values=FLAGS)
 
@@ -634,7 +639,9 @@ def length_source(spec: str, max_q_len: int, max_p_len: int) -> str:
 
 def parse_row_lens(spec: Sequence[str], max_p_len: int) -> list[int]:
     """``--pack_row_len``: entries ``Nx`` (N x ``max_p_len``) or a token count; ``off`` or
-    empty: no packed contender. Duplicates are dropped (order kept)."""
+    empty: no packed contender. Duplicates are dropped (order kept). A group's rows are never
+    shorter than its padded length (``inputs.packing.pack_batch``), so 160 packs questions
+    into rows of 160 and, at Lp 256, passages into rows of 256."""
     out: list[int] = []
     for x in (str(v).strip().lower() for v in spec):
         if x in ("", "off"):
@@ -644,9 +651,6 @@ def parse_row_lens(spec: Sequence[str], max_p_len: int) -> list[int]:
             raise UserError(f"--pack_row_len takes entries such as 3x (times max_p_len) or 288 "
                             f"(tokens), or off; got {x!r}")
         n = int(head) * (max_p_len if x.endswith("x") else 1)
-        if n < max_p_len:
-            raise UserError(f"--pack_row_len {x!r} = {n} tokens is shorter than a passage row "
-                            f"({max_p_len}); a packed row must hold the longest passage")
         if n not in out:
             out.append(n)
     return out
@@ -687,21 +691,26 @@ def _train_batches(cfg, tokenizer, vocab_size: int) -> tuple[list[dict[str, np.n
                                           "passages": float(p_len.mean())}}
 
 
-def pack_batches(batches: Sequence[Mapping[str, np.ndarray]], row_len: int, num_shards: int,
-                 groups: Sequence[Sequence[str]] = DPR_LENGTH_GROUPS
-                 ) -> tuple[list[dict[str, np.ndarray]], list[float], dict[str, int]]:
-    """``inputs.packing.pack_batch`` of every batch at one row count per group (the most any
-    batch needs: one compiled shape for the rounds). Returns (packed batches, host seconds of
-    each ``pack_batch`` call, the row counts)."""
-    need = [packing.rows_needed(b, groups, row_len, num_shards) for b in batches]
-    rows = {g: max(n[g] for n in need) for g in need[0]}
+def pack_batches(cfg, batches: Sequence[Mapping[str, np.ndarray]], row_len: int, mesh
+                 ) -> tuple[list[dict[str, np.ndarray]], list[float]]:
+    """``batches`` packed as the training loop packs them at ``data.pack_row_len = row_len``
+    (``train.loop.sequence_packer``: ``inputs.packing.pack_batch`` per data shard of ``mesh``,
+    each batch's row counts rounded up to ``data.pack_rows_multiple``, so a few shapes).
+    Returns (packed batches, host seconds of each packing)."""
+    c = cfg.copy_and_resolve_references()
+    c.data.pack_row_len = int(row_len)
+    packer = sequence_packer(methods.get(c.method), c, mesh)
     out, secs = [], []
     for b in batches:
         t0 = time.perf_counter()
-        packed, _ = packing.pack_batch(dict(b), groups, row_len, num_shards, rows=rows)
+        packed, _ = packer(dict(b))
         secs.append(time.perf_counter() - t0)
         out.append(packed)
-    return out, secs, rows
+    return out, secs
+
+
+def _shape_key(batch: Mapping[str, Any]) -> tuple:
+    return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()))
 
 
 def _fill_line(name: str, fill: dict[str, dict[str, float]]) -> str:
@@ -722,7 +731,6 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
     lq, lp = cfg.data.max_q_len, cfg.data.max_p_len
     cf = _CF.value
     mesh = mesh_lib.make_mesh(-1, 1)
-    shards = int(mesh.shape["data"])
     rng = jax.random.key(1)
     row_lens = parse_row_lens(_PACK_ROW_LEN.value, lp)
     batches = tbs = None
@@ -740,9 +748,11 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
                      "peer": group_fill(peer_batches, TRAIN_GROUPS)}
             layouts[""] = batches
             for row_len in row_lens:
-                packed, secs, rows = pack_batches(batches, row_len, shards)
+                packed, secs = pack_batches(c, batches, row_len, mesh)
                 layouts[f"packed{row_len}"] = packed
                 fills[f"packed {row_len}"] = group_fill(packed, PACKED_GROUPS)
+                rows = {g: sorted({int(x[f"packed_{g}_mask"].shape[1]) for x in packed})
+                        for g in (packing.group_key(grp) for grp in DPR_LENGTH_GROUPS)}
                 meta[f"packed{row_len}"] = {
                     "row_len": row_len, "rows": rows, "pack_ms_median": 1e3 * statistics.median(secs),
                     "pack_ms": [round(1e3 * x, 3) for x in secs]}
@@ -753,9 +763,10 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
             for name, f in fills.items():
                 print("  " + _fill_line(name, f), flush=True)
             for key, m in meta.items():
-                print(f"  {key}: rows {m['rows']}; host packing {m['pack_ms_median']:.2f} ms a batch "
-                      f"(median; not in the timed step: the loop packs on the host while the "
-                      f"device runs the previous step)", flush=True)
+                print(f"  {key}: rows per data shard {m['rows']} (the loop's per-batch counts); "
+                      f"host packing {m['pack_ms_median']:.2f} ms a batch (median; not in the "
+                      f"timed step: the loop packs on the host while the device runs the "
+                      f"previous step)", flush=True)
         for layout, lbatches in layouts.items():
             key = f"{dt}{'+' + layout if layout else ''}"
             name = _name(dt, i == 0) + (f"_{layout}" if layout else "")
@@ -764,15 +775,21 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
             step, state, rules = jitted_train_step(c, model, hf_params, mesh, dropout=True)
             with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
                 gbatches = [mesh_lib.global_batch(x, mesh) for x in lbatches]
+                shape_of = [_shape_key(x) for x in lbatches]
                 t0 = time.perf_counter()
-                step = step.lower(state, gbatches[0], rng).compile()
+                compiled = {}  # one executable per batch shape (packed: a few row counts)
+                for sk, g in zip(shape_of, gbatches):
+                    if sk not in compiled:
+                        compiled[sk] = step.lower(state, g, rng).compile()
                 compile_s[key] = time.perf_counter() - t0
-            steps[key] = {"state": state, "step": step, "gbatches": gbatches, "rules": rules,
-                          "model": model, "name": name, "dtype": dt, "layout": layout}
+            steps[key] = {"state": state, "compiled": compiled, "shape_of": shape_of,
+                          "gbatches": gbatches, "rules": rules, "model": model, "name": name,
+                          "dtype": dt, "layout": layout, "shapes_compiled": len(compiled)}
 
             def ours_step(r, box=steps[key]):
-                g = box["gbatches"][r % len(box["gbatches"])]
-                box["state"], m = box["step"](box["state"], g, rng)
+                k = r % len(box["gbatches"])
+                box["state"], m = box["compiled"][box["shape_of"][k]](box["state"],
+                                                                       box["gbatches"][k], rng)
                 jax.block_until_ready(m)
 
             contenders.append((name, ours_step))
@@ -800,6 +817,7 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
             out["forward"] = paired_summary(times["ours_forward"], times["peer_forward"],
                                             work=passages)
         out.update(numerics=numerics[key], compile_s=compile_s[key], matmul_dtype=box["dtype"],
+                   shapes_compiled=box["shapes_compiled"],
                    layout=box["layout"] or "padded", passages_per_step=passages,
                    shapes={"global_batch": b, "num_hard": h, "max_q_len": lq, "max_p_len": lp,
                            "counterfactual": cf},
