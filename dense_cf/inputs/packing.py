@@ -108,10 +108,10 @@ def pack(ids: np.ndarray, mask: np.ndarray, row_len: int, *, num_rows: int = 0,
 
 
 def _group_rows(batch: Mapping[str, np.ndarray], group: Sequence[str]
-                ) -> tuple[np.ndarray, np.ndarray, int]:
+                ) -> tuple[np.ndarray, np.ndarray]:
     """A group's ``<prefix>_ids`` / ``_mask`` as [B, n, L] (an example's rows in group order,
-    ``[B, L]`` arrays counting as one row each), and n. Prefixes absent from the batch are
-    skipped (e.g. ``cf`` when the method makes no counterfactuals)."""
+    ``[B, L]`` arrays counting as one row each). Prefixes absent from the batch are skipped
+    (e.g. ``cf`` when the method makes no counterfactuals)."""
     ids, masks = [], []
     for prefix in group:
         if f"{prefix}_ids" not in batch:
@@ -122,8 +122,7 @@ def _group_rows(batch: Mapping[str, np.ndarray], group: Sequence[str]
     if not ids:
         raise ValueError(f"the batch has none of the group {tuple(group)}'s arrays "
                          f"(keys: {sorted(batch)})")
-    ids_a, mask_a = np.concatenate(ids, axis=1), np.concatenate(masks, axis=1)
-    return ids_a, mask_a, ids_a.shape[1]
+    return np.concatenate(ids, axis=1), np.concatenate(masks, axis=1)
 
 
 def _shard_slices(batch_size: int, num_shards: int) -> list[slice]:
@@ -145,7 +144,7 @@ def rows_needed(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]]
     needs for its examples' rows (empty rows take none)."""
     out = {}
     for group in groups:
-        _, mask, n = _group_rows(batch, group)
+        _, mask = _group_rows(batch, group)
         lengths = mask.sum(-1)
         need = 0
         for sl in _shard_slices(mask.shape[0], num_shards):
@@ -182,7 +181,7 @@ def pack_batch(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]],
     stats: dict[str, Any] = {"tokens": 0, "slots": 0, "slots_padded": 0, "rows": {}}
     for group in groups:
         key = group_key(group)
-        ids, mask, _ = _group_rows(batch, group)
+        ids, mask = _group_rows(batch, group)
         length = max(int(row_len), mask.shape[-1])
         r_count = int(rows.get(key) or rows_needed(batch, [group], row_len, num_shards)[key])
         parts: dict[str, list[np.ndarray]] = {f: [] for f in

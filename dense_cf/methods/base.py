@@ -123,29 +123,30 @@ def embed_passages(model, params, batch: dict[str, jax.Array], *, deterministic:
     """
     b, h = batch["hard_valid"].shape[:2]
     has_cf = "cf_valid" in batch
+    n = 1 + h + int(has_cf)
+
+    def apply(fn, *args) -> jax.Array:
+        return model.apply({"params": params}, *args, deterministic=deterministic, rngs=rngs,
+                           method=fn)
+
+    def packed(key: str) -> tuple[jax.Array, ...]:
+        return tuple(batch[f"packed_{key}_{f}"] for f in PACKED_FIELDS)
+
+    if "packed_q_ids" in batch:
+        q = apply(model.encode_question_packed, *packed("q"))
+    else:
+        q = apply(model.encode_question, batch["q_ids"], batch["q_mask"])
     if "packed_pos_ids" in batch:
-        def packed(key: str, fn) -> jax.Array:
-            return model.apply({"params": params}, *(batch[f"packed_{key}_{f}"] for f in PACKED_FIELDS),
-                               deterministic=deterministic, rngs=rngs, method=fn)
-        q = packed("q", model.encode_question_packed) if "packed_q_ids" in batch else model.apply(
-            {"params": params}, batch["q_ids"], batch["q_mask"], deterministic=deterministic,
-            rngs=rngs, method=model.encode_question)
-        p = packed("pos", model.encode_passage_packed).reshape(b, 1 + h + int(has_cf), -1)
-        return Embeddings(q=q, pos=p[:, 0], neg=p[:, 1:1 + h], neg_valid=batch["hard_valid"],
-                          cf=p[:, 1 + h] if has_cf else None,
-                          cf_valid=batch["cf_valid"] if has_cf else None)
-    q = model.apply({"params": params}, batch["q_ids"], batch["q_mask"], deterministic=deterministic,
-                    rngs=rngs, method=model.encode_question)
-    parts_ids = [batch["pos_ids"][:, None], batch["hard_ids"]]
-    parts_mask = [batch["pos_mask"][:, None], batch["hard_mask"]]
-    if has_cf:
-        parts_ids.append(batch["cf_ids"][:, None])
-        parts_mask.append(batch["cf_mask"][:, None])
-    ids = jnp.concatenate(parts_ids, axis=1)
-    mask = jnp.concatenate(parts_mask, axis=1)
-    n = ids.shape[1]
-    p = model.apply({"params": params}, ids.reshape(b * n, -1), mask.reshape(b * n, -1),
-                    deterministic=deterministic, rngs=rngs, method=model.encode_passage)
+        p = apply(model.encode_passage_packed, *packed("pos"))
+    else:
+        parts_ids = [batch["pos_ids"][:, None], batch["hard_ids"]]
+        parts_mask = [batch["pos_mask"][:, None], batch["hard_mask"]]
+        if has_cf:
+            parts_ids.append(batch["cf_ids"][:, None])
+            parts_mask.append(batch["cf_mask"][:, None])
+        ids = jnp.concatenate(parts_ids, axis=1)
+        mask = jnp.concatenate(parts_mask, axis=1)
+        p = apply(model.encode_passage, ids.reshape(b * n, -1), mask.reshape(b * n, -1))
     p = p.reshape(b, n, -1)
     return Embeddings(q=q, pos=p[:, 0], neg=p[:, 1:1 + h], neg_valid=batch["hard_valid"],
                       cf=p[:, 1 + h] if has_cf else None,

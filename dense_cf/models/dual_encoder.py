@@ -112,12 +112,12 @@ class DualEncoder(nn.Module):
 
     def _encode_packed(self, tower: BertEncoder, ids, mask, segment_ids, position_ids, starts,
                        deterministic: bool) -> jax.Array:
-        if ids.ndim == 2:  # one pack: [R, L] rows, [P] starts
-            hidden = tower(ids, mask, deterministic=deterministic, segment_ids=segment_ids,
-                           position_ids=position_ids)
-            return self._unit(pool_packed(hidden, position_ids, segment_ids, starts, self.pooling))
         # One pack per data shard ([S, R, L] rows, [S, P] starts local to the shard;
         # inputs.packing.pack_batch): the tower sees [S * R, L], pooling stays within a shard.
+        # A single pack ([R, L] rows, [P] starts) is the case S = 1.
+        if ids.ndim == 2:
+            ids, mask, segment_ids, position_ids, starts = (
+                x[None] for x in (ids, mask, segment_ids, position_ids, starts))
         s, r, length = ids.shape
         flat = lambda x: x.reshape(s * r, length)  # noqa: E731
         hidden = tower(flat(ids), flat(mask), deterministic=deterministic,
