@@ -100,7 +100,7 @@ def measure(cfg, row_lens: list[int], rows_multiple: int, rounds: int) -> dict[s
                 t0 = time.perf_counter()
                 b, removed = (batch, 0.0) if variants[k] is None else variants[k](batch)
                 host = time.perf_counter() - t0
-                shape = tuple(sorted((key, v.shape) for key, v in b.items()))
+                shape = loop.batch_shape_key(b)
                 t0 = time.perf_counter()
                 state, m = step(state, mesh_lib.global_batch(b, mesh), rng)
                 jax.block_until_ready(m)

@@ -94,7 +94,7 @@ from dense_cf.retrieval import export
 from dense_cf.retrieval.corpus import load_corpus
 from dense_cf.text.sentences import split_sentences
 from dense_cf.train import run as loop
-from dense_cf.train.loop import sequence_packer
+from dense_cf.train.loop import batch_shape_key, sequence_packer
 from dense_cf.train.step import make_eval_step
 
 __all__ = ["PACKED_GROUPS", "PEER_INSTALL", "TRAIN_GROUPS", "alternate", "demo_world_texts",
@@ -709,10 +709,6 @@ def pack_batches(cfg, batches: Sequence[Mapping[str, np.ndarray]], row_len: int,
     return out, secs
 
 
-def _shape_key(batch: Mapping[str, Any]) -> tuple:
-    return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()))
-
-
 def _fill_line(name: str, fill: dict[str, dict[str, float]]) -> str:
     return f"{name}: " + "; ".join(
         f"{g} {v['mean_tokens']:.1f} real tokens of {v['slots']:.0f} slots a row (fill "
@@ -775,7 +771,7 @@ def _measure_train(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str,
             step, state, rules = jitted_train_step(c, model, hf_params, mesh, dropout=True)
             with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
                 gbatches = [mesh_lib.global_batch(x, mesh) for x in lbatches]
-                shape_of = [_shape_key(x) for x in lbatches]
+                shape_of = [batch_shape_key(x) for x in lbatches]
                 t0 = time.perf_counter()
                 compiled = {}  # one executable per batch shape (packed: a few row counts)
                 for sk, g in zip(shape_of, gbatches):

@@ -39,7 +39,7 @@ from dense_cf.train.preemption import Preempted, StopSignals
 from dense_cf.train.run import Run, RunDir, axis_rules, build_model, init_state, method_of, run_tokenizer
 from dense_cf.train.state import make_optimizer
 from dense_cf.train.step import jit_eval_step, jit_train_step
-from dense_cf.train.validate import validate
+from dense_cf.train.validate import pack_problem, validate
 
 # The data files a checkpoint records the sha256 of (questions, positives and negatives).
 INPUT_FILES = ("train_file", "dev_file")
@@ -106,11 +106,10 @@ def sequence_packer(method, config, mesh):
     row_len = int(config.data.get("pack_row_len", 0))
     if not row_len:
         return None
+    problem = pack_problem(method, row_len)
+    if problem:  # the config check says so first; callers that skip it (benchmarks) get it here
+        raise ValueError(problem)
     groups = method.pack_groups
-    if not groups:
-        raise ValueError(f"config.data.pack_row_len={row_len}: method {method.name}'s batches "
-                         "cannot be packed (its embed function reads no packed groups, "
-                         "Method.pack_groups); set data.pack_row_len=0")
     multiple = int(config.data.get("pack_rows_multiple", 1))
     shards = mesh.shape["data"] // jax.process_count()
 
@@ -124,6 +123,11 @@ def sequence_packer(method, config, mesh):
         return batch, 1.0 - stats["slots"] / stats["slots_padded"]
 
     return pack
+
+
+def batch_shape_key(batch: dict[str, Any]) -> tuple:
+    """A batch's (key, shape) pairs: equal keys share one compiled step."""
+    return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()))
 
 
 def device_memory() -> dict[str, int | None]:
@@ -285,7 +289,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str,
                 local_batch, removed_pk = packer(local_batch)
                 removed = 1.0 - (1.0 - (removed or 0.0)) * (1.0 - removed_pk)
             batch = mesh_lib.global_batch(local_batch, mesh)
-            shape = tuple((k, v.shape) for k, v in sorted(local_batch.items()))
+            shape = batch_shape_key(local_batch)
             if compiled and shape in shapes:
                 state, metrics = step_fn(state, batch, dropout_rng)
             else:

@@ -41,6 +41,15 @@ class ConfigError(UserError):
     """The config has values that cannot work (listed, field by field)."""
 
 
+def pack_problem(method, row_len: int) -> str | None:
+    """Why ``data.pack_row_len=row_len`` cannot work for ``method``, or None."""
+    if row_len and not method.pack_groups:
+        return (f"config.data.pack_row_len={row_len}: method {method.name}'s batches cannot be "
+                "packed (its embed function reads no packed groups, Method.pack_groups); set "
+                "data.pack_row_len=0")
+    return None
+
+
 def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> list[str]:
     """Every problem found in ``config`` (a complete config: see ``configs.base``); a method's
     own block and loss weights are checked by the method (``Method.config_problems``)."""
@@ -155,10 +164,9 @@ def problems(config: ml_collections.ConfigDict, *, check_files: bool = True) -> 
               HARD_NEGATIVES)
     if method is not None:  # its loss weights and its own config block (docs/method.md §3)
         out += method.config_problems(config)
-        if d.get("pack_row_len", 0) and not method.pack_groups:
-            out.append(f"config.data.pack_row_len={d.pack_row_len}: method {method.name}'s "
-                       "batches cannot be packed (its embed function reads no packed groups, "
-                       "Method.pack_groups); set data.pack_row_len=0")
+        problem = pack_problem(method, d.get("pack_row_len", 0))
+        if problem:
+            out.append(problem)
     if check_files and not d.synthetic.generate:
         # The files this method's Inputs.load reads (an unknown method: DPR's, the default).
         out += (method.inputs.file_problems if method else dpr_inputs.file_problems)(config)
