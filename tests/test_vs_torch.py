@@ -86,12 +86,17 @@ def test_step_config_sets_the_shapes_and_loss_weights():
     assert (hp["lam"], hp["tau1"], hp["tau2"]) == (0.0, 0.0, 0.0)
 
 
-def test_shared_jitted_step_runs_at_the_benchmark_shapes():
+def _tiny_step():
+    """(config, model, params, one-device mesh) of a 1-layer PiCL step at B 4, Lq 8, Lp 16."""
     cfg = vs_torch.step_config("tiny", global_batch=4, max_q_len=8, max_p_len=16, num_hard=1,
                                counterfactual=True)
     cfg.model.tiny_layers, cfg.model.tiny_vocab = 1, 2048
     model, hf_params, _ = loop.build_model(cfg)
-    mesh = mesh_lib.make_mesh(1, 1, devices=jax.devices()[:1])
+    return cfg, model, hf_params, mesh_lib.make_mesh(1, 1, devices=jax.devices()[:1])
+
+
+def test_shared_jitted_step_runs_at_the_benchmark_shapes():
+    cfg, model, hf_params, mesh = _tiny_step()
     batch = random_batch(batch_shapes(4, 1, 8, 16, True), model.config.vocab_size)
     step, state, rules = jitted_train_step(cfg, model, hf_params, mesh, dropout=False)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
@@ -108,11 +113,7 @@ def test_packed_contender_matches_the_padded_step_on_real_lengths():
     # The "ours packed" path: real-length batches packed as the loop packs them, the same jitted
     # step; its loss and gradient norm are the padded batch's (what the numerics check compares
     # with the peer).
-    cfg = vs_torch.step_config("tiny", global_batch=4, max_q_len=8, max_p_len=16, num_hard=1,
-                               counterfactual=True)
-    cfg.model.tiny_layers, cfg.model.tiny_vocab = 1, 2048
-    model, hf_params, _ = loop.build_model(cfg)
-    mesh = mesh_lib.make_mesh(1, 1, devices=jax.devices()[:1])
+    cfg, model, hf_params, mesh = _tiny_step()
     batches = [vs_torch.real_length_batch(batch_shapes(4, 1, 8, 16, True), np.array([3, 4, 6]),
                                           np.array([5, 7, 9, 16]), 2048, seed=(0, k))
                for k in range(2)]
