@@ -100,6 +100,31 @@ def test_train_or_reuse_trains_once_then_reuses(tmp_path):
         harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
 
 
+def test_a_resumed_run_keeps_its_first_start(tmp_path, monkeypatch):
+    """A run killed mid-training and resumed by a later invocation is stamped with the first
+    invocation's start, the resumption listed (issue 50: a report gives each run's start)."""
+    c = base_config()
+    c.train.num_steps = 3
+    wd = harness.run_dir(str(tmp_path), "dpr", 0)
+    clock = iter(["2026-11-29T01:00:00Z", "2026-11-29T03:00:00Z", "2026-11-29T03:30:00Z"])
+    monkeypatch.setattr(harness, "utc_now", lambda: next(clock))
+
+    def killed(config, workdir):
+        raise KeyboardInterrupt  # the process dies before the run finishes
+
+    with pytest.raises(KeyboardInterrupt):
+        harness.train_or_reuse(wd, c, train=killed)
+    assert harness.run_times(wd)["finished"] is None            # started, not finished
+    assert "2026-11-29T01:00:00Z → …" in harness.format_run_times(harness.run_times(wd))
+    harness.train_or_reuse(wd, c, train=_fake_trainer([]))      # resumed and finished
+    times = harness.run_times(wd)
+    assert (times["started"], times["finished"]) == ("2026-11-29T01:00:00Z", "2026-11-29T03:30:00Z")
+    assert [r["started"] for r in times["resumed"]] == ["2026-11-29T03:00:00Z"]
+    md = harness.stamp_markdown({"runs": {"dpr": times}})
+    assert "- dpr: 2026-11-29T01:00:00Z → 2026-11-29T03:30:00Z" in md
+    assert "(resumed 2026-11-29T03:00:00Z" in md
+
+
 def test_train_or_read_gives_the_saved_summary_trained_or_reused(tmp_path):
     """studies.dcsr's rows come from the run's summary.json whether it trained now or not."""
     c = base_config()

@@ -228,6 +228,7 @@ def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
     if done is not None:
         return done, False
     started = utc_now()
+    mark_run_started(workdir, started)
     train(config, workdir).pop("run", None)  # the Run holds device arrays: let it go
     done = finished_eval_dir(workdir, config, required)
     if done is None:
@@ -239,12 +240,40 @@ def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
 RUN_TIMES = "run_times.json"
 
 
+def _read_run_times(workdir: str) -> dict[str, Any] | None:
+    path = os.path.join(workdir, RUN_TIMES)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def mark_run_started(workdir: str, started: str) -> None:
+    """Writes that an invocation started training the run in ``workdir`` (``finished``: None).
+    When an earlier invocation started and never finished (killed, then resumed from its
+    checkpoint), its start and commit stay, and this one is appended to ``resumed``: a report
+    gives when the run's training really began, not when its last piece did."""
+    prior = _read_run_times(workdir)
+    if prior is not None and prior.get("finished") is None:
+        record = {**prior, "resumed": [*prior.get("resumed", []),
+                                       {"started": started, **code_version()}]}
+    else:
+        record = {"started": started, "finished": None, **code_version()}
+    os.makedirs(workdir, exist_ok=True)
+    write_json(os.path.join(workdir, RUN_TIMES), record)
+
+
 def record_run_times(workdir: str, started: str) -> None:
-    """Writes when the invocation that trained (or resumed and finished) the run in ``workdir``
-    started and ended, with the code's commit and dirty flag, for every report that uses the
-    run (issue 50: reports carry each run's start and end)."""
-    write_json(os.path.join(workdir, RUN_TIMES), {"started": started, "finished": utc_now(),
-                                                  **code_version()})
+    """Writes when the run in ``workdir`` started and ended, with the code's commit and dirty
+    flag, for every report that uses the run (issue 50: reports carry each run's start and
+    end). ``started``: this invocation's start, unless :func:`mark_run_started` recorded an
+    earlier unfinished one (then the first start, its commit and the ``resumed`` list stay)."""
+    prior = _read_run_times(workdir)
+    if prior is not None and prior.get("finished") is None:
+        record = {**prior, "finished": utc_now()}
+    else:
+        record = {"started": started, "finished": utc_now(), **code_version()}
+    write_json(os.path.join(workdir, RUN_TIMES), record)
 
 
 def report_stamp(started: str, workdirs: Mapping[str, str]) -> dict[str, Any]:
@@ -256,23 +285,29 @@ def report_stamp(started: str, workdirs: Mapping[str, str]) -> dict[str, Any]:
 
 def stamp_markdown(stamp: Mapping[str, Any]) -> str:
     """The stamp as markdown: one line (``files.stamp_line``) and one line per run."""
-    runs = "".join(f"\n- {k}: {t['started']} → {t['finished']}"
-                   + (f" at `{t['commit'][:10]}`{' (dirty)' if t.get('dirty') else ''}"
-                      if t.get("commit") else "")
+    runs = "".join(f"\n- {k}: {format_run_times(t, code='`')}"
                    for k, t in stamp.get("runs", {}).items())
     return stamp_line(dict(stamp)) + (f"\n\nRuns (trained, UTC):{runs}" if runs else "")
 
 
+def format_run_times(times: Mapping[str, Any], code: str = "") -> str:
+    """``started → finished at <commit>`` of :func:`run_times` (``code``: the commit's quotes),
+    with each resumption ``(resumed <time> at <commit>)``; a run still training ends in "…"."""
+    def at(t: Mapping[str, Any]) -> str:
+        return (f" at {code}{t['commit'][:10]}{code}{' (dirty)' if t.get('dirty') else ''}"
+                if t.get("commit") else "")
+    out = f"{times['started']} → {times['finished'] or '…'}{at(times)}"
+    return out + "".join(f" (resumed {r['started']}{at(r)})" for r in times.get("resumed", ()))
+
+
 def run_times(workdir: str) -> dict[str, Any]:
     """When the run in ``workdir`` was trained (:func:`train_or_reuse` writes it): ``{"started",
-    "finished", "commit", "dirty"}`` (UTC), or ``{"started": "unknown", ...}`` for a run
-    trained before issue 50 stamped runs."""
-    path = os.path.join(workdir, RUN_TIMES)
-    if not os.path.exists(path):
-        return {"started": "unknown (before issue 50)", "finished": "unknown (before issue 50)",
-                "commit": None, "dirty": None}
-    with open(path) as f:
-        return json.load(f)
+    "finished", "commit", "dirty"}`` (UTC; ``finished`` None while it trains) and, when it was
+    resumed, ``resumed`` (``[{"started", "commit", "dirty"}]``), or ``{"started": "unknown",
+    ...}`` for a run trained before issue 50 stamped runs."""
+    return _read_run_times(workdir) or {
+        "started": "unknown (before issue 50)", "finished": "unknown (before issue 50)",
+        "commit": None, "dirty": None}
 
 
 def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
@@ -382,6 +417,7 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
             summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:
             started = utc_now()
+            mark_run_started(wd, started)
             summary = dict(train(cfg, wd))
             run, trained = summary.pop("run", None), True
             record_run_times(wd, started)

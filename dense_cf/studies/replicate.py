@@ -681,9 +681,7 @@ def markdown(result: dict[str, Any]) -> str:
               "minutes": ", ".join(f"{m}" for k, m in s["minutes_per_run"].items()
                                    if k.startswith(r + " ")),
               "trained (UTC, per seed)": "; ".join(
-                  f"{t['started']} → {t['finished']}"
-                  + (f" at {t['commit'][:10]}{' (dirty)' if t.get('dirty') else ''}"
-                     if t.get("commit") else "")
+                  harness.format_run_times(t)
                   for k, t in s.get("run_times", {}).items() if k.startswith(r + " ")) or "—",
               "note": v["note"]} for r, v in s["runs"].items()],
             ["run", "study", "row", "method preset", "overrides", "world", "minutes",
