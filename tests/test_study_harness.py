@@ -11,6 +11,7 @@ import os
 import pathlib
 import re
 
+import ml_collections
 import pytest
 from absl import flags
 
@@ -98,6 +99,47 @@ def test_train_or_reuse_trains_once_then_reuses(tmp_path):
     c.train.num_steps = 4                                        # another run: refused
     with pytest.raises(ValueError, match="train.num_steps"):
         harness.train_or_reuse(wd, c, train=_fake_trainer(calls))
+
+
+def test_an_evaluation_only_run_evaluates_the_trained_model_again(tmp_path):
+    """StudyRun.trained_by: the run gets a copy of the earlier run's final checkpoint, so its
+    trainer has no step left and only evaluates under its own eval.* settings."""
+    c = base_config()
+    c.train.num_steps = 3
+    seen: dict[str, list[str]] = {}
+
+    def train(config, workdir):
+        ck = RunDir(workdir).checkpoints
+        seen[workdir] = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
+        if not seen[workdir]:  # nothing to resume: it trains, leaving its final checkpoint
+            os.makedirs(os.path.join(ck, "3"))
+            with open(os.path.join(ck, "3", "weights"), "w") as f:
+                f.write(workdir)
+        return _fake_trainer([])(config, workdir)
+
+    again = ml_collections.ConfigDict(c.to_dict())
+    again.eval.robustness_counts = (0, 4)
+    study = harness.Study("s", (harness.StudyRun("a", lambda seed: c),
+                                harness.StudyRun("b", lambda seed: again, trained_by="a")))
+    done = harness.train_study(study, str(tmp_path / "s"), [0], train=train)
+    wa, wb = done["a", 0].workdir, done["b", 0].workdir
+    assert seen == {wa: [], wb: ["3"]}              # b resumed a's model at its last step
+    copied = os.path.join(RunDir(wb).checkpoints, "3", "weights")
+    with open(copied) as f:
+        assert f.read() == wa
+    assert not os.path.samefile(copied, os.path.join(RunDir(wa).checkpoints, "3", "weights"))
+    assert done["b", 0].trained and done["b", 0].same_as is None
+    # Anything but eval.* would be another model: refused, naming the field.
+    other = ml_collections.ConfigDict(c.to_dict())
+    other.optim.learning_rate = 1e-3
+    bad = harness.Study("t", (harness.StudyRun("a", lambda seed: c),
+                              harness.StudyRun("b", lambda seed: other, trained_by="a")))
+    with pytest.raises(ValueError, match=r"eval\.\* only; its config differs in "
+                                         r"optim\.learning_rate"):
+        harness.train_study(bad, str(tmp_path / "t"), [0], train=train)
+    with pytest.raises(ValueError, match="not an earlier run"):
+        harness.Study("u", (harness.StudyRun("b", lambda seed: again, trained_by="a"),
+                            harness.StudyRun("a", lambda seed: c)))
 
 
 def test_a_resumed_run_keeps_its_first_start(tmp_path, monkeypatch):

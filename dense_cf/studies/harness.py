@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -322,17 +323,49 @@ def train_or_read(workdir: str, config: ml_collections.ConfigDict, *,
         return json.load(f), trained
 
 
+def seed_from_trained(trained: "Trained", workdir: str, config: ml_collections.ConfigDict
+                      ) -> None:
+    """Makes ``workdir`` hold ``trained``'s model at its final step, so that training ``config``
+    there has no step left and only evaluates (an evaluation-only run: ``StudyRun.trained_by``).
+    ``config`` may differ from ``trained.config`` in ``eval.*`` only: anything else would mean
+    another model, and is refused naming the fields. The checkpoint is copied, not linked, so
+    nothing written in ``workdir`` can touch the trained run's files; an existing checkpoint
+    in ``workdir`` (an earlier, interrupted evaluation) is kept."""
+    diff = [k for k in _diff_keys(_as_json(trained.config), _as_json(config))
+            if not k.startswith("eval.")]
+    if diff:
+        raise ValueError(f"{workdir}: an evaluation-only run of {trained.name} may change eval.* "
+                         f"only; its config differs in {', '.join(diff)}")
+    src = os.path.join(RunDir(trained.workdir).checkpoints, str(trained.step))
+    dst_root = RunDir(workdir).checkpoints
+    if os.path.isdir(dst_root) and os.listdir(dst_root):
+        return
+    if not os.path.isdir(src):
+        raise FileNotFoundError(f"{src}: {trained.name}'s final checkpoint (step {trained.step}) "
+                                f"is missing; {workdir} evaluates that model")
+    partial = dst_root + ".partial"  # a copy cut short is never taken for the checkpoint
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src, os.path.join(partial, str(trained.step)))
+    os.makedirs(dst_root, exist_ok=True)
+    os.replace(os.path.join(partial, str(trained.step)), os.path.join(dst_root, str(trained.step)))
+    os.rmdir(partial)
+
+
 # ------------------------------------------------------------------ a study as data
 
 @dataclasses.dataclass(frozen=True)
 class StudyRun:
     """One run of a study: its ``name`` (its directory: :func:`run_dir`) and its config at a
     seed (a function of ``dense_cf.configs.studies``); ``required``: the evaluators whose
-    reports in its eval directory make a finished run reusable (:func:`finished_eval_dir`)."""
+    reports in its eval directory make a finished run reusable (:func:`finished_eval_dir`);
+    ``trained_by``: "" (the run trains) or an earlier run of the study whose trained model this
+    run evaluates under its own config, which may differ from that run's in ``eval.*`` only
+    (:func:`seed_from_trained`: nothing is trained again)."""
 
     name: str
     config: Callable[[int], ml_collections.ConfigDict]
     required: tuple[str, ...] = ("retrieval", "aar")
+    trained_by: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,6 +384,10 @@ class Study:
         unknown = sorted({n for pair in self.pairs for n in pair} - set(names))
         if unknown:
             raise ValueError(f"study {self.name}: pairs name runs it does not have: {unknown}")
+        for i, r in enumerate(self.runs):
+            if r.trained_by and r.trained_by not in names[:i]:
+                raise ValueError(f"study {self.name}: run {r.name} is trained_by "
+                                 f"{r.trained_by!r}, which is not an earlier run of the study")
 
 
 @dataclasses.dataclass
@@ -413,6 +450,8 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
             continue
         t0 = time.perf_counter()
         run = None
+        if spec.trained_by:
+            seed_from_trained(done[spec.trained_by, seed], wd, cfg)
         if reuse:
             summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:

@@ -24,7 +24,10 @@ class RunSpec:
     or ``dcsr`` (``row`` = ``dpr`` / ``dcsr``); ``method``: a loss preset applied on top
     (``presets.with_method``); ``overrides``: ``{"node.leaf": value}``; ``world``: the
     synthetic world's generator keyword arguments; ``minutes``: the estimated cost on the
-    2-core CPU at 100 steps (``--list``)."""
+    2-core CPU at 100 steps (``--list``). ``eval_of``: "" (the run trains), or an earlier run
+    whose trained model this one evaluates again with its ``overrides`` (``eval.*`` only; its
+    study, row, method and world are that run's): an evaluation-only run, trained by nothing
+    (``harness.StudyRun.trained_by``)."""
 
     study: str
     row: str
@@ -34,6 +37,7 @@ class RunSpec:
     minutes: float = 6.0
     note: str = ""
     evidence: str = ""  # a pseudo-evidence scorer (cli.evidence --scorer); "" = gold evidence
+    eval_of: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,6 +95,7 @@ def plan(claim_ids: Sequence[str]) -> list[str]:
     if bad:
         raise ValueError(f"unknown claims {bad}; claims: {', '.join(CLAIM_IDS)}")
     need = {r for c in CLAIMS if c.id in claim_ids and not c.study for r in (c.a, c.b)}
+    need |= {RUNS[r].eval_of for r in need if RUNS[r].eval_of}  # the model it evaluates
     return [r for r in RUNS if r in need]
 
 
@@ -149,8 +150,16 @@ def run_config(name: str, out: str, *, steps: int, seed: int, model: str = "mini
                lr: float = 5e-5, vary_world: bool = False) -> ml_collections.ConfigDict:
     """The config of run ``name`` (:data:`RUNS`) with this report's budget. ``vary_world``
     (issue 50): the synthetic world's seed follows the training seed (``data.synthetic.seed``
-    = ``seed``), so seeds vary the world draw as well as the training."""
+    = ``seed``), so seeds vary the world draw as well as the training. An evaluation-only run
+    (``RunSpec.eval_of``) has the config of the run it evaluates plus its own overrides."""
     spec = RUNS[name]
+    if spec.eval_of:
+        c = run_config(spec.eval_of, out, steps=steps, seed=seed, model=model,
+                       num_passages=num_passages, test_questions=test_questions, batch=batch,
+                       lr=lr, vary_world=vary_world)
+        for key, value in spec.overrides:
+            apply_override(c, key, value)
+        return c
     data_dir = _world_dir(out, spec, seed if vary_world else 0)
     if spec.study == "synthetic":
         c = ablation_row_config(spec.row, data_dir, steps=steps, batch=batch, model=model,
@@ -231,8 +240,9 @@ def prepared_config(name: str, out: str, seed: int, budget: dict[str, Any]
     """Run ``name``'s config at ``seed`` (:func:`run_config`), after generating its synthetic
     world and pseudo-evidence (each once; reused when there), so the run can train."""
     cfg = run_config(name, out, seed=seed, **budget)
-    _prepare_world(RUNS[name], cfg)
-    _prepare_evidence(RUNS[name], cfg)
+    spec = RUNS[RUNS[name].eval_of or name]  # an evaluation-only run: its model's world
+    _prepare_world(spec, cfg)
+    _prepare_evidence(spec, cfg)
     return cfg
 
 
@@ -243,7 +253,8 @@ def definition(claim_ids: Sequence[str], out: str, **budget: Any) -> harness.Stu
     runs = plan(claim_ids)
     study_runs = tuple(harness.StudyRun(
         name, functools.partial(prepared_config, name, out, budget=budget),
-        required=_required(run_config(name, out, seed=0, **budget))) for name in runs)
+        required=_required(run_config(name, out, seed=0, **budget)),
+        trained_by=RUNS[name].eval_of) for name in runs)
     pairs = tuple(dict.fromkeys((c.a, c.b) for c in CLAIMS if c.id in claim_ids and not c.study))
     return harness.Study("replicate", study_runs, pairs)
 
