@@ -248,3 +248,20 @@ def test_a_sibling_without_its_markdown_table_is_what_rederive_reads(tmp_path):
                           **{k: v for k, v in sib.items() if k != "report"})
     after = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}
     assert after["picl-ablation-cpp", "0"][tool.RESULT] != before["picl-ablation-cpp", "0"][tool.RESULT]
+
+
+def test_write_splices_only_the_table_and_the_tallies(monkeypatch):
+    """``rederive_claims.py --write``: the derived table and the tallies replace the doc's, the
+    prose around them stays; a doc without the table header or the markers is refused."""
+    tool = _tool()
+    header, rule = tool.table([]).split("\n")
+    doc = "\n".join(["# title", "", header, rule, "| stale | row |", "", "prose kept",
+                     tool.TALLY_BEGIN, "stale tallies", tool.TALLY_END, "after"])
+    rows = [{c: f"{c}-value" for c in tool.COLUMNS}]
+    monkeypatch.setattr(tool, "tallies", lambda r: f"\n{len(r)} derived tallies\n")
+    out = tool.splice(doc, rows)
+    assert "stale" not in out and out.startswith("# title\n\n" + tool.table(rows) + "\n\nprose kept")
+    assert tool.TALLY_BEGIN + "\n1 derived tallies\n" + tool.TALLY_END in out
+    assert out.endswith(tool.TALLY_END + "\nafter")
+    with pytest.raises(ValueError, match="no derived table header"):
+        tool.splice("no table here", rows)

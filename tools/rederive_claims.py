@@ -1,7 +1,8 @@
 """Re-derives the replication verdicts from the stored reports under the current rules
 (docs/replication.md, "Method"; issue 32 item 3): no training, no new numbers.
 
-``python tools/rederive_claims.py [--results docs/results]`` prints one markdown row per claim
+``python tools/rederive_claims.py [--results docs/results] [--write docs/replication.md]``
+prints (or writes into the doc, in place of its table and tallies) one markdown row per claim
 (seed 0, and the pooled test where several seeds are stored). Each claim's checks come from
 the registry (``studies.registry.CLAIMS``, with its margins, keyed by metric id); the stored
 rows from the machine-readable siblings of the reports (``x.rows.json`` beside ``x.md``: their
@@ -20,6 +21,7 @@ import os
 from dense_cf.eval import claims as C
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval.report import read_rows
+from dense_cf.files import atomic_write
 from dense_cf.studies.registry import CLAIMS
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
@@ -291,15 +293,45 @@ def tallies(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def table(rows: list[dict]) -> str:
+    """The derived table as markdown (header, rule, one line per row)."""
+    return "\n".join(["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+                     + ["| " + " | ".join(str(r.get(k, "")) for k in COLUMNS) + " |"
+                        for r in rows])
+
+
+def splice(doc: str, rows: list[dict]) -> str:
+    """``doc`` (docs/replication.md's text) with its derived table and the tallies between
+    :data:`TALLY_BEGIN` / :data:`TALLY_END` replaced by those of ``rows``; the rest unchanged.
+    A doc without the table's header or the markers is refused."""
+    lines = doc.split("\n")
+    header = table([]).split("\n")[0]
+    if header not in lines or TALLY_BEGIN not in doc or TALLY_END not in doc:
+        raise ValueError("the document has no derived table header or no tally markers")
+    i = lines.index(header)
+    j = i + 2
+    while j < len(lines) and lines[j].startswith("| "):
+        j += 1
+    lines[i:j] = table(rows).split("\n")
+    text = "\n".join(lines)
+    a, b = text.index(TALLY_BEGIN) + len(TALLY_BEGIN), text.index(TALLY_END)
+    return text[:a] + "\n" + tallies(rows).strip("\n") + "\n" + text[b:]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default="docs/results")
-    rows = rederive(ap.parse_args().results)
-    cols = COLUMNS
-    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(str(r.get(k, "")) for k in cols) + " |")
-    print("\n" + tallies(rows))
+    ap.add_argument("--write", metavar="DOC", help="write the table and tallies into DOC "
+                    "(docs/replication.md) in place instead of printing them")
+    args = ap.parse_args()
+    rows = rederive(args.results)
+    if args.write:
+        with open(args.write, encoding="utf-8") as f:
+            text = splice(f.read(), rows)
+        atomic_write(args.write, lambda f: f.write(text), binary=False)
+        print(f"wrote {args.write}")
+        return
+    print(table(rows) + "\n\n" + tallies(rows))
 
 
 if __name__ == "__main__":
