@@ -14,6 +14,7 @@ from dense_cf.eval import report as report_lib
 from dense_cf.methods.contrastive import DPR_LOSS, EADPR_LOSS, PICL_LOSS
 from dense_cf.studies import replicate as rep
 from dense_cf.synthetic.distractors import HELDOUT_KINDS
+from dense_cf.train.run import RunDir
 
 # Studies, not sharding, are the subject here: one device (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("one_device")
@@ -52,6 +53,20 @@ def test_registry_is_consistent():
     assert rep.plan(["picl-aar", "eadpr-aa"]) == ["dpr", "picl", "eadpr"]
     with pytest.raises(ValueError, match="unknown claims"):
         rep.plan(["no-such-claim"])
+    # An evaluation-only run (issue 50: the rule paraphrase kind) is an earlier training run's
+    # spec with eval.* overrides added, and plans that run before it.
+    names = list(rep.RUNS)
+    for name, spec in rep.RUNS.items():
+        if spec.eval_of:
+            model = rep.RUNS[spec.eval_of]
+            assert not model.eval_of and names.index(spec.eval_of) < names.index(name), name
+            assert (spec.study, spec.row, spec.method, spec.world, spec.evidence) == (
+                model.study, model.row, model.method, model.world, model.evidence), name
+            own = spec.overrides[len(model.overrides):]
+            assert spec.overrides[:len(model.overrides)] == model.overrides and own, name
+            assert all(k.startswith("eval.") for k, _ in own), name
+    assert rep.plan(["picl-robust-did-rp-oe"]) == ["dpr_oe", "picl_oe", "dpr_oe_rp",
+                                                  "picl_oe_rp"]
 
 
 def test_run_configs(tmp_path):
@@ -67,7 +82,13 @@ def test_run_configs(tmp_path):
     for name, c in cfgs.items():
         assert c.train.num_steps == 10 and c.seed == 1, name
         spec = rep.RUNS[name]
-        if spec.study == "synthetic":
+        if spec.eval_of:  # the model's config, evaluated at K = 0-4 with four held-out kinds
+            model = cfgs[spec.eval_of]
+            assert tuple(c.eval.robustness_counts) == (0, 1, 2, 3, 4), name
+            assert tuple(c.eval.robustness_heldout_kinds) == rep.RP_KINDS
+            assert (c.method, c.model.pooling, c.data.data_dir) == (
+                model.method, model.model.pooling, model.data.data_dir), name
+        elif spec.study == "synthetic":
             assert tuple(c.eval.robustness_counts) == (0, 1, 2, 5)
             world = "data" if not spec.world else "data_synthetic_" + "_".join(
                 f"{k}{v}" for k, v in spec.world)
@@ -152,6 +173,29 @@ def test_replication_tiny_end_to_end(tmp_path, caplog):
     again = rep.run_replication(out, ids, **kw)
     assert caplog.text.count("finished earlier, read back") == 4
     assert set(again["setup"]["minutes_per_run"].values()) == {"reused"}
+
+
+def test_rule_paraphrase_claim_evaluates_the_trained_models_again(tmp_path):
+    """Issue 50 item 1: picl-robust-did-rp-oe trains dpr_oe and picl_oe once; its runs are those
+    models evaluated again with four held-out kinds, and its checks read the K 3→4 drop, the
+    step that adds one rule paraphrase per question."""
+    out = str(tmp_path / "rep")
+    res = rep.run_replication(out, ["picl-robust-did-rp-oe"], steps=2, model="tiny",
+                              num_passages=150, test_questions=40, n_resamples=200,
+                              vary_world=True)
+    (claim,) = res["claims"]
+    checks = claim["per_seed"][0]["checks"]
+    assert [k["metric"] for k in checks] == [
+        "drop DiD rule paraphrase K=3→4: top-1", "drop DiD rule paraphrase K=3→4: top-5"]
+    assert all(k["verdict"] in claims.VERDICTS + (claims.UNINFORMATIVE,) for k in checks)
+    for model in ("dpr_oe", "picl_oe"):
+        trained = json.load(open(RunDir(os.path.join(out, model)).summary))
+        again = json.load(open(RunDir(os.path.join(out, model + "_rp")).summary))
+        assert again["train"] == {}                  # nothing trained: the model's checkpoint
+        assert again["eval"]["retrieval"]["top_k"] == trained["eval"]["retrieval"]["top_k"]
+        heldout = again["eval"]["robustness"]["heldout"]
+        assert tuple(heldout["kinds"]) == rep.RP_KINDS and "4" in heldout["table"]
+        assert "4" not in trained["eval"]["robustness"]["heldout"]["table"]
 
 
 def test_pseudo_evidence_run_scores_its_training_file_first(tmp_path):

@@ -15,7 +15,8 @@ from dense_cf.eval.claims import Check, not_worse
 from dense_cf.studies import data_stats as data_stats_lib
 
 __all__ = ["BUDGET_KEYS", "CLAIMS", "CLAIMS_BY_ID", "CLAIM_IDS", "DID_ID_PREFIX", "DID_SPECS",
-           "RUNS", "STUDIES", "VARY_WORLD_ORDER", "Claim", "RunSpec", "StudySpec", "did_id"]
+           "RP_KINDS", "RUNS", "STUDIES", "VARY_WORLD_ORDER", "Claim", "RunSpec", "StudySpec",
+           "did_id"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +225,25 @@ RUNS: dict[str, RunSpec] = {
                              overrides=_H0 + (("loss.tau1", 0.2), ("loss.tau2", 0.2)), minutes=5,
                              note="in-batch negatives only; tau_1 = tau_2 = 0.2 (PiCL App. A)"),
 }
+# Issue 50 item 1, registered 2026-11-29 before any evaluation with the kind: the held-out kind
+# that is not a template swap (synthetic.distractors "rule_paraphrase"). Evaluation-only runs:
+# the trained dpr_oe / picl_oe / eadpr_oe models evaluated again with the four held-out kinds in
+# round-robin order, so K = 3 → 4 adds exactly one rule paraphrase per question.
+RP_KINDS = ("value_swap", "paraphrase", "namesake", "rule_paraphrase")
+_RP = (("eval.robustness_heldout_kinds", RP_KINDS), ("eval.robustness_counts", (0, 1, 2, 3, 4)))
+
+
+def _evaluated_again(name: str, overrides: tuple[tuple[str, Any], ...], note: str) -> RunSpec:
+    """RUNS[name]'s trained model evaluated again with ``overrides`` (``eval.*``): its spec
+    (for the report's runs table), ``eval_of`` = ``name``, a few minutes of evaluation."""
+    return dataclasses.replace(RUNS[name], overrides=RUNS[name].overrides + overrides,
+                               eval_of=name, minutes=1.5, note=note)
+
+
+_RP_NOTE = ("evaluation only: {}'s trained model, robustness with the held-out kinds value swap, "
+            "paraphrase, namesake, rule paraphrase at K = 0-4 (issue 50)")
+RUNS.update({f"{r}_rp": _evaluated_again(r, _RP, _RP_NOTE.format(r))
+             for r in ("dpr_oe", "picl_oe", "eadpr_oe")})
 
 # Robustness as a drop (issue 50 item 1; EADPR Fig. 5 shades the drop): per-item
 # difference-in-differences of hit@k between two distractor counts, B − A (> 0: B loses less).
@@ -297,6 +317,11 @@ _Q_DATA_TREND = ("passage encoders are affected by positive passage overlap and 
 _TREND_CHECKS = tuple(Check(f"attribution.rho.top{k}.{tail}") for k in (5, 20)
                       for tail in ("p_coverage", "q_examples"))
 _VW = "; --vary_world: one world draw per seed"
+_RP_SET = ("; the trained models evaluated again with held-out kinds value swap, paraphrase, "
+           "namesake, rule paraphrase (K = 0-4)")
+_I50_RP = ("registered 2026-11-29 (issue 50 item 1) before any evaluation with the rule "
+           "paraphrase kind; the models are the rows above's (trained earlier, their other "
+           "checks seen)")
 _T4_SET = ("entity world, MiniLM, 100 steps × 16, in-batch + 1 random negative "
            "(synthetic hard_negatives='random'), tau_1 = tau_2 = 0.2; 300 test questions"
            + _VW)
@@ -578,6 +603,24 @@ CLAIMS: tuple[Claim, ...] = (
                                     "passages, so the namesake kind is not fully held out (the "
                                     "report prints their share per world beside that kind: "
                                     "replicate.namesake_negatives)"),
+    # The held-out kind that is not a template swap (item 1): one step of K adds one rule
+    # paraphrase per question (the evidence sentence kept with its value withheld, reworded by
+    # another rule set and moved), on the models of the rows above, evaluated again.
+    Claim("picl-robust-did-rp-oe", "PiCL", "§6",
+          "PiCL loses less than DPR when a rule paraphrase (a held-out kind that is not a "
+          "template swap) is added: K = 3 → 4, top-1 and top-5", "dpr_oe_rp", "picl_oe_rp",
+          (Check(did_id("heldout", 3, 4, 1, kinds=RP_KINDS)),
+           Check(did_id("heldout", 3, 4, 5, kinds=RP_KINDS))),
+          quote=_Q_PICL_ROBUST, setting=_OE_SET + _VW + _RP_SET, seeds=_S012, scope=_EXTRAP,
+          twin="oe-did-rp", note=_I50_RP),
+    Claim("eadpr-robust-did-rp-oe", "EADPR", "§5, Fig. 5",
+          "EADPR loses less than DPR when a rule paraphrase (a held-out kind that is not a "
+          "template swap) is added: K = 3 → 4, top-1 and top-5", "dpr_oe_rp", "eadpr_oe_rp",
+          (Check(did_id("heldout", 3, 4, 1, kinds=RP_KINDS)),
+           Check(did_id("heldout", 3, 4, 5, kinds=RP_KINDS))),
+          quote=("we observe that EADPR is relatively robust against the effect from "
+                 "additional distractor samples"), setting=_OE_SET + _VW + _RP_SET, seeds=_S012,
+          twin="oe-did-rp", note=_I50_RP),
     # The 2 × 2 factorial (item 3): the project's explanation that the sign of PiCL's AA
     # effect follows the source of the hard negatives, not the pooling. The existing cells:
     # picl-aa (sibling, [CLS]: reversed) and picl-robust-oe's AA (other entity, mean: up).
@@ -655,8 +698,8 @@ CLAIMS_BY_ID = {c.id: c for c in CLAIMS}
 #       --claims <the ids below, in order>
 VARY_WORLD_ORDER: tuple[str, ...] = (
     "picl-aar-oe", "picl-robust-oe", "eadpr-aa-oe", "eadpr-robust-oe", "picl-topk-oe",
-    "eadpr-topk-oe", "eadpr-2neg-oe", "picl-h0-tau02", "picl-robust-did-oe",
-    "eadpr-robust-did-oe", "fx-sibling-mean", "fx-oe-cls", "picl-t4-chn", "picl-t4-cpp",
-    "picl-t4-nodpr", "picl-topk", "picl-aar", "picl-gap", "picl-type", "picl-aa",
-    "picl-robust", "eadpr-aa", "eadpr-topk", "eadpr-robust", "picl-ablation-chn",
-    "picl-ablation-nodpr")
+    "eadpr-topk-oe", "eadpr-2neg-oe", "picl-h0-tau02", "picl-robust-did-oe", "eadpr-robust-did-oe",
+    "picl-robust-did-rp-oe", "eadpr-robust-did-rp-oe", "fx-sibling-mean", "fx-oe-cls",
+    "picl-t4-chn", "picl-t4-cpp", "picl-t4-nodpr", "picl-topk", "picl-aar", "picl-gap",
+    "picl-type", "picl-aa", "picl-robust", "eadpr-aa", "eadpr-topk", "eadpr-robust",
+    "picl-ablation-chn", "picl-ablation-nodpr")

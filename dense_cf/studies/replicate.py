@@ -65,6 +65,7 @@ from dense_cf.studies.registry import (
     CLAIMS_BY_ID,
     DID_ID_PREFIX,
     DID_SPECS,
+    RP_KINDS,
     RUNS,
     STUDIES,
     VARY_WORLD_ORDER,
@@ -77,7 +78,7 @@ from dense_cf.synthetic import generate as synthetic
 from dense_cf.synthetic.distractors import HELDOUT_KINDS, namesake_negative_counts
 
 # The registry's names are re-exported: callers know them as studies.replicate's.
-__all__ = ["CLAIMS", "CLAIMS_BY_ID", "CLAIM_IDS", "DID_SPECS", "RUNS", "STUDIES",
+__all__ = ["CLAIMS", "CLAIMS_BY_ID", "CLAIM_IDS", "DID_SPECS", "RP_KINDS", "RUNS", "STUDIES",
            "VARY_WORLD_ORDER", "Claim", "RunSpec", "StudySpec", "apply_override", "definition",
            "did_id", "plan", "plan_studies", "prepared_config", "run_replication", "train_runs"]
 
