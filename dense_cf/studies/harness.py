@@ -228,13 +228,12 @@ def train_or_reuse(workdir: str, config: ml_collections.ConfigDict, *,
     done = finished_eval_dir(workdir, config, required)
     if done is not None:
         return done, False
-    started = utc_now()
-    mark_run_started(workdir, started)
+    mark_run_started(workdir)
     train(config, workdir).pop("run", None)  # the Run holds device arrays: let it go
     done = finished_eval_dir(workdir, config, required)
     if done is None:
         raise RuntimeError(f"{workdir}: no evaluation after training")
-    record_run_times(workdir, started)
+    record_run_times(workdir)
     return done, True
 
 
@@ -249,32 +248,31 @@ def _read_run_times(workdir: str) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def mark_run_started(workdir: str, started: str) -> None:
-    """Writes that an invocation started training the run in ``workdir`` (``finished``: None).
+def mark_run_started(workdir: str) -> None:
+    """Writes that an invocation starts training the run in ``workdir`` now (``finished``: None).
     When an earlier invocation started and never finished (killed, then resumed from its
     checkpoint), its start and commit stay, and this one is appended to ``resumed``: a report
     gives when the run's training really began, not when its last piece did."""
+    now = {"started": utc_now(), **code_version()}
     prior = _read_run_times(workdir)
     if prior is not None and prior.get("finished") is None:
-        record = {**prior, "resumed": [*prior.get("resumed", []),
-                                       {"started": started, **code_version()}]}
+        record = {**prior, "resumed": [*prior.get("resumed", []), now]}
     else:
-        record = {"started": started, "finished": None, **code_version()}
+        record = {**now, "finished": None}
     os.makedirs(workdir, exist_ok=True)
     write_json(os.path.join(workdir, RUN_TIMES), record)
 
 
-def record_run_times(workdir: str, started: str) -> None:
-    """Writes when the run in ``workdir`` started and ended, with the code's commit and dirty
-    flag, for every report that uses the run (issue 50: reports carry each run's start and
-    end). ``started``: this invocation's start, unless :func:`mark_run_started` recorded an
-    earlier unfinished one (then the first start, its commit and the ``resumed`` list stay)."""
+def record_run_times(workdir: str) -> None:
+    """Writes that the run in ``workdir`` finished now, completing the record
+    :func:`mark_run_started` began (its first start, commit and dirty flag, and any
+    ``resumed``), for every report that uses the run (issue 50: reports carry each run's start
+    and end)."""
     prior = _read_run_times(workdir)
-    if prior is not None and prior.get("finished") is None:
-        record = {**prior, "finished": utc_now()}
-    else:
-        record = {"started": started, "finished": utc_now(), **code_version()}
-    write_json(os.path.join(workdir, RUN_TIMES), record)
+    if prior is None or prior.get("finished") is not None:
+        raise RuntimeError(f"{os.path.join(workdir, RUN_TIMES)}: no unfinished start to complete "
+                           "(mark_run_started comes first)")
+    write_json(os.path.join(workdir, RUN_TIMES), {**prior, "finished": utc_now()})
 
 
 def report_stamp(started: str, workdirs: Mapping[str, str]) -> dict[str, Any]:
@@ -455,11 +453,10 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
         if reuse:
             summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:
-            started = utc_now()
-            mark_run_started(wd, started)
+            mark_run_started(wd)
             summary = dict(train(cfg, wd))
             run, trained = summary.pop("run", None), True
-            record_run_times(wd, started)
+            record_run_times(wd)
         seconds = time.perf_counter() - t0
         if trained:
             trained_s, n_trained = trained_s + seconds, n_trained + 1
