@@ -136,7 +136,61 @@ def test_the_tallies_are_the_derived_ones():
     tool = _tool()
     text = open(os.path.join(ROOT, "docs", "replication.md"), encoding="utf-8").read()
     block = text[text.index(tool.TALLY_BEGIN) + len(tool.TALLY_BEGIN):text.index(tool.TALLY_END)]
-    assert block.strip() == tool.tallies(tool.rederive(os.path.join(ROOT, "docs", "results")))
+    rows = tool.rederive(os.path.join(ROOT, "docs", "results"))
+    assert block.strip() == tool.tallies(rows)
+    # And the factorial's table and sign line (issue 50 item 3).
+    a = text.index(tool.FACTORIAL_BEGIN) + len(tool.FACTORIAL_BEGIN)
+    assert text[a:text.index(tool.FACTORIAL_END)].strip() == tool.factorial(rows)
+
+
+def _cell_rows(signs):
+    """Rows of record for the factorial's four claims with the AA check's word set so that the
+    cell's sign is ``signs[claim]`` ("+", "−", "0") whatever the claim expects."""
+    from dense_cf.studies.registry import CLAIMS_BY_ID, FACTORIAL, FACTORIAL_METRIC
+    rows = []
+    for _, _, cid in FACTORIAL:
+        expect = next(k.expect for k in CLAIMS_BY_ID[cid].checks if k.metric == FACTORIAL_METRIC)
+        up = {"+": "reproduced", "−": "reversed", "0": "no difference detected"}[signs[cid]]
+        word = {"reproduced": "reversed", "reversed": "reproduced"}.get(up, up) \
+            if expect == "down" else up
+        diff = {"+": 5.0, "−": -5.0, "0": 0.5}[signs[cid]]
+        entry = {"id": FACTORIAL_METRIC, "metric": "AA score", "expect": expect,
+                 "verdict": word, "diff_shown": diff, "95% CI": "[a, b]", "p_null": 0.01}
+        seed = {"id": FACTORIAL_METRIC, "signs": "+++", "df": 2, "t": 4.0, "p_null": 0.05}
+        rows.append({"claim": cid, "seed": "pooled 0,1,2", "report": "replicate_worlds_seeds012.md",
+                     "verdict": word, "entries": [entry], "seed_entries": [seed]})
+    return rows
+
+
+@pytest.mark.parametrize("pattern,words", [
+    ("−−++", "follows the hard negatives"),
+    ("−+−+", "follows the pooling"),
+    ("−−−−", "same in every cell"),
+    ("−++−", "an interaction"),
+    ("−0++", "no significant difference in sibling × mean"),
+])
+def test_the_factorial_says_which_factor_the_sign_follows(pattern, words):
+    """Cells in registry order: sibling × [CLS], sibling × mean, other entity × [CLS], other
+    entity × mean."""
+    from dense_cf.studies.registry import FACTORIAL
+    tool = _tool()
+    signs = {cid: s for (_, _, cid), s in zip(FACTORIAL, pattern)}
+    text = tool.factorial(_cell_rows(signs))
+    assert words in text.splitlines()[-1]
+    for (neg, pool, cid), s in zip(FACTORIAL, pattern):
+        (line,) = [ln for ln in text.splitlines() if f"`{cid}`" in ln]
+        assert line.split(" | ")[-2] == s and f"{neg} × {pool}: {s}" in text
+    partial = tool.factorial(_cell_rows(signs)[:3])
+    assert f"the cells of `{FACTORIAL[3][2]}` have not run" in partial
+
+
+def test_the_factorial_cells_are_registered_picl_against_dpr_on_the_aa_score():
+    from dense_cf.studies.registry import CLAIMS_BY_ID, FACTORIAL, FACTORIAL_METRIC
+    assert len({(n, p) for n, p, _ in FACTORIAL}) == 4 == len({n for n, _, _ in FACTORIAL}) * 2
+    for _, _, cid in FACTORIAL:
+        c = CLAIMS_BY_ID[cid]
+        assert FACTORIAL_METRIC in [k.metric for k in c.checks], cid
+        assert c.a.startswith(("dpr", "fx_dpr")) and "picl" in c.b, (cid, c.a, c.b)
 
 
 def _blocks(text):
@@ -259,12 +313,15 @@ def test_write_splices_only_the_table_and_the_tallies(monkeypatch):
     tool = _tool()
     header, rule = tool.table([]).split("\n")
     doc = "\n".join(["# title", "", header, rule, "| stale | row |", "", "prose kept",
-                     tool.TALLY_BEGIN, "stale tallies", tool.TALLY_END, "after"])
+                     tool.TALLY_BEGIN, "stale tallies", tool.TALLY_END, "between",
+                     tool.FACTORIAL_BEGIN, "stale factorial", tool.FACTORIAL_END, "after"])
     rows = [{c: f"{c}-value" for c in tool.COLUMNS}]
     monkeypatch.setattr(tool, "tallies", lambda r: f"\n{len(r)} derived tallies\n")
+    monkeypatch.setattr(tool, "factorial", lambda r: f"{len(r)} derived factorial")
     out = tool.splice(doc, rows)
     assert "stale" not in out and out.startswith("# title\n\n" + tool.table(rows) + "\n\nprose kept")
-    assert tool.TALLY_BEGIN + "\n1 derived tallies\n" + tool.TALLY_END in out
-    assert out.endswith(tool.TALLY_END + "\nafter")
+    assert tool.TALLY_BEGIN + "\n1 derived tallies\n" + tool.TALLY_END + "\nbetween" in out
+    assert tool.FACTORIAL_BEGIN + "\n1 derived factorial\n" + tool.FACTORIAL_END in out
+    assert out.endswith(tool.FACTORIAL_END + "\nafter")
     with pytest.raises(ValueError, match="no derived table header"):
         tool.splice("no table here", rows)

@@ -22,7 +22,7 @@ from dense_cf.eval import claims as C
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval.report import read_rows
 from dense_cf.files import atomic_write
-from dense_cf.studies.registry import CLAIMS
+from dense_cf.studies.registry import CLAIMS, CLAIMS_BY_ID, FACTORIAL, FACTORIAL_METRIC
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
            "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
@@ -216,6 +216,7 @@ def _claim_rows(cid: str, status: str, paper: str, words: str, ab: str,
         row[MIXED] = pooled["mixed_cell"]
         row["verdict"] = pooled["verdict_text"]
         row["fragile"] = pooled["fragile"]
+        row["seed_entries"] = pooled["seed_checks"]
         rows.append(row)
     return rows
 
@@ -234,7 +235,8 @@ def _row(cid: str, status: str, paper: str, words: str, ab: str, seed: str, repo
                      f"{e['verdict']}")
     return {"claim": cid, "status": status, "paper": paper, "the paper's words": words,
             "A vs B": ab, "seed": seed, "report": report, RESULT: "; ".join(cells),
-            SEED_LEVEL: "—", MIXED: "—", "verdict": C.verdict_text(entries)}
+            SEED_LEVEL: "—", MIXED: "—", "verdict": C.verdict_text(entries),
+            "entries": list(entries)}
 
 
 def _final(rows: list[dict]) -> dict[str, dict]:
@@ -293,6 +295,72 @@ def tallies(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+FACTORIAL_BEGIN = "<!-- factorial: tools/rederive_claims.py -->"
+FACTORIAL_END = "<!-- end of factorial -->"
+# The sign of a check's B − A from its word and what it expected: significant, or 0.
+_SIGN = {("reproduced", "up"): "+", ("reversed", "up"): "−", ("reproduced", "down"): "−",
+         ("reversed", "down"): "+"}
+
+
+def factorial(rows: list[dict]) -> str:
+    """The 2 × 2 factorial (``studies.registry.FACTORIAL``) as markdown: per cell, the row of
+    record's PiCL − DPR check on ``FACTORIAL_METRIC`` (pooled estimate, seed-level t, word, how
+    many world draws), then the sign pattern and what it says: the sign follows the hard
+    negatives, the pooling, both, or neither."""
+    final = _final(rows)
+    world_reports = set(WORLD_REPORTS)
+    head = ["| hard negatives | pooling | claim | runs (DPR vs PiCL) | seeds | world draws | "
+            f"PiCL − DPR, {outcomes.metric(FACTORIAL_METRIC).label} [95% CI] (p) | "
+            "seed-level: signs, t (p) | sign | claim's word |", "|" + "---|" * 10]
+    signs: dict[tuple[str, str], str] = {}
+    for neg, pool, cid in FACTORIAL:
+        c, r = CLAIMS_BY_ID[cid], final.get(cid)
+        e = next((x for x in (r or {}).get("entries", []) if x["id"] == FACTORIAL_METRIC), None)
+        if e is None or "diff_shown" not in e:
+            head.append(f"| {neg} | {pool} | `{cid}` | `{c.a}` vs `{c.b}` | | | not run | | | "
+                        f"{(r or {}).get('verdict', 'not run')} |")
+            continue
+        seed = next((x for x in r.get("seed_entries", []) if x["id"] == FACTORIAL_METRIC), None)
+        seeds = r["seed"].removeprefix("pooled ")
+        reports = [x.strip() for x in r["report"].split(",")]
+        worlds = (str(len(seeds.split(","))) if all(x in world_reports for x in reports)
+                  else "1 (world 0)")
+        sign = _SIGN.get((e["verdict"], e["expect"]), "0")
+        signs[neg, pool] = sign
+        seed_cell = (f"{seed['signs']} t({seed['df']})={seed['t']:+.2f} (p={seed['p_null']:.2g})"
+                     if seed and "t" in seed else "—")
+        head.append(f"| {neg} | {pool} | `{cid}` | `{c.a}` vs `{c.b}` | {seeds} | {worlds} | "
+                    f"{e['diff_shown']:+.2f} {e.get('95% CI', '')} (p={e['p_null']:.2g}) | "
+                    f"{seed_cell} | {sign} | {r['verdict']} |")
+    negs = list(dict.fromkeys(n for n, _, _ in FACTORIAL))
+    pools = list(dict.fromkeys(p for _, p, _ in FACTORIAL))
+    if len(signs) < len(FACTORIAL):
+        waiting = ", ".join(f"`{cid}`" for n, p, cid in FACTORIAL if (n, p) not in signs)
+        verdict = f"Not decided: the cells of {waiting} have not run."
+    elif "0" in signs.values():
+        flat = ", ".join(f"{n} × {p}" for n, p, _ in FACTORIAL if signs[n, p] == "0")
+        verdict = (f"Not decided: no significant difference in {flat}, so the pattern does not "
+                   "separate the two factors.")
+    else:
+        same_under_pool = all(len({signs[n, p] for p in pools}) == 1 for n in negs)
+        same_under_neg = all(len({signs[n, p] for n in negs}) == 1 for p in pools)
+        if same_under_pool and not same_under_neg:
+            verdict = ("The sign follows the hard negatives: it is the same under both poolings "
+                       "and differs between the two sources of negatives.")
+        elif same_under_neg and not same_under_pool:
+            verdict = ("The sign follows the pooling, not the hard negatives: it is the same "
+                       "for both sources of negatives and differs between the poolings.")
+        elif same_under_pool and same_under_neg:
+            verdict = "The sign is the same in every cell: neither factor changes it."
+        else:
+            verdict = ("Neither factor alone decides the sign: it depends on their combination "
+                       "(an interaction).")
+    pattern = "; ".join(f"{n} × {p}: {signs.get((n, p), '?')}" for n, p, _ in FACTORIAL)
+    return "\n".join(head + ["", f"Signs (+ / − significant at α = {C.ALPHA:g} by the test of "
+                                  "the cell's row of record, pooled over its seeds; 0 not): "
+                                  f"{pattern}. {verdict}"])
+
+
 def table(rows: list[dict]) -> str:
     """The derived table as markdown (header, rule, one line per row)."""
     return "\n".join(["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -301,9 +369,10 @@ def table(rows: list[dict]) -> str:
 
 
 def splice(doc: str, rows: list[dict]) -> str:
-    """``doc`` (docs/replication.md's text) with its derived table and the tallies between
-    :data:`TALLY_BEGIN` / :data:`TALLY_END` replaced by those of ``rows``; the rest unchanged.
-    A doc without the table's header or the markers is refused."""
+    """``doc`` (docs/replication.md's text) with its derived table, the tallies between
+    :data:`TALLY_BEGIN` / :data:`TALLY_END` and, where the doc has its markers, the factorial
+    between :data:`FACTORIAL_BEGIN` / :data:`FACTORIAL_END` replaced by those of ``rows``; the
+    rest unchanged. A doc without the table's header or the tally markers is refused."""
     lines = doc.split("\n")
     header = table([]).split("\n")[0]
     if header not in lines or TALLY_BEGIN not in doc or TALLY_END not in doc:
@@ -314,8 +383,12 @@ def splice(doc: str, rows: list[dict]) -> str:
         j += 1
     lines[i:j] = table(rows).split("\n")
     text = "\n".join(lines)
-    a, b = text.index(TALLY_BEGIN) + len(TALLY_BEGIN), text.index(TALLY_END)
-    return text[:a] + "\n" + tallies(rows).strip("\n") + "\n" + text[b:]
+    for begin, end, block in ((TALLY_BEGIN, TALLY_END, tallies),
+                              (FACTORIAL_BEGIN, FACTORIAL_END, factorial)):
+        if begin in text and end in text:
+            a, b = text.index(begin) + len(begin), text.index(end)
+            text = text[:a] + "\n" + block(rows).strip("\n") + "\n" + text[b:]
+    return text
 
 
 def main() -> None:
@@ -331,7 +404,7 @@ def main() -> None:
         atomic_write(args.write, lambda f: f.write(text), binary=False)
         print(f"wrote {args.write}")
         return
-    print(table(rows) + "\n\n" + tallies(rows))
+    print(table(rows) + "\n\n" + tallies(rows) + "\n\n" + factorial(rows))
 
 
 if __name__ == "__main__":

@@ -703,3 +703,15 @@ VARY_WORLD_ORDER: tuple[str, ...] = (
     "picl-t4-chn", "picl-t4-cpp", "picl-t4-nodpr", "picl-topk", "picl-aar", "picl-gap",
     "picl-type", "picl-aa", "picl-robust", "eadpr-aa", "eadpr-topk", "eadpr-robust",
     "picl-ablation-chn", "picl-ablation-nodpr")
+
+# Issue 50 item 3: the 2 × 2 factorial as data, one cell per (hard negatives, pooling): the
+# claim whose FACTORIAL_METRIC check (PiCL − DPR) fills it. The sibling × [CLS] and other
+# entity × mean cells are the pre-registered rows that raised the question; the two crossed
+# cells were registered for it. tools/rederive_claims.py prints the table and the sign pattern.
+FACTORIAL_METRIC = "aar.answer"
+FACTORIAL: tuple[tuple[str, str, str], ...] = (
+    ("sibling", "[CLS]", "picl-aa"),
+    ("sibling", "mean", "fx-sibling-mean"),
+    ("other entity", "[CLS]", "fx-oe-cls"),
+    ("other entity", "mean", "picl-robust-oe"),
+)
