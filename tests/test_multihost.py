@@ -6,12 +6,11 @@ resumes to parameters bit-identical to the uninterrupted two-host run.
 4 devices train the same tiny PiCL config on a (data=2, model=2) mesh, so the data axis spans the
 hosts (in-batch negatives are gathered across processes) and every host feeds its column of the
 global batch. The uninterrupted two-host run is made once per module (``two_hosts``) and serves
-both tests: the reference of the one-process comparison and of the preempted-then-resumed run.
+every test: the reference of the one-process comparison and of the preempted-then-resumed run.
 """
 
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -143,7 +142,7 @@ def test_two_processes_match_one_process(two_hosts):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=2e-5)
 
 
-# ------------------------------------------------------------------ SIGTERM on one of two hosts
+# ------------------------------------------------------------ waiting for a step (STEP_HOOK)
 def _wait_for_step(marker, step, procs, timeout=300):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -155,23 +154,6 @@ def _wait_for_step(marker, step, procs, timeout=300):
                             f"{p.communicate()[1][-3000:]}")
         time.sleep(0.02)
     pytest.fail(f"no step {step} within {timeout} s")
-
-
-def _check_preempted(workdir, results, at) -> int:
-    """Every process exited 75 with one line and no traceback; one step was saved (at the
-    signal's step or the one in flight), nothing half-written, the lock released."""
-    for rc, _, err in results:
-        assert rc == PREEMPTED_EXIT, err[-3000:]
-        assert "Traceback" not in err, err[-3000:]
-    err0 = results[0][2]
-    saved = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
-    assert len(saved) == 1 and saved[0].isdigit(), saved  # no *.orbax-checkpoint-tmp
-    step = int(saved[0])
-    assert at <= step <= at + 1 < STEPS, (at, step)
-    assert "preempted: stopped by " in err0 and f"after saving step {step}" in err0
-    assert max(logged_steps(workdir)) == step  # no step ran after the saved one
-    assert not os.path.exists(os.path.join(workdir, ".dense_cf.lock"))
-    return step
 
 
 # ------------------------------------------------------ SIGTERM to one host during a save (49 §3)
@@ -194,19 +176,34 @@ atomicity.AtomicRenameTemporaryPath.finalize = _slow_finalize
 """ + STEP_HOOK
 
 
-def test_sigterm_to_one_host_during_a_save_stops_both_cleanly_and_resumes_bit_identical(
+def test_sigterm_to_one_host_during_a_save_then_a_killed_host_and_both_resume_bit_identical(
         tmp_path, two_hosts):
-    """Saves every 2 steps, each held in flight 1.5 s in orbax's finalize; SIGTERM goes to host 1
-    (not the coordinator) while step 2's save is in flight. Both hosts stop after the same step
-    within a bounded time, each with one ``preempted:`` line and exit 75; the save in flight is
-    finished and sealed, the step the signal stopped at is saved too, nothing half-written is
-    left (every step directory carries its SHA256SUMS, no ``*.orbax-checkpoint-tmp``); the same
-    command on both resumes from the newest step and ends bit-identical to ``two_hosts``."""
+    """One run, two interruptions, then a resume (one chain: each stage starts from the last).
+
+    1. SIGTERM during a save (issue 49 §3; issue 34 §1 on two hosts). Saves every 2 steps, each
+       held in flight 1.5 s in orbax's finalize (``SAVE_HOOK``); SIGTERM goes to host 1 (not the
+       coordinator) while step 2's save is in flight. Host 0 learns of it in the step sync. Both
+       hosts stop after the same step within a bounded time, each with exit 75 and process 0
+       with one ``preempted:`` line; the save in flight is finished and sealed, the step the
+       signal stopped at is saved too (by both hosts), nothing half-written is left (every step
+       directory carries its SHA256SUMS, no ``*.orbax-checkpoint-tmp``), and no step ran after
+       the saved one. The in-process test (tests/test_faults_training.py) draws the signal's
+       step from every step.
+    2. A host lost. The same command resumes right after the saved step (no step repeated) and
+       has host 1 killed with kill -9 after step 5. Before: host 0 died with a raw
+       ``JaxRuntimeError: … Gloo AllGather failed … Connection closed by peer`` traceback. Now
+       it exits 1 at its next collective, well within the heartbeat bound, with one ``error:``
+       line naming process 1 and the step a restart resumes from.
+    3. The same command on both resumes from the newest complete checkpoint and ends
+       bit-identical to ``two_hosts``' uninterrupted run: both resumes kept the run
+       bit-identical.
+
+    The pods train with Grain (``GRAIN``)."""
     from dense_cf import files
     from dense_cf.parallel.distributed import HEARTBEAT_TIMEOUT_S
     run, marker = tmp_path / "run", tmp_path / "run.marker"
-    pod = _pod(run, two_hosts["data"], marker, "--config.train.checkpoint_every=2", *GRAIN,
-               hook=SAVE_HOOK)
+    every2 = ("--config.train.checkpoint_every=2", *GRAIN)
+    pod = _pod(run, two_hosts["data"], marker, *every2, hook=SAVE_HOOK)
     t0 = time.monotonic()
     while "SAVING\n" not in (open(marker).read() if os.path.exists(marker) else ""):
         if any(p.poll() is not None for p in pod) or time.monotonic() - t0 > 300:
@@ -226,61 +223,21 @@ def test_sigterm_to_one_host_during_a_save_stops_both_cleanly_and_resumes_bit_id
         assert len(lines) == (1 if i == 0 else 0), (i, lines)  # process 0 speaks for the pod
     (line,) = [ln for ln in results[0][2].splitlines() if ln.startswith("preempted:")]
     assert line.startswith("preempted: stopped by a signal on another host after saving step "), line
-    step = int(line.split("after saving step ")[1].split()[0])
+    saved = int(line.split("after saving step ")[1].split()[0])
     ckpts = run / "checkpoints"
     left = sorted(os.listdir(ckpts))
     assert all(d.isdigit() for d in left), left  # no *.orbax-checkpoint-tmp
-    assert sorted(int(d) for d in left) == sorted({2, step}), left  # the one in flight too
+    assert sorted(int(d) for d in left) == sorted({2, saved}), left  # the one in flight too
     for d in left:  # every step complete and sealed: a restart trusts only finished saves
         assert files.check_sums(ckpts / d / files.SUMS_NAME), d
         assert all(why is None for _, why in files.check_sums(ckpts / d / files.SUMS_NAME)), d
-    assert max(logged_steps(run)) == step  # no step ran after the saved one
+    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(ckpts / str(saved) / "state"))
+    assert max(logged_steps(run)) == saved  # no step ran after the saved one
+    assert saved < 5, saved  # so the resumed run trains step 5 (stage 2)
+    assert not os.path.exists(run / ".dense_cf.lock")
 
-    resumed = communicate_all(_pod(run, two_hosts["data"], marker, *GRAIN), timeout=300)
-    for rc, _, err in resumed:
-        assert rc == 0, err[-3000:]
-    assert f"restored step {step}" in resumed[0][2]
-    assert logged_steps(run) == list(range(1, STEPS + 1))
-    a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
-    assert a.step == b.step == STEPS
-    for x, y in zip(jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))):
-        np.testing.assert_array_equal(x, y)
-
-
-# ------------------------------------- SIGTERM on one of two hosts, then a host lost (issue 49 §3)
-def test_sigterm_on_one_host_stops_both_then_a_killed_host_stops_the_other_and_both_resume(
-        tmp_path, two_hosts):
-    """One run, two interruptions (one chain, so the second reuses the first's resume).
-
-    Issue 34 §1 on two hosts: SIGTERM goes to host 1 only, at a random step of a run trained
-    under helpers.STEP_HOOK (0.3 s after each logged step, so the run is still training when it
-    lands). Host 0 learns of it in the step sync; both save that step and exit 75.
-
-    The same command, saving every 2 steps, resumes right after the saved step (no step
-    repeated) and has host 1 killed with kill -9 after step 5. Before: host 0 died with a raw
-    ``JaxRuntimeError: … Gloo AllGather failed … Connection closed by peer`` traceback. Now it
-    exits 1 at its next collective, well within the heartbeat bound, with one ``error:`` line
-    naming process 1 and the step a restart resumes from; the restart of both resumes from the
-    newest complete checkpoint and ends bit-identical to ``two_hosts``' uninterrupted run (so
-    both resumes kept the run bit-identical).
-
-    The SIGTERM lands at step 1-3 (saved at most at step 4), so the resumed run still trains
-    step 5; the in-process test (tests/test_faults_training.py) draws from every step. The pods
-    train with Grain (``GRAIN``)."""
-    from dense_cf.parallel.distributed import HEARTBEAT_TIMEOUT_S
-    at = random.Random().randint(1, 3)
-    print("SIGTERM to host 1 after step", at)
-    run, marker = tmp_path / "run", tmp_path / "run.marker"
-    victim = _pod(run, two_hosts["data"], marker, *GRAIN)
-    _wait_for_step(marker, at, victim)
-    victim[1].send_signal(signal.SIGTERM)
-    saved = _check_preempted(run, communicate_all(victim, timeout=300), at)
-    assert saved <= 4
-    state = run / "checkpoints" / str(saved) / "state"
-    assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state))  # both hosts saved it
-
-    # The resume, saving every 2 steps; host 1 killed after step 5.
-    pod = _pod(run, two_hosts["data"], marker, "--config.train.checkpoint_every=2", *GRAIN)
+    # 2. The resume, saving every 2 steps; host 1 killed after step 5.
+    pod = _pod(run, two_hosts["data"], marker, *every2)
     _wait_for_step(marker, 5, pod)
     pod[1].send_signal(signal.SIGKILL)
     t_kill = time.monotonic()
@@ -295,16 +252,19 @@ def test_sigterm_on_one_host_stops_both_then_a_killed_host_stops_the_other_and_b
     assert pod[0].returncode == 1 and took < HEARTBEAT_TIMEOUT_S, (pod[0].returncode, took)
     assert "Traceback" not in err, err[-4000:]
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    complete = max(int(d) for d in os.listdir(run / "checkpoints") if d.isdigit())
+    complete = max(int(d) for d in os.listdir(ckpts) if d.isdigit())
     assert len(errors) == 1 and errors[0].startswith("error: lost process 1 of 2 ("), errors
     assert "by peer" in errors[0] and "process 0 stops too" in errors[0]
     assert f"training resumes from step {complete}, the newest complete checkpoint" in errors[0]
 
-    resumed = communicate_all(_pod(run, two_hosts["data"], marker,
-                                   "--config.train.checkpoint_every=2", *GRAIN), timeout=300)
+    # 3. The restart of both, to the end: bit-identical to the uninterrupted run.
+    resumed = communicate_all(_pod(run, two_hosts["data"], marker, *every2), timeout=300)
     for rc, _, e in resumed:
         assert rc == 0, e[-3000:]
     assert f"restored step {complete}" in resumed[0][2]
+    # The restart trained from the step after the checkpoint: the steps host 1's loss cost
+    # (after ``complete``) run again, nothing before them.
+    assert logged_steps(run) == steps + list(range(complete + 1, STEPS + 1))
     assert [r[0] for r in two_hosts["results"][:2]] == [0, 0]
     a, b = load_run(str(two_hosts["multi"])), load_run(str(run))
     assert a.step == b.step == STEPS
