@@ -83,7 +83,7 @@ def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
     results = os.path.join(ROOT, "docs", "results")
     # The stored reports and their rows siblings (and a world-draw report's JSON, which says
     # --vary_world) without the data-stats seeds after 0: seed 0 alone is copied as seed 1.
-    world_json = {w[:-len(".md")] + ".json" for w in tool.WORLD_REPORTS}
+    world_json = {tool.world_report_json(w) for w in tool.WORLD_REPORTS}
     for name in (n for n in os.listdir(results)
                  if (n.endswith((".md", ".rows.json")) or n in world_json)
                  and not n.startswith(("data_stats_seed1", "data_stats_seed2"))):
@@ -289,7 +289,7 @@ def test_a_sibling_without_its_markdown_table_is_what_rederive_reads(tmp_path):
     import shutil
     tool = _tool()
     results = os.path.join(ROOT, "docs", "results")
-    world_json = {w[:-len(".md")] + ".json" for w in tool.WORLD_REPORTS}
+    world_json = {tool.world_report_json(w) for w in tool.WORLD_REPORTS}
     for name in os.listdir(results):
         if name.endswith((".md", ".rows.json")) or name.startswith("data_stats_seed") \
                 or name in world_json:

@@ -109,6 +109,12 @@ def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
     return stored, source, series
 
 
+def world_report_json(name: str) -> str:
+    """The JSON ``studies.replicate`` wrote beside world report ``name`` (``x.md`` → ``x.json``),
+    whose setup says ``--vary_world``."""
+    return name.removesuffix(".md") + ".json"
+
+
 def _world_reports(results: str) -> list[tuple[str, list[dict]]]:
     """``(name, tables)`` of each :data:`WORLD_REPORTS` entry stored in ``results``; one whose
     JSON (``studies.replicate``'s ``replicate.json``, copied beside it) is missing or does not
@@ -118,7 +124,7 @@ def _world_reports(results: str) -> list[tuple[str, list[dict]]]:
         path = os.path.join(results, name)
         if not os.path.exists(path):
             continue
-        setup_path = path[:-len(".md")] + ".json"
+        setup_path = os.path.join(results, world_report_json(name))
         if not os.path.exists(setup_path):
             raise ValueError(f"{setup_path}: missing; a world-draw report needs the JSON "
                              "studies.replicate wrote beside it (its setup says --vary_world)")
