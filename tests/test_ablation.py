@@ -24,6 +24,7 @@ EXPECTED = {
     "dpr_cpp": ("picl", True, 0.2, 0.0, 1.0, "sentence"),
     "dpr_chn": ("picl", True, 0.2, 1.0, 0.0, "sentence"),
     "cpp_chn": ("picl", False, 0.2, 1.0, 1.0, "sentence"),
+    "dpr_lam": ("picl", True, 0.2, 0.0, 0.0, "sentence"),
     "answer": ("picl", True, 0.2, 1.0, 1.0, "answer"),
     "window": ("picl", True, 0.2, 1.0, 1.0, "window"),
     "sentence": ("picl", True, 0.2, 1.0, 1.0, "sentence"),

@@ -7,6 +7,9 @@ Loss terms (docs/method.md §3: L = use_dpr·L_dpr + τ1·L_chn + τ2·L_cpp):
 * ``picl``: full PiCL (λ = 0.2, τ1 = τ2 = 1, sentence counterfactuals).
 * ``dpr_cpp`` (L_dpr + L_cpp: τ1 = 0), ``dpr_chn`` (L_dpr + L_chn: τ2 = 0), ``cpp_chn``
   (L_cpp + L_chn: use_dpr = False).
+* ``dpr_lam``: L_dpr of eq. 7 alone (λ = 0.2, τ1 = τ2 = 0): not a Table 4 row. It holds λ
+  fixed against ``dpr_cpp`` and ``dpr_chn``, which differ from ``dpr`` in λ and a τ term at
+  once (issue 50, docs/replication.md "PiCL Table 4").
 
 Counterfactual sampling: ``answer``, ``window``, ``sentence`` = full PiCL's losses with
 ``data.counterfactual`` set (``sentence`` is the ``picl`` row).
@@ -42,6 +45,7 @@ LOSS_ROWS: dict[str, tuple[str, dict[str, float | bool]]] = {
     "dpr_cpp": ("picl", {"use_dpr": True, "lam": _LAM, "tau1": 0.0, "tau2": _TAU}),
     "dpr_chn": ("picl", {"use_dpr": True, "lam": _LAM, "tau1": _TAU, "tau2": 0.0}),
     "cpp_chn": ("picl", {"use_dpr": False, "lam": _LAM, "tau1": _TAU, "tau2": _TAU}),
+    "dpr_lam": ("picl", {"use_dpr": True, "lam": _LAM, "tau1": 0.0, "tau2": 0.0}),
 }
 # row -> data.counterfactual, with full PiCL's losses.
 SAMPLING_ROWS: dict[str, str] = {"answer": "answer", "window": "window", "sentence": "sentence"}

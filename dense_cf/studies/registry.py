@@ -220,6 +220,10 @@ RUNS: dict[str, RunSpec] = {
                           minutes=7, note=_T4_NOTE),
     "t4_cpp_chn": RunSpec("synthetic", "cpp_chn", world=_RANDOM, overrides=_TAU02, minutes=7,
                           note=_T4_NOTE),
+    # Registered 2026-11-29 after the picl-t4-* results: t4_dpr_cpp and t4_dpr_chn differ from
+    # t4_dpr in lambda (p* inside L_dpr) and a tau term at once; this row has lambda alone.
+    "t4_dpr_lam": RunSpec("synthetic", "dpr_lam", world=_RANDOM, minutes=7,
+                          note=_T4_NOTE + "; L_dpr with lambda = 0.2 alone"),
     # PiCL §5.3's in-batch analyses use tau_1 = tau_2 = 0.2 (Appendix A).
     "picl_h0_tau02": RunSpec("synthetic", "picl",
                              overrides=_H0 + (("loss.tau1", 0.2), ("loss.tau2", 0.2)), minutes=5,
@@ -325,6 +329,8 @@ _I50_RP = ("registered 2026-11-29 (issue 50 item 1) before any evaluation with t
 _T4_SET = ("entity world, MiniLM, 100 steps × 16, in-batch + 1 random negative "
            "(synthetic hard_negatives='random'), tau_1 = tau_2 = 0.2; 300 test questions"
            + _VW)
+_T4_LAM = ("registered 2026-11-29 after the picl-t4-* results (exploratory): t4_dpr_cpp "
+           "differs from t4_dpr in lambda and tau2 at once; t4_dpr_lam has lambda alone")
 _T4_CORR = (_I50 + "; a correction: Table 4's DPR row is the in-batch regime (§5.3, "
             "footnote 3; App. A: 0.2), not the sibling-BM25, tau = 1 regime of ")
 CLAIMS: tuple[Claim, ...] = (
@@ -652,6 +658,22 @@ CLAIMS: tuple[Claim, ...] = (
           "t4_picl", "t4_cpp_chn", (_NW("retrieval.top1"),),
           quote=r"$\mathcal{L}_{cpp} + \mathcal{L}_{chn}$ 33.35 61.36 77.87 86.09",
           setting=_T4_SET, seeds=_S012, note=_T4_CORR + "picl-ablation-nodpr"),
+    # Exploratory, registered 2026-11-29 after picl-t4-cpp read reversed (+12.44 top-1) with
+    # every non-DPR row 9.6-12.4 points above DPR: does lambda (p* as a down-weighted negative
+    # in L_dpr) carry the lift, and does L_cpp lower top-1 once lambda is held fixed?
+    Claim("picl-t4-lam", "PiCL (our diagnostic, issue 50)", "§4.1, eq. 7; §5.3, Table 4",
+          "the counterfactual as a lambda-weighted extra negative in L_dpr alone (lambda = 0.2) "
+          "raises DPR's top-1 in Table 4's regime", "t4_dpr", "t4_dpr_lam",
+          (Check("retrieval.top1"),),
+          quote=("the counterfactual counterpart p_i^* to the positive passage p_i^+ is added "
+                 "as a negative"),
+          setting=_T4_SET, seeds=_S012, status=_EXPL, note=_T4_LAM),
+    Claim("picl-t4-cpp-lam", "PiCL", "§5.3, Table 4",
+          "with lambda = 0.2 in both, L_dpr + L_cpp is below L_dpr in top-1 (Table 4: 28.14 "
+          "vs DPR's 32.08)",
+          "t4_dpr_lam", "t4_dpr_cpp", (Check("retrieval.top1", "down"),),
+          quote=r"$\mathcal{L}_{dpr} + \mathcal{L}_{cpp}$ 28.14 56.65 75.12 85.54",
+          setting=_T4_SET, seeds=_S012, status=_EXPL, note=_T4_LAM),
     # The data-statistics claims with equal steps (item 3): the 40 % encoder no longer gets
     # 40 % of the steps; with steps constant, ρ is the partial ρ given steps.
     Claim("attribution-data-40-eqsteps", "Encoder attribution", "§10.2, Table 4",
@@ -702,7 +724,7 @@ VARY_WORLD_ORDER: tuple[str, ...] = (
     "picl-robust-did-rp-oe", "eadpr-robust-did-rp-oe", "fx-sibling-mean", "fx-oe-cls",
     "picl-t4-chn", "picl-t4-cpp", "picl-t4-nodpr", "picl-topk", "picl-aar", "picl-gap",
     "picl-type", "picl-aa", "picl-robust", "eadpr-aa", "eadpr-topk", "eadpr-robust",
-    "picl-ablation-chn", "picl-ablation-nodpr")
+    "picl-ablation-chn", "picl-ablation-nodpr", "picl-t4-lam", "picl-t4-cpp-lam")
 
 # Issue 50 item 3: the 2 × 2 factorial as data, one cell per (hard negatives, pooling): the
 # claim whose FACTORIAL_METRIC check (PiCL − DPR) fills it. The sibling × [CLS] and other
