@@ -57,8 +57,7 @@ def _cmd(workdir, data_dir, *extra, hook: bool | str = False) -> list[str]:
 
 def _env(devices: int, marker=None) -> dict:
     env = dict(os.environ, XLA_FLAGS=xla_flags(devices),
-               JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=child_pythonpath(ROOT),
-               JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
+               JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=child_pythonpath(ROOT))
     if marker is not None:
         env["STEP_MARKER"] = str(marker)
     env.pop("DENSE_CF_TRACEBACK", None)
