@@ -61,8 +61,9 @@ jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 # The same for the binaries tests run as child processes (dense_cf.main, the evaluation CLIs,
 # the killed and multi-host trainers): JAX reads these at import. An entry cut short by a
-# killed child is a cache miss (JAX warns and recompiles), not an error.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+# killed child is a cache miss (JAX warns and recompiles), not an error. Set, not defaulted:
+# a JAX_COMPILATION_CACHE_DIR the developer exported would outlive the run (the abort above).
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 # tf.data runs beside JAX on the same 2 cores; keep its pools small.
