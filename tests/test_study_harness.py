@@ -167,6 +167,28 @@ def test_a_resumed_run_keeps_its_first_start(tmp_path, monkeypatch):
     assert "(resumed 2026-11-29T03:00:00Z" in md
 
 
+def test_reuse_false_keeps_a_finished_runs_training_times(tmp_path, monkeypatch):
+    """train_study(reuse=False) resumes a finished run at its last step to evaluate it again:
+    that is not training, so the run's start and end stay those of its training (a report
+    stamped after a restart gave the 4 s re-evaluation as the run's training) and it is not
+    counted as trained (the ETA and replicate's minutes per run)."""
+    clock = iter(f"2026-11-29T0{h}:00:00Z" for h in range(10))
+    monkeypatch.setattr(harness, "utc_now", lambda: next(clock))
+    out, calls = str(tmp_path), []
+    study = harness.Study("toy", (harness.StudyRun("a", lambda seed: base_config()),))
+    where = lambda name, seed: os.path.join(out, "runs", name)  # noqa: E731
+    first = harness.train_study(study, out, [0], reuse=False, train=_fake_trainer(calls),
+                                workdir=where)
+    wd = first["a", 0].workdir
+    times = harness.run_times(wd)
+    assert first["a", 0].trained and (times["started"], times["finished"]) == (
+        "2026-11-29T00:00:00Z", "2026-11-29T01:00:00Z")
+    again = harness.train_study(study, out, [0], reuse=False, train=_fake_trainer(calls),
+                                workdir=where)
+    assert calls == [wd, wd] and again["a", 0].run is not None   # trained again: the Run is kept
+    assert not again["a", 0].trained and harness.run_times(wd) == times
+
+
 def test_train_or_read_gives_the_saved_summary_trained_or_reused(tmp_path):
     """studies.dcsr's rows come from the run's summary.json whether it trained now or not."""
     c = base_config()

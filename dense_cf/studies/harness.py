@@ -420,8 +420,9 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
     ``reuse``: a run that finished and was evaluated with the same config is read back, not
     touched (:func:`train_or_reuse`); otherwise ``train`` trains it, resuming its checkpoint,
     and the trained ``Run`` is dropped. ``reuse=False``: ``train`` is called on every run (it
-    resumes a finished one and evaluates it again) and its ``Run`` kept in ``Trained.run``, for
-    a study that goes on with the trained models (a reader stage). Either way a run whose
+    resumes a finished one and evaluates it again, ``trained`` False and its run times kept)
+    and its ``Run`` kept in ``Trained.run``, for a study that goes on with the trained models
+    (a reader stage). Either way a run whose
     config equals an earlier one's is that run (``same_as``). Logs each run with the elapsed
     time and an ETA from the runs trained so far."""
     seeds = parse_seeds(list(seeds))
@@ -453,10 +454,15 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
         if reuse:
             summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:
-            mark_run_started(wd)
+            # A run that had finished is only resumed at its last step and evaluated again: its
+            # training times stay as they were, and it does not count towards the ETA.
+            trained = finished_eval_dir(wd, cfg, spec.required) is None
+            if trained:
+                mark_run_started(wd)
             summary = dict(train(cfg, wd))
-            run, trained = summary.pop("run", None), True
-            record_run_times(wd)
+            run = summary.pop("run", None)
+            if trained:
+                record_run_times(wd)
         seconds = time.perf_counter() - t0
         if trained:
             trained_s, n_trained = trained_s + seconds, n_trained + 1
