@@ -313,6 +313,21 @@ def test_rejudge_stored_rows():
     assert claims._paired_table(got[0]) == (157 - 24, 24, 35, 300 - 157 - 35)
 
 
+def test_rejudge_reads_spearman_rows_in_both_spellings():
+    """A stored ρ row is "ρ = +0.700" in studies.replicate's tables and "+0.700" in the
+    data-stats report's; a constant series stores "+nan" (its test: constant input, p 1)."""
+    check = claims.Check("attribution.rho.top5.p_coverage")
+    row = {"id": check.metric, "test": "Spearman, exact permutation (120 orderings)"}
+    for cell, p, shown in (("ρ = +0.700", "0.233", 0.7), ("−0.700", "0.9", -0.7)):
+        got = claims.rejudge([{**row, "B − A": cell, "p": p}], [check])[0]
+        assert got["diff_shown"] == pytest.approx(shown) and got["p_null"] == float(p)
+    flat = claims.rejudge([{**row, "B − A": "+nan", "p": "1", "test": "Spearman, constant "
+                            "input"}], [check])[0]
+    assert math.isnan(flat["diff_shown"]) and flat["verdict"] == "no difference detected"
+    with pytest.raises(ValueError, match="p_coverage: B − A 'n/a' is not a number"):
+        claims.rejudge([{**row, "B − A": "n/a", "p": "1"}], [check])
+
+
 def test_pool_seed_checks_pools_counts_and_intervals():
     rows = claims.parse_check_table(_STORED)
     checks = [claims.not_worse("retrieval.top5"), claims.Check("aar.sentence.gap")]

@@ -335,6 +335,21 @@ def test_seed_summary_uses_the_units_of_the_b_minus_a_column():
     assert row["B − A over seeds"].startswith("+40.00 ± 14.14 [+30.00, +50.00]")
 
 
+def test_seed_summary_counts_an_undefined_rho_instead_of_failing():
+    """A Spearman ρ over a constant series is nan: the spread is of the seeds with a number,
+    the others counted (the equal-steps study's report failed here after its training)."""
+    def chk(diff):
+        return {"metric": "ρ", "expect": "up", "diff": diff, "verdict": "no difference detected"}
+    per_seed = {0: {"checks": [chk(0.8)]}, 1: {"checks": [chk(float("nan"))]},
+                2: {"checks": [chk(0.4)]}}
+    (row,) = rep.seed_summary([{"id": "c", "per_seed": per_seed}])
+    assert row["B − A over seeds"] == "+0.60 ± 0.28 [+0.40, +0.80] (1 of 3 undefined)"
+    assert row["undefined"] == 1 and row["seeds"] == 3
+    (flat,) = rep.seed_summary([{"id": "c", "per_seed": {s: {"checks": [chk(float("nan"))]}
+                                                         for s in (0, 1)}}])
+    assert flat["B − A over seeds"] == "— (2 of 2 undefined)" and flat["spread"] is None
+
+
 @pytest.mark.optimized  # MiniLM forward passes: 63 -> 38 s with XLA's optimisations
 def test_untrained_baseline_scores_the_checkpoint_once_per_world_and_pooling(tmp_path):
     """One row per (world, pooling) naming every run that shares it; MiniLM at step 0 on a

@@ -107,6 +107,27 @@ def test_data_stats_seeds_pool_their_rank_correlations(tmp_path):
         tool.rederive(str(tmp_path))
 
 
+def test_the_equal_steps_reports_answer_the_equal_steps_claims(tmp_path):
+    """``data_stats_eqsteps_seedN.md`` (the data-stats study with equal steps) is read for the
+    ``-eqsteps`` claims, its A and B named by the swap as in ``data_stats_seedN.md``: the same
+    stored tables give the same results under the other claim."""
+    import shutil
+    tool = _tool()
+    results = os.path.join(ROOT, "docs", "results")
+    world_json = {tool.world_report_json(w) for w in tool.WORLD_REPORTS}
+    for name in os.listdir(results):
+        if name.endswith((".md", ".rows.json")) or name in world_json:
+            shutil.copy(os.path.join(results, name), tmp_path / name)
+    for ext in (".md", ".rows.json"):
+        shutil.copy(os.path.join(results, "data_stats_seed0" + ext),
+                    tmp_path / ("data_stats_eqsteps_seed0" + ext))
+    rows = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}
+    for claim in ("attribution-data-40", "attribution-data-trend"):
+        plain, eq = rows[claim, "0"], rows[claim + "-eqsteps", "0"]
+        assert eq["report"] == "data_stats_eqsteps_seed0.md"
+        assert eq[tool.RESULT] == plain[tool.RESULT] and "pending" not in eq[tool.RESULT]
+
+
 # The verdict words, longest first ("not reproduced" before "reproduced").
 _WORDS = ("no difference detected", "not reproduced", "uninformative", "reproduced", "reversed")
 
@@ -291,7 +312,7 @@ def test_a_sibling_without_its_markdown_table_is_what_rederive_reads(tmp_path):
     results = os.path.join(ROOT, "docs", "results")
     world_json = {tool.world_report_json(w) for w in tool.WORLD_REPORTS}
     for name in os.listdir(results):
-        if name.endswith((".md", ".rows.json")) or name.startswith("data_stats_seed") \
+        if name.endswith((".md", ".rows.json")) or name.startswith("data_stats_") \
                 or name in world_json:
             shutil.copy(os.path.join(results, name), tmp_path / name)
     before = {(r["claim"], r.get("seed")): r for r in tool.rederive(str(tmp_path))}

@@ -22,6 +22,7 @@ from dense_cf.eval import claims as C
 from dense_cf.eval import outcomes, stats
 from dense_cf.eval.report import read_rows
 from dense_cf.files import atomic_write
+from dense_cf.studies import data_stats as data_stats_lib
 from dense_cf.studies.registry import CLAIMS, CLAIMS_BY_ID, FACTORIAL, FACTORIAL_METRIC
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
@@ -60,7 +61,12 @@ OTHER = (
      "retriever-reader pipeline under various settings.", "PiCL §5.2, Table 3", (0,)),
 )
 OTHER_SEED_REPORT = "multihop_reader_60steps_seed{seed}.md"
-DATA_STATS = ("data_stats_seed", ".md")  # data_stats_seedN.md, N the seed
+# The data-stats study's per-seed reports (``studies.data_stats``' report.md and its siblings,
+# stored as <prefix>N.md, N the seed): prefix -> (the claim its swap table answers, the claim its
+# trend table answers). Their paired tables name A and B by the swap (data_stats.SWAP_NAMES).
+DATA_STATS = {"data_stats_seed": ("attribution-data-40", "attribution-data-trend"),
+              "data_stats_eqsteps_seed": ("attribution-data-40-eqsteps",
+                                          "attribution-data-trend-eqsteps")}
 # The data-stats trend rows (outcomes: attribution.rho.topK.<tail>): the per-fraction columns
 # correlated, (statistic, marginal side).
 _TREND = {"p_coverage": ("unique coverage", "P"), "q_examples": ("examples", "Q")}
@@ -71,29 +77,32 @@ def _rows(keyed: dict[str, dict[str, str]]) -> list[dict[str, str]]:
     return [{"id": mid, **cells} for mid, cells in keyed.items()]
 
 
-def _data_stats_seed(name: str) -> int | None:
-    head, tail = DATA_STATS
-    middle = name[len(head):-len(tail)]
-    ok = name.startswith(head) and name.endswith(tail) and middle.isdigit()
-    return int(middle) if ok else None
+def _data_stats_seed(name: str) -> tuple[tuple[str, str], int] | None:
+    """``((swap claim, trend claim), seed)`` of a :data:`DATA_STATS` report's name, else None."""
+    for head, claims in DATA_STATS.items():
+        middle = name[len(head):-len(".md")]
+        if name.startswith(head) and name.endswith(".md") and middle.isdigit():
+            return claims, int(middle)
+    return None
 
 
 def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
-    """The data-stats reports ``data_stats_seedN.md`` (their siblings): ``({(claim, seed):
+    """The data-stats reports (:data:`DATA_STATS`, their siblings): ``({(claim, seed):
     rows}, {(claim, seed): file}, {(claim, seed, metric id): (x, y)})``, the last the series
     behind each ρ row: the per-fraction figures the sibling holds (from the study's summary at
     full precision, or the report's table at 1 decimal: refused where rounding changes the
     stored ρ)."""
     stored, source, series = {}, {}, {}
     for name in sorted(os.listdir(results)):
-        seed = _data_stats_seed(name)
-        if seed is None:
+        found = _data_stats_seed(name)
+        if found is None:
             continue
+        (swap_claim, trend_claim), seed = found
         sib = read_rows(os.path.join(results, name))
         trend = _rows(sib["tables"]["trend"])
-        stored["attribution-data-40", seed] = _rows(sib["tables"]["swap"])
-        stored["attribution-data-trend", seed] = trend
-        source["attribution-data-40", seed] = source["attribution-data-trend", seed] = name
+        stored[swap_claim, seed] = _rows(sib["tables"]["swap"])
+        stored[trend_claim, seed] = trend
+        source[swap_claim, seed] = source[trend_claim, seed] = name
         fractions = sib["fractions"]
         for row in trend:
             _, _, top, tail = row["id"].split(".")
@@ -105,7 +114,7 @@ def _stored_data_stats(results: str) -> tuple[dict, dict, dict]:
                 raise ValueError(f"{name}: {outcomes.metric(row['id']).label}: the "
                                  f"per-fraction table gives ρ = {rho:+.3f}, the stored row "
                                  f"{row['B − A']}")
-            series["attribution-data-trend", seed, row["id"]] = (x, y)
+            series[trend_claim, seed, row["id"]] = (x, y)
     return stored, source, series
 
 
@@ -171,7 +180,6 @@ def rederive(results: str = "docs/results") -> list[dict]:
     rows = []
     for c in CLAIMS:
         paper, words = f"{c.paper} {c.where}", f"“{c.quote}”"
-        a, b = ("P 100 %", "P 40 %") if c.id == "attribution-data-40" else ("A", "B")
         per_seed = {}
         unregistered = sorted(s for (i, s) in stored if i == c.id and s not in c.seeds)
         if unregistered:
@@ -181,6 +189,8 @@ def rederive(results: str = "docs/results") -> list[dict]:
             table = stored[c.id, s]
             checks = C.expand(c.checks, [r["id"] for r in table], keep_empty=False)
             # 300 test questions in every replicate run (docs/replication.md, Budget).
+            a, b = (data_stats_lib.SWAP_NAMES if _data_stats_seed(source[c.id, s])
+                    else ("A", "B"))
             entries = C.rejudge(table, checks, a, b, documented_n=300)
             for e in entries:
                 if (c.id, s, e["id"]) in series:

@@ -302,7 +302,11 @@ def _stored_entry(row: Mapping[str, str], check: Check, a_col: str, b_col: str,
     e: dict[str, Any] = {**_base(check), "A": row.get(a_col, ""),
                          "B": row.get(b_col, ""), "B − A": row["B − A"],
                          "p": row["p"], "test": row["test"]}
-    diff = re.match(rf"\s*({_NUM})", row["B − A"])
+    # A Spearman row reads "ρ = +0.700" (studies.replicate) or "+0.700" (the data-stats
+    # report), and "+nan" where a series is constant (its test: "constant input", p 1).
+    diff = re.match(rf"\s*(?:ρ = )?({_NUM}|[-−+]?nan)\b", row["B − A"])
+    if diff is None:
+        raise ValueError(f"{check.metric}: B − A {row['B − A']!r} is not a number")
     e["diff_shown"] = _num(diff.group(1))
     p0 = _num(row["p"])
     mc = re.search(r"\((\d+) vs (\d+) discordant\)", row["test"])

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import time
 from typing import Any, Sequence
@@ -610,7 +611,11 @@ def seed_summary(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 by_metric.setdefault(chk["metric"], []).append(chk)
         for metric, checks in by_metric.items():
             # In the units of the "B − A" column: points for rates, x100 for MRR, raw gaps.
-            diffs = [chk.get("diff_shown", chk.get("diff")) for chk in checks if "diff" in chk]
+            shown = [chk.get("diff_shown", chk.get("diff")) for chk in checks if "diff" in chk]
+            # A seed whose B − A is undefined (a Spearman ρ over a constant series) is counted,
+            # not spread over: the spread is of the seeds that have a number.
+            diffs = [d for d in shown if d is not None and math.isfinite(float(d))]
+            undefined = len(shown) - len(diffs)
             sp = stats.seed_spread(diffs) if diffs else None
             counts = {v: sum(chk["verdict"] == v for chk in checks)
                       for v in dict.fromkeys(chk["verdict"] for chk in checks)}
@@ -618,10 +623,12 @@ def seed_summary(claims: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                          "seeds": len(checks),
                          "B − A over seeds": (f"{sp['mean']:+.2f} ± {sp['std']:.2f} "
                                               f"[{sp['min']:+.2f}, {sp['max']:+.2f}]"
-                                              if sp else "—"),
+                                              if sp else "—")
+                                             + (f" ({undefined} of {len(shown)} undefined)"
+                                                if undefined else ""),
                          "verdicts": ", ".join(f"{v} {n}/{len(checks)}"
                                                for v, n in counts.items()),
-                         "spread": sp})
+                         "spread": sp, "undefined": undefined})
     return rows
 
 
