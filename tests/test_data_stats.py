@@ -1,6 +1,9 @@
 """``dense_cf.studies.data_stats``: the per-fraction table and the claim rows from hand-made
 statistics and marginalisation ranks (the study end to end is in tests/test_replicate.py)."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 
@@ -16,6 +19,19 @@ def test_fraction_steps_keep_epochs_equal():
     assert {data_stats.fraction_steps(100, f, equal_steps=True)
             for f in data_stats.DEFAULT_FRACTIONS} == {100}
     assert data_stats.fraction_label(0.25) == "frac0.25"
+
+
+def test_the_report_says_how_the_steps_were_set():
+    """The equal-steps report no longer says round(f × steps): a stored summary (seed 1,
+    steps scaled, written before the control existed) and the same with ``equal_steps``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "results", "data_stats_seed1.json")) as f:
+        result = json.load(f)
+    assert "equal_steps" not in result["params"]
+    assert "100 steps at 100 % (round(f × steps) at fraction f)" in data_stats.markdown(result)
+    result["params"]["equal_steps"] = True
+    text = data_stats.markdown(result)
+    assert "100 steps at every fraction (equal steps)" in text and "round(f" not in text
 
 
 def _report(firsts, ks, n):

@@ -162,10 +162,13 @@ def markdown(result: dict[str, Any]) -> str:
     p = result["params"]
     sig = f"significant at {ALPHA:g}"
     swap, trend = _claim_tables(result)
+    # Summaries written before issue 50's control have no equal_steps: they scaled the steps.
+    steps = (f"{p['steps']} steps at every fraction (equal steps)" if p.get("equal_steps")
+             else f"{p['steps']} steps at 100 % (round(f × steps) at fraction f)")
     parts = [f"Data-efficiency study: DPR on nested fractions of one {p['world']} world "
              f"({p['passages']} passages, {p['qpp']} questions per positive, "
-             f"{p['test_questions']} test questions); {p['steps']} steps at 100 % "
-             f"(round(f × steps) at fraction f), model {p['model']}, batch {p['batch']}, "
+             f"{p['test_questions']} test questions); {steps}, model {p['model']}, "
+             f"batch {p['batch']}, "
              f"seed {p['seed']}. Overlap = share of positives of >= {p['threshold']} training "
              f"questions; unique coverage = coverage × (1 − overlap)^{p['alpha']}. P/Q marginal: "
              "mean top-k (%) over all fractions' encoders of the other side (eq. 7).",
