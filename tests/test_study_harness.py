@@ -187,6 +187,22 @@ def test_reuse_false_keeps_a_finished_runs_training_times(tmp_path, monkeypatch)
                                 workdir=where)
     assert calls == [wd, wd] and again["a", 0].run is not None   # trained again: the Run is kept
     assert not again["a", 0].trained and harness.run_times(wd) == times
+    # A run with no evaluation of its own (the data-stats runs: marginalisation evaluates
+    # them) is finished by its summary's step alone.
+    bare = harness.train_study(study, out, [0], reuse=False,
+                               train=_fake_trainer(calls, evaluate=False),
+                               workdir=lambda name, seed: os.path.join(out, "bare", name))
+    bare_times = harness.run_times(bare["a", 0].workdir)
+    harness.train_study(study, out, [0], reuse=False, train=_fake_trainer(calls, evaluate=False),
+                        workdir=lambda name, seed: os.path.join(out, "bare", name))
+    assert harness.run_times(bare["a", 0].workdir) == bare_times
+    # Killed after its last step, before its end was written: the next invocation completes
+    # the record (its start kept, the resumption listed).
+    write_json(os.path.join(wd, harness.RUN_TIMES), {**times, "finished": None})
+    harness.train_study(study, out, [0], reuse=False, train=_fake_trainer(calls), workdir=where)
+    done = harness.run_times(wd)
+    assert done["started"] == times["started"] and done["finished"] not in (None, times["finished"])
+    assert len(done["resumed"]) == 1
 
 
 def test_train_or_read_gives_the_saved_summary_trained_or_reused(tmp_path):

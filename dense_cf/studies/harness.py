@@ -216,6 +216,16 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     return d if outcomes.evaluated(d, [_report_of(n) for n in required]) else None
 
 
+def trained_through(workdir: str, config: ml_collections.ConfigDict) -> bool:
+    """Whether the run in ``workdir`` finished training ``config``'s steps: its summary is at
+    the last step (evaluated or not)."""
+    path = RunDir(workdir).summary
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return json.load(f).get("step") == config.train.num_steps
+
+
 Trainer = Callable[[ml_collections.ConfigDict, str], dict[str, Any]]
 
 
@@ -454,9 +464,13 @@ def train_study(study: Study, out: str, seeds: Sequence[int], *, reuse: bool = T
         if reuse:
             summary, trained = train_or_read(wd, cfg, required=spec.required, train=train)
         else:
-            # A run that had finished is only resumed at its last step and evaluated again: its
-            # training times stay as they were, and it does not count towards the ETA.
-            trained = finished_eval_dir(wd, cfg, spec.required) is None
+            # A run whose training had finished is only resumed at its last step and evaluated
+            # again: its training times stay as they were, and it does not count towards the
+            # ETA. Its evaluation does not decide this (the data-stats runs have none of their
+            # own), and a start left unfinished by a killed invocation is completed.
+            prior = _read_run_times(wd)
+            trained = (not trained_through(wd, cfg)
+                       or (prior is not None and prior.get("finished") is None))
             if trained:
                 mark_run_started(wd)
             summary = dict(train(cfg, wd))
