@@ -206,24 +206,30 @@ def finished_eval_dir(workdir: str, config: ml_collections.ConfigDict,
     if diff:
         raise ValueError(f"{workdir} holds a run trained with another config (differs in "
                          f"{', '.join(diff)}); use another --out")
-    if not os.path.exists(rd.summary):
-        return None
-    with open(rd.summary) as f:
-        summary = json.load(f)
-    if summary.get("step") != config.train.num_steps or "eval" not in summary:
+    summary = _saved_summary(workdir)
+    if not _at_last_step(summary, config) or "eval" not in summary:
         return None
     d = rd.eval(summary["step"])
     return d if outcomes.evaluated(d, [_report_of(n) for n in required]) else None
 
 
+def _saved_summary(workdir: str) -> dict[str, Any] | None:
+    """The run's ``summary.json``; None before training saved one."""
+    path = RunDir(workdir).summary
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _at_last_step(summary: Mapping[str, Any] | None, config: ml_collections.ConfigDict) -> bool:
+    return summary is not None and summary.get("step") == config.train.num_steps
+
+
 def trained_through(workdir: str, config: ml_collections.ConfigDict) -> bool:
     """Whether the run in ``workdir`` finished training ``config``'s steps: its summary is at
     the last step (evaluated or not)."""
-    path = RunDir(workdir).summary
-    if not os.path.exists(path):
-        return False
-    with open(path) as f:
-        return json.load(f).get("step") == config.train.num_steps
+    return _at_last_step(_saved_summary(workdir), config)
 
 
 Trainer = Callable[[ml_collections.ConfigDict, str], dict[str, Any]]
