@@ -98,6 +98,21 @@ def test_separation_gives_an_infinite_beta_and_a_likelihood_ratio_p():
     assert fit["p_value"] < 1e-4 and math.isnan(fit["lo"])
 
 
+def test_separation_is_read_off_the_counts_not_off_where_the_optimiser_stops():
+    # picl-type-oe's AAR (when) counts: A never beats B. The free fit had stopped at a finite
+    # β ≈ 13.9 (Wald p 0.96) on one CPU and at the bound on another; now both are separation.
+    tables = [(42, 0, 4, 0), (54, 0, 3, 0), (38, 0, 6, 0)]
+    fit = glmm.mixed_logit(tables)
+    assert fit["separation"] and fit["beta"] == math.inf and fit["p_value"] < 0.01
+    mirrored = glmm.mixed_logit([(both, b, a, none) for both, a, b, none in tables])
+    assert mirrored["separation"] and mirrored["beta"] == -math.inf
+    assert mirrored["p_value"] == pytest.approx(fit["p_value"], rel=1e-3)
+    # Discordant pairs both ways, or none: no separation.
+    assert not glmm.mixed_logit([(42, 1, 4, 0), (54, 0, 3, 0), (38, 0, 6, 0)])["separation"]
+    tied = glmm.mixed_logit([(40, 0, 0, 5), (50, 0, 0, 4)])
+    assert not tied["separation"] and abs(tied["beta"]) < 1.0
+
+
 def test_the_fit_is_deterministic():
     tables = _simulate(np.random.default_rng(4), [0.4, -0.1, 0.3])
     first = glmm.mixed_logit(tables)

@@ -27,7 +27,8 @@ from dense_cf.eval import report as report_lib
 REPLICATE = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
              "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
              "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md",
-             "replicate_bm25_seeds012.md", "replicate_ablation_seeds012.md")
+             "replicate_bm25_seeds012.md", "replicate_ablation_seeds012.md",
+             "replicate_dcsr_manyq_seeds012.md")
 # Other reports: {file pattern: {table name: the line the table follows}}.
 MULTIHOP = {"retrieval": "## Paired on the same test questions"}
 MULTIHOP_READER = {**MULTIHOP, "reader": "Paired on the same questions"}

@@ -36,8 +36,11 @@ Fit (the likelihood is integrated, not approximated by a mode of the joint poste
 Caveat: with two or three seeds the maximum-likelihood σ_sm is biased low (often at its
 lower bound), so the Wald test is more liberal than the seed-level t-test
 (``stats.seed_level_test``, df = seeds − 1) and more conservative than CMH only when the seeds
-disagree clearly. Under complete separation (one run never beats the other) β runs to its
-bound (±15) and the Wald p is not informative (Hauck–Donner).
+disagree clearly. Under complete separation (one run never beats the other: no discordant
+pair one way, over all seeds) β is infinite and a Wald p is not informative (Hauck–Donner):
+separation is read off the counts and β held at its bound (±15), not left to where the
+optimiser stops on the flat likelihood (which moved with the CPU: β ≈ 13.9 with a Wald p of
+0.96 on one machine, the bound on another, for the same counts).
 
 Why not ``statsmodels.BinomialBayesMixedGLM`` (checked 2026-11-28, statsmodels 0.15.0): its
 variational posterior is mean-field, so β's posterior SD ignores its correlation with the
@@ -222,21 +225,35 @@ def _fit(tables: tuple[tuple[int, int, int, int], ...]) -> dict[str, Any]:
         return _loglik(q, counts, modes)
 
     bounds = [(-_BETA0_BOUND, _BETA0_BOUND), (-_BETA_BOUND, _BETA_BOUND)] + [(lo, hi)] * 3
-    with np.errstate(invalid="ignore"):  # a trial step off the box's likely region: -inf
-        res = scipy.optimize.minimize(lambda q: -ll(q), start, method="L-BFGS-B",
-                                      bounds=bounds)
-    p = res.x
+
+    def at_beta(beta: float, x0: np.ndarray) -> Any:
+        """The other parameters' maximum with β held at ``beta``."""
+        with np.errstate(invalid="ignore"):
+            return scipy.optimize.minimize(lambda q: -ll(np.insert(q, 1, beta)), x0,
+                                           method="L-BFGS-B", bounds=bounds[:1] + bounds[2:])
+
+    # Complete separation: no discordant pair one way over all seeds (one run never beats
+    # the other). The likelihood then rises towards |β| = ∞ and is flat far out, so β is held
+    # at its bound rather than left where L-BFGS-B happens to stop.
+    separated = (b10 == 0) != (b01 == 0)
+    if separated:
+        beta_sep = math.copysign(_BETA_BOUND, b01 - b10)
+        res = at_beta(beta_sep, np.delete(start, 1))
+        p = np.insert(res.x, 1, beta_sep)
+    else:
+        with np.errstate(invalid="ignore"):  # a trial step off the box's likely region: -inf
+            res = scipy.optimize.minimize(lambda q: -ll(q), start, method="L-BFGS-B",
+                                          bounds=bounds)
+        p = res.x
     beta = float(p[1])
     zc = float(scipy.stats.norm.ppf(0.975))
     out = {"beta0": float(p[0]), "sigma_item": math.exp(p[2]), "sigma_seed": math.exp(p[3]),
            "sigma_seed_method": math.exp(p[4]), "loglik": -float(res.fun),
            "converged": bool(res.success), "seeds": len(tables), "n": int(n)}
-    if abs(beta) >= _BETA_BOUND - 1e-3:
-        # Separation (one run never beats the other): β is infinite and its Wald test
-        # meaningless (Hauck–Donner), so the p is the likelihood-ratio test of β = 0.
-        null = scipy.optimize.minimize(
-            lambda q: -ll(np.insert(q, 1, 0.0)), np.delete(p, 1), method="L-BFGS-B",
-            bounds=bounds[:1] + bounds[2:])
+    if separated or abs(beta) >= _BETA_BOUND - 1e-3:
+        # Separation: β is infinite and its Wald test meaningless (Hauck–Donner), so the p
+        # is the likelihood-ratio test of β = 0.
+        null = at_beta(0.0, np.delete(p, 1))
         stat = max(0.0, 2.0 * (float(null.fun) - float(res.fun)))
         inf = math.copysign(math.inf, beta)
         return {**out, "beta": inf, "se": math.inf, "z": inf, "lr": stat,
@@ -261,7 +278,8 @@ def mixed_logit(tables: Sequence[Sequence[int]]) -> dict[str, Any]:
     neither): :func:`paired_table`). Deterministic (no random draws). Returns ``{"beta",
     "se", "z", "p_value", "lo", "hi", "method"}`` (β = B's log-odds ratio over A, its Wald
     test and 95 % interval) with ``beta0``, the three σs, ``loglik``, ``converged``,
-    ``separation`` (β ran to its bound: then β and z are ±inf, the interval is nan and
+    ``separation`` (no discordant pair one way over all seeds, or β ran to its bound: then
+    β and z are ±inf, the interval is nan and
     ``p_value`` is the likelihood-ratio test of β = 0, ``lr`` its statistic), ``seeds`` and
     ``n`` (items over all seeds)."""
     rows = tuple(tuple(int(c) for c in t) for t in tables)
