@@ -63,6 +63,11 @@ __all__ = ["mixed_logit", "paired_table"]
 _SIGMA_BOUNDS = (1e-3, 20.0)
 _BETA_BOUND = 15.0  # |β| there: separation (odds ratio e^15 ≈ 3e6)
 _BETA0_BOUND = 40.0
+# L-BFGS-B's stopping rule. At scipy's defaults (ftol 2.2e-9) the fits stopped early enough
+# that printed p values moved with the CPU and with the start (a separation's likelihood-ratio
+# p 1.6e-05 where the converged fit gives 3.4e-04; a Wald p 3.7e-09 against 2.3e-09); at these
+# the stored claims' cells equal those of ftol 1e-16 (which no longer converges everywhere).
+_OPTS = {"ftol": 1e-14, "gtol": 1e-9, "maxiter": 2000}
 # The item intercept: a fixed grid in standard-normal units, trapezoid weights × density.
 _U = np.linspace(-8.0, 8.0, 241)
 _W = np.exp(-0.5 * _U ** 2) * (_U[1] - _U[0]) / math.sqrt(2 * math.pi)
@@ -230,7 +235,7 @@ def _fit(tables: tuple[tuple[int, int, int, int], ...]) -> dict[str, Any]:
         """The other parameters' maximum with β held at ``beta``."""
         with np.errstate(invalid="ignore"):
             return scipy.optimize.minimize(lambda q: -ll(np.insert(q, 1, beta)), x0,
-                                           method="L-BFGS-B", bounds=bounds[:1] + bounds[2:])
+                                           method="L-BFGS-B", bounds=bounds[:1] + bounds[2:], options=_OPTS)
 
     # Complete separation: no discordant pair one way over all seeds (one run never beats
     # the other). The likelihood then rises towards |β| = ∞ and is flat far out, so β is held
@@ -243,7 +248,7 @@ def _fit(tables: tuple[tuple[int, int, int, int], ...]) -> dict[str, Any]:
     else:
         with np.errstate(invalid="ignore"):  # a trial step off the box's likely region: -inf
             res = scipy.optimize.minimize(lambda q: -ll(q), start, method="L-BFGS-B",
-                                          bounds=bounds)
+                                          bounds=bounds, options=_OPTS)
         p = res.x
     beta = float(p[1])
     zc = float(scipy.stats.norm.ppf(0.975))
