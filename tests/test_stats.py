@@ -49,7 +49,7 @@ def test_passage_identity_id_else_title_and_text():
 
 @pytest.mark.parametrize("threshold,overlapping", [(1, 3), (2, 2), (3, 1), (4, 0)])
 def test_coverage_overlap_threshold_and_unique(threshold, overlapping):
-    pos, n = stats.collect(_examples(EXAMPLES))
+    pos, n, _ = stats.collect(_examples(EXAMPLES))
     assert n == 3
     st = stats.coverage_stats(pos, n, threshold=threshold, alpha=1.3)
     assert st["questions"] == 6 and st["coverage"] == 3
@@ -72,10 +72,10 @@ def test_unique_coverage_hand_computed():
 
 def test_first_vs_all_positives():
     rows = [_ex("q1", A, extra_pos=[B]), _ex("q2", C, extra_pos=[B])]
-    pos_first, n_first = stats.collect(_examples(rows), "first")
+    pos_first, n_first, _ = stats.collect(_examples(rows), "first")
     first = stats.coverage_stats(pos_first, n_first)
     assert (first["coverage"], first["overlapping_passages"]) == (2, 0)
-    pos_all, n_all = stats.collect(_examples(rows), "all")
+    pos_all, n_all, _ = stats.collect(_examples(rows), "all")
     allp = stats.coverage_stats(pos_all, n_all)
     assert (allp["coverage"], allp["overlapping_passages"]) == (3, 1)  # B answers both questions
     # A passage listed twice for one question counts once.
@@ -129,6 +129,42 @@ def test_file_stats_cli_with_bad_record(tmp_path, capsys):
     assert [s["questions"] for s in rep["subsets"]] == [3, 6]
     printed = capsys.readouterr().out
     assert "| 0.50 | 3 |" in printed and "1 bad, skipped" in printed
+
+
+def test_hard_negatives_from_the_positives_article_are_counted(tmp_path, capsys):
+    planet = _ctx("Mercury (planet)", "the closest planet")
+    rows = [
+        # Same article in other spacing and case; a disambiguated title is another article.
+        {**_ex("q1", planet), "hard_negative_ctxs": [_ctx("mercury  (Planet)", "its orbit"),
+                                                    _ctx("Mercury (element)", "a metal")]},
+        _ex("q2", A),  # no hard negatives: not in the denominator
+        {**_ex("q3", B, extra_pos=[C]), "hard_negative_ctxs": [_ctx("C", "gamma, other part")]},
+    ]
+    path = tmp_path / "biencoder-titles.json"
+    path.write_text(json.dumps(rows))
+    st = stats_cli.run_cli(["--input", str(path), "--fractions", "1.0"])
+    assert st["hard_negative_titles"] == {
+        "hard_negatives": 3, "same_title": 1, "examples_with_hard_negatives": 2,
+        "examples_with_same_title": 1, "share": pytest.approx(1 / 3)}
+    assert ("hard negatives with a positive's title (the positive's article): 1 of 3 (33.3 %); "
+            "examples with one: 1 of 2 with hard negatives") in capsys.readouterr().out
+    # With every positive counted, q3's second positive (C) makes its negative same-article.
+    every = stats.file_stats(str(path), fractions=(1.0,), positives="all")
+    assert every["hard_negative_titles"]["same_title"] == 2
+
+
+def test_sibling_negatives_share_the_title_other_entity_ones_never(tmp_path):
+    from dense_cf.synthetic import generate as synthetic
+    shares = {}
+    for kind in ("sibling", "other_entity"):
+        d = tmp_path / kind
+        synthetic.generate(str(d), num_passages=150, seed=4, workers=1, num_hard_negatives=1,
+                           hard_negatives=kind)
+        titles = stats.file_stats(str(d / "biencoder-synth-train.json"),
+                                  fractions=(1.0,))["hard_negative_titles"]
+        assert titles["hard_negatives"] > 0
+        shares[kind] = titles["share"]
+    assert shares["other_entity"] == 0.0 and shares["sibling"] > 0.5
 
 
 # ------------------------------------------------------------------ data.train_fraction

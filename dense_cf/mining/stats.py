@@ -14,6 +14,12 @@ For the whole file and for uniform random subsets of it (the data-efficiency set
   training questions") corresponds to ``threshold = 3``.
 * **unique passage coverage** = coverage × (1 − overlap)^α, α = 1.3 (paper, Table 3).
 
+* **hard negatives from the positive's article** = share of ``hard_negative_ctxs`` whose title
+  is a counted positive's title (case and spacing ignored; a disambiguated title such as
+  "Mercury (planet)" is another article), and the examples with at least one. Whether DPR's
+  BM25 negatives come from the gold article or from others decides what a counterfactual
+  passage adds (docs/replication.md, "Why PiCL shows nothing with BM25 hard negatives here").
+
 Only ``positive_ctxs[0]`` counts by default (what training uses: one positive per question,
 as in the paper); ``--positives all`` counts every listed positive of a question.
 
@@ -89,17 +95,34 @@ def stats_from_counts(counts: np.ndarray, num_questions: int, *, threshold: int 
     }
 
 
+def title_key(title: str) -> str:
+    """A title compared as an article name: case and runs of whitespace ignored."""
+    return " ".join(title.split()).casefold()
+
+
 def collect(examples: Iterable[formats.BiencoderExample], positives: str = "first"
-            ) -> tuple[list[list[int]], int]:
-    """Positive passage indices per example, and the number of distinct passages."""
+            ) -> tuple[list[list[int]], int, dict[str, Any]]:
+    """Positive passage indices per example, the number of distinct passages, and the hard
+    negatives that carry a counted positive's title (one pass: the file is streamed)."""
     if positives not in ("first", "all"):
         raise ValueError(f"positives must be 'first' or 'all', got {positives!r}")
     index: dict[str, int] = {}
     out: list[list[int]] = []
+    titles = {"hard_negatives": 0, "same_title": 0, "examples_with_hard_negatives": 0,
+              "examples_with_same_title": 0}
     for ex in examples:
         ctxs = ex.positive_ctxs[:1] if positives == "first" else ex.positive_ctxs
         out.append([index.setdefault(passage_key(p), len(index)) for p in ctxs])
-    return out, len(index)
+        if ex.hard_negative_ctxs:
+            gold = {title_key(p.title) for p in ctxs}
+            same = sum(title_key(n.title) in gold for n in ex.hard_negative_ctxs)
+            titles["hard_negatives"] += len(ex.hard_negative_ctxs)
+            titles["same_title"] += same
+            titles["examples_with_hard_negatives"] += 1
+            titles["examples_with_same_title"] += int(same > 0)
+    titles["share"] = (titles["same_title"] / titles["hard_negatives"]
+                       if titles["hard_negatives"] else None)
+    return out, len(index), titles
 
 
 def dataset_stats(positives: Sequence[Sequence[int]], num_passages: int, *,
@@ -127,14 +150,15 @@ def file_stats(path: str, *, fractions: Sequence[float] = DEFAULT_FRACTIONS, see
                threshold: int = 2, alpha: float = 1.3, positives: str = "first") -> dict[str, Any]:
     """:func:`dataset_stats` of a biencoder file (streamed; bad records skipped and counted)."""
     report = formats.SkipReport()
-    pos, n_pass = collect(formats.iter_biencoder(path, skip_bad=True, report=report), positives)
+    pos, n_pass, titles = collect(formats.iter_biencoder(path, skip_bad=True, report=report),
+                                  positives)
     out = dataset_stats(pos, n_pass, fractions=fractions, seed=seed, threshold=threshold,
                         alpha=alpha)
     return {"file": path, "valid_records": len(pos), "skipped_records": report.total,
             "skip_summary": report.summary() if report.total else "",
             "params": {"threshold": threshold, "alpha": alpha, "seed": seed,
                        "positives": positives, "fractions": sorted(set(fractions))},
-            **out}
+            **out, "hard_negative_titles": titles}
 
 
 def markdown(stats: dict[str, Any]) -> str:
@@ -149,6 +173,17 @@ def markdown(stats: dict[str, Any]) -> str:
         lines.append(f"| {s['fraction']:.2f} | {s['questions']} | {s['coverage']} | "
                      f"{100 * s['overlap']:.2f} | {s['unique_coverage']:.1f} | "
                      f"{s['coverage_norm']:.3f} | {s['unique_coverage_norm']:.3f} |")
+    t = stats.get("hard_negative_titles")
+    if t is not None:
+        lines.append("")
+        if t["hard_negatives"]:
+            lines.append(f"hard negatives with a positive's title (the positive's article): "
+                         f"{t['same_title']} of {t['hard_negatives']} "
+                         f"({100 * t['share']:.1f} %); examples with one: "
+                         f"{t['examples_with_same_title']} of "
+                         f"{t['examples_with_hard_negatives']} with hard negatives")
+        else:
+            lines.append("hard negatives with a positive's title: no record has hard negatives")
     return "\n".join(lines)
 
 
