@@ -25,7 +25,7 @@ from dense_cf.eval import report as report_lib
 
 # The replicate reports (their per-claim tables), in the order rederive_claims reads them.
 REPLICATE = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
-             "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
+             "replicate_attribution_seed0.md", "replicate_mixed20k_seeds012.md",
              "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md",
              "replicate_bm25_seeds012.md", "replicate_ablation_seeds012.md",
              "replicate_dcsr_manyq_seeds012.md")

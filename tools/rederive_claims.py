@@ -26,7 +26,7 @@ from dense_cf.studies import data_stats as data_stats_lib
 from dense_cf.studies.registry import CLAIMS, CLAIMS_BY_ID, FACTORIAL, FACTORIAL_METRIC
 
 REPORTS = ("replicate_seed0.md", "replicate_h0_seeds012.md", "replicate_dcsr_300steps_seed0.md",
-           "replicate_attribution_seed0.md", "replicate_mixed20k_seeds01.md",
+           "replicate_attribution_seed0.md", "replicate_mixed20k_seeds012.md",
            "replicate_oe_seeds012.md", "replicate_h0_tau02_seeds012.md", "replicate_bm25_seeds012.md",
            "replicate_ablation_seeds012.md", "replicate_dcsr_manyq_seeds012.md")
 # The world-draw re-runs (issue 50 item 2: ``studies.replicate --vary_world``, the world seed

@@ -374,10 +374,11 @@ CLAIMS: tuple[Claim, ...] = (
           (*_TOPK_UP, Check("aar.sentence")), quote=_Q_PICL_GAIN,
           setting="mixed (SQuAD-like) world of 20,000 passages, MiniLM, 100 steps × 16, 1 BM25 "
                   "hard negative; 300 test questions",
-          seeds=(0, 1), status=_EXPL,
+          seeds=_S012, status=_EXPL,
           note="issue 32 §5; registered 2026-11-28 before either run was trained, at seed 0 "
                "only (the default); seed 1, trained and pooled since, registered 2026-11-28 "
-               "after its result (issue 50 item 4)"),
+               "after its result (issue 50 item 4); seed 2 trained 2026-11-29 by the command "
+               "docs/replication.md had named since 2026-11-28, added here after its result"),
     Claim("picl-mixed20k-aa", "PiCL", "§6",
           "in the 20,000-passage SQuAD-like world, where AAR cannot move (the untrained model "
           "scores 100 %), PiCL raises the AA score (answer string removed)", "dpr_mixed20k",
