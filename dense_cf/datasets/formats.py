@@ -63,8 +63,14 @@ __all__ = [
     "iter_biencoder", "iter_biencoder_records", "iter_retrieval_results", "read_biencoder",
     "read_corpus_tsv", "read_qa_csv", "read_gold_info",
     "write_biencoder", "write_corpus_tsv", "write_qa_csv", "write_gold_info",
-    "DEFAULT_CHUNK_SIZE", "iter_lines", "iter_json_list",
+    "DEFAULT_CHUNK_SIZE", "iter_lines", "iter_json_list", "fold",
 ]
+
+
+def fold(s: str) -> str:
+    """``s`` up to case and runs of whitespace: how a ctx's title or text is compared across
+    files (mining's positive exclusion, the stats' same-article count)."""
+    return " ".join(s.split()).casefold()
 
 
 

@@ -76,7 +76,7 @@ def normalize_pid(pid: Any) -> str | None:
 
 def passage_key(title: str, text: str) -> tuple[str, str]:
     """Title and text up to case and whitespace: how a positive without an id is recognised."""
-    return " ".join(title.split()).casefold(), " ".join(text.split()).casefold()
+    return formats.fold(title), formats.fold(text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -95,11 +95,6 @@ def stats_from_counts(counts: np.ndarray, num_questions: int, *, threshold: int 
     }
 
 
-def title_key(title: str) -> str:
-    """A title compared as an article name: case and runs of whitespace ignored."""
-    return " ".join(title.split()).casefold()
-
-
 def collect(examples: Iterable[formats.BiencoderExample], positives: str = "first"
             ) -> tuple[list[list[int]], int, dict[str, Any]]:
     """Positive passage indices per example, the number of distinct passages, and the hard
@@ -114,8 +109,8 @@ def collect(examples: Iterable[formats.BiencoderExample], positives: str = "firs
         ctxs = ex.positive_ctxs[:1] if positives == "first" else ex.positive_ctxs
         out.append([index.setdefault(passage_key(p), len(index)) for p in ctxs])
         if ex.hard_negative_ctxs:
-            gold = {title_key(p.title) for p in ctxs}
-            same = sum(title_key(n.title) in gold for n in ex.hard_negative_ctxs)
+            gold = {formats.fold(p.title) for p in ctxs}
+            same = sum(formats.fold(n.title) in gold for n in ex.hard_negative_ctxs)
             titles["hard_negatives"] += len(ex.hard_negative_ctxs)
             titles["same_title"] += same
             titles["examples_with_hard_negatives"] += 1
