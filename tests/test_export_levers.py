@@ -68,3 +68,71 @@ def test_background_writer_raises_the_write_error():
     writer.submit(boom)
     with pytest.raises(OSError, match="disk full"):
         writer.wait()
+
+
+def test_packed_calls_cover_the_rows_in_few_shapes():
+    # 103 rows over 2 shards: three full calls (96 rows), then 2 x 2 rows, 2 x 1, and the last
+    # row alone in a call of 2 x 1 (one empty row).
+    calls = export.packed_calls(103, 16, 2)
+    assert calls == [(0, 16), (32, 16), (64, 16), (96, 2), (100, 1), (102, 1)]
+    assert export.packed_calls(0, 16, 2) == []
+    assert {size for _, size in export.packed_calls(1000, 12, 4)} <= {12, 8, 4, 2, 1}
+    assert export.packed_row_len(256, 96) == 192 and export.packed_row_len(256, 512) == 256
+    assert export.packed_row_len(0, 96) == 0
+
+
+def test_plan_token_batches_caps_rows_at_max_rows():
+    lengths = np.array([5, 60, 17, 33, 2, 64, 9, 40, 12, 30] * 7)
+    plan = export.plan_token_batches(lengths, (16, 32, 48, 64), batch_size=2, token_budget=256,
+                                     multiple=2, max_rows=6)
+    assert sorted(np.concatenate([r for r, _, _ in plan]).tolist()) == list(range(70))
+    for r, length, size in plan:
+        assert size == min(6, max(2, 256 // length // 2 * 2)) and len(r) <= size
+
+
+def _mixed(run, n=60, max_len=48):
+    """Passages of 3 to ~max_len tokens in no length order, so some exceed a packed row of 32."""
+    rows = [(f"p{i}", " ".join(f"w{j} fact{i}" for j in range((i * 7) % 23)), f"T {i}")
+            for i in range(n)]
+    return export.tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
+                                    max_len)
+
+
+@pytest.mark.parametrize("batch,pack,call", [(8, 32, 0), (8, 64, 0), (16, 0, 96), (16, 32, 64)])
+def test_packed_and_capped_encoding_equal_the_padded_vectors(run, batch, pack, call):
+    """Packed rows (some passages longer than the packed row stay padded) and CPU call caps
+    give the full-padding vectors in input order, on the 2-shard data mesh; questions too."""
+    ids, mask = _mixed(run)
+    base = export.Encoder(run, 8, length_buckets=(), pack_row_len=0, call_tokens=0)
+    enc = export.Encoder(run, batch, length_buckets=(16, 32, 48), pack_row_len=pack,
+                         call_tokens=call)
+    want = base.passages(ids, mask)
+    np.testing.assert_allclose(enc.passages(ids, mask), want, rtol=1e-5, atol=2e-6)
+    lengths = mask.sum(1)
+    if pack:
+        row = export.packed_row_len(pack, 48)
+        assert 0 < enc.packed_passages == int((lengths <= row).sum())
+        assert enc.packed_passages < len(lengths) if row < 48 else enc.tokens < base.tokens
+    qs = [f"who {'really ' * (i % 9)}built tower {i}?" for i in range(13)]
+    np.testing.assert_allclose(export.encode_questions(run, qs, encoder=enc),
+                               export.encode_questions(run, qs, encoder=base), rtol=1e-5,
+                               atol=2e-6)
+
+
+def test_call_cap_sets_rows_per_call_on_the_cpu(run):
+    enc = export.Encoder(run, 16, length_buckets=(16, 32, 48), call_tokens=64)
+    assert enc.call_tokens == 64  # the suite runs on the CPU backend
+    ids, mask = _mixed(run, n=40)
+    calls = []
+    real = enc._p
+
+    def spy(params, ids_, mask_):
+        calls.append(ids_.shape)
+        return real(params, ids_, mask_)
+
+    enc._p = spy
+    enc.passages(ids, mask)
+    # 64 tokens per device x 2 data shards: 2 rows at 48 and at 32 (floored to a multiple of
+    # 2), 8 at 16 (128 // 16), never more than batch_size
+    assert calls and all(b == max(2, 128 // length // 2 * 2) for b, length in calls)
+    assert export.Encoder(run, 16, token_budget=256).call_tokens == 0  # the lever wins

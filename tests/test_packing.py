@@ -248,3 +248,34 @@ def test_packed_training_follows_the_padded_run(tmp_path):
     with pytest.raises(ConfigError, match="pack_row_len=40 and config.train.grad_cache_chunks=2"):
         train(config(**{"data.pack_row_len": 40, "train.grad_cache_chunks": 2}),
               str(tmp_path / "gradcache"))
+
+
+def test_best_fit_assignment_fills_the_tightest_row():
+    # 6 opens row 0 (4 left), 5 row 1 (5 left); 4 fits row 0 exactly (best fit, not first fit
+    # order), 3 and 2 then fill row 1: two rows, both full.
+    assert packing.assign_rows(np.array([6, 5, 4, 3, 2]), 10) == [[0, 2], [1, 3, 4]]
+
+
+@pytest.mark.parametrize("row_len,max_segments", [(32, 0), (32, 3), (17, 0)])
+def test_assignment_keeps_every_passage_once_within_its_row(row_len, max_segments):
+    lengths = np.random.default_rng(7).integers(1, 18, size=300)
+    rows = packing.assign_rows(lengths, row_len, max_segments)
+    assert sorted(i for r in rows for i in r) == list(range(300))
+    assert all(lengths[r].sum() <= row_len for r in rows)
+    if max_segments:
+        assert max(len(r) for r in rows) <= max_segments
+    # no two rows could be merged: best fit leaves at most one row half empty or less
+    assert sum(lengths[r].sum() <= row_len // 2 for r in rows) <= 1 or max_segments
+
+
+def test_layout_of_a_given_assignment_and_its_errors():
+    ids, mask = _padded()
+    rows = [[6, 0], [1, 3]]  # a subset: passages in no row get start 0
+    b = packing.layout(ids, mask, rows, ROW, num_rows=3)
+    assert b.ids.shape == (3, ROW) and b.segment_ids[2].max() == 0
+    assert b.starts[0] == 0 and b.starts[6] == LENGTHS[0]  # row order = passage order
+    assert b.starts[1] == ROW and b.starts[3] == ROW + LENGTHS[1]
+    with pytest.raises(ValueError, match="row 0: its passages need more than 24"):
+        packing.layout(ids, mask, [[6, 4]], 24)
+    with pytest.raises(ValueError, match="2 rows given, num_rows=1"):
+        packing.layout(ids, mask, rows, ROW, num_rows=1)

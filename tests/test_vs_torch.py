@@ -161,6 +161,17 @@ def test_our_encoder_takes_the_length_buckets_it_is_given():
     run = tiny_run("dpr")  # its config's eval.length_buckets are the defaults
     assert vs_torch.our_encoder(run, 128, []).length_buckets == ()      # "fixed": no buckets
     assert vs_torch.our_encoder(run, 128, [16, 48]).length_buckets == (16, 48)
+    # The CPU call cap: the config's by default, or as --call_tokens says (0 = none).
+    assert vs_torch.our_encoder(run, 128, []).call_tokens == run.config.eval.cpu_call_tokens > 0
+    assert vs_torch.our_encoder(run, 128, [], call_tokens=0).call_tokens == 0
+    assert vs_torch.call_tokens_flag("default") is None and vs_torch.call_tokens_flag("512") == 512
+    with pytest.raises(UserError, match="--call_tokens"):
+        vs_torch.call_tokens_flag("-1")
+
+
+def test_sorted_batches_cut_rows_longest_first():
+    got = vs_torch.sorted_batches(np.array([3, 9, 9, 1, 5]), 2)
+    assert [b.tolist() for b in got] == [[1, 2], [4, 0], [3]]
 
 
 def test_shapes_buckets_and_goals_of_the_one_run_comparison():

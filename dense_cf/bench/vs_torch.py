@@ -39,9 +39,14 @@ jitted train step the loop runs (``train.step.make_train_step``), at identical s
    the first passages of the installed Wikipedia summaries, ``cli.wiki_corpus``), tokenised once
    with our input format (tokenisation is outside every timing); ours through
    ``retrieval.export.Encoder`` with the config's length buckets (the export path;
-   ``--length_buckets`` overrides, ``off`` = fixed padding), the
-   peer with fixed padding and with longest-in-batch padding; round r encodes corpus slice r
-   with every contender. Embeddings of the first slice are compared (max abs difference).
+   ``--length_buckets`` overrides, ``off`` = fixed padding; on a CPU its calls are capped at
+   ``eval.cpu_call_tokens`` token slots, ``--call_tokens`` overrides, 0 = batches of
+   ``--export_batch`` rows), the peer with fixed padding and with longest-in-batch padding (the
+   goals' peer: what DPR's and Tevatron's encode scripts do), and "peer sorted": the peer tuned
+   as a user could, each slice's rows sorted by length and cut into batches of
+   ``--peer_sorted_batch`` rows, each padded to its longest (reported, not a goal); round r
+   encodes corpus slice r with every contender. Embeddings of the first slice are compared
+   (max abs difference).
 
 Every part runs at each ``--shapes`` (default the demo's Lq 32 / Lp 96 and DPR's 64 / 256) in
 one command, which prints the CPU (model name, family, model, AVX-512, bfloat16 dot support),
@@ -97,10 +102,11 @@ from dense_cf.train import run as loop
 from dense_cf.train.loop import batch_shape_key, sequence_packer
 from dense_cf.train.step import make_eval_step
 
-__all__ = ["PACKED_GROUPS", "PEER_INSTALL", "TRAIN_GROUPS", "alternate", "demo_world_texts",
-           "export_buckets", "goals", "group_fill", "import_peer", "length_pools", "length_source",
-           "our_encoder", "pack_batches", "paired_summary", "parse_row_lens", "parse_shapes",
-           "peer_trim", "real_length_batch", "step_config", "trim_to_longest", "wiki_texts"]
+__all__ = ["PACKED_GROUPS", "PEER_INSTALL", "TRAIN_GROUPS", "alternate", "call_tokens_flag",
+           "demo_world_texts", "export_buckets", "goals", "group_fill", "import_peer",
+           "length_pools", "length_source", "our_encoder", "pack_batches", "paired_summary",
+           "parse_row_lens", "parse_shapes", "peer_trim", "real_length_batch", "sorted_batches",
+           "step_config", "trim_to_longest", "wiki_texts"]
 
 PEER_INSTALL = ('pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && '
                 'pip install -e ".[peer]"')
@@ -158,6 +164,14 @@ _BUCKETS = flags.DEFINE_list(
     "Our export's length buckets: 'default' = the config's eval.length_buckets (what an export "
     "runs), 'off' (or empty) = fixed padding to max_p_len, or a list such as 32,64,96.",
     flag_values=FLAGS)
+_CALL_TOKENS = flags.DEFINE_string(
+    "call_tokens", "default",
+    "Our export's token slots per device per encoder call on a CPU: 'default' = the config's "
+    "eval.cpu_call_tokens, 0 = --export_batch rows a call (no cap), or an integer.",
+    flag_values=FLAGS)
+_PEER_SORTED_BATCH = flags.DEFINE_integer(
+    "peer_sorted_batch", 16, "Rows per batch of the 'peer sorted' export contender (rows sorted "
+    "by length, each batch padded to its longest); 0 = leave it out.", flag_values=FLAGS)
 _LENGTHS = flags.DEFINE_enum(
     "lengths", "real", ["real", "full"],
     "Token lengths of the training batches' rows. real: drawn from real tokenised text "
@@ -839,11 +853,29 @@ def _export_rows(n: int) -> list[tuple[str, str, str]]:
     return rows
 
 
-def our_encoder(run, batch: int, length_buckets: Sequence[int]):
+def our_encoder(run, batch: int, length_buckets: Sequence[int], call_tokens: int | None = None):
     """Our export encoder at ``length_buckets`` (docs/scale.md "Length-aware encoding"); empty
     asks for fixed padding explicitly, so a run default of buckets does not change what
-    "fixed" measures."""
-    return export.Encoder(run, batch, length_buckets=tuple(length_buckets))
+    "fixed" measures. ``call_tokens`` None = the config's CPU call cap."""
+    return export.Encoder(run, batch, length_buckets=tuple(length_buckets),
+                          call_tokens=call_tokens)
+
+
+def call_tokens_flag(spec: str) -> int | None:
+    """``--call_tokens``: 'default' -> None (the config's), else a non-negative integer."""
+    spec = str(spec).strip()
+    if spec == "default":
+        return None
+    if not spec.isdigit():
+        raise UserError(f"--call_tokens takes 'default' or an integer >= 0, got {spec!r}")
+    return int(spec)
+
+
+def sorted_batches(lengths: np.ndarray, batch: int) -> list[np.ndarray]:
+    """Row indices of ``lengths`` longest first (stable), cut into batches of ``batch`` rows:
+    the peer's tuned export ("peer sorted")."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    return [order[i:i + batch] for i in range(0, len(order), batch)]
 
 
 def _measure_export(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str, Any]]:
@@ -860,7 +892,7 @@ def _measure_export(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str
         if ids is None:
             ids, mask = tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
                                           cfg.data.max_p_len)
-        encoders[dt] = our_encoder(run, bs, buckets)
+        encoders[dt] = our_encoder(run, bs, buckets, call_tokens_flag(_CALL_TOKENS.value))
     lengths = mask.sum(1)
     peer.train(False)
 
@@ -889,6 +921,13 @@ def _measure_export(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str
         contenders.append((_name(dt, i == 0),
                            lambda r, enc=enc: enc.passages(ids[sl(r)], mask[sl(r)])))
     contenders += [("peer_fixed", peer_fn(False)), ("peer_longest", peer_fn(True))]
+    sorted_bs = _PEER_SORTED_BATCH.value
+    if sorted_bs > 0:
+        def peer_sorted(r):
+            lo = r * bs * per
+            for b in sorted_batches(lengths[sl(r)], sorted_bs):
+                peer.encode(*trim_to_longest(ids[lo + b], mask[lo + b]))
+        contenders.append(("peer_sorted", peer_sorted))
     times, cpu, _ = alternate(contenders, _EXPORT_ROUNDS.value, on_round=_print_round)
     work = bs * per
     outs = {}
@@ -900,6 +939,9 @@ def _measure_export(cfgs: dict[str, Any], peer: TorchPeer) -> dict[str, dict[str
                     "max_abs_diff": diffs[dt],
                     "vs_fixed": paired_summary(times[name], times["peer_fixed"], work=work),
                     "vs_longest": paired_summary(times[name], times["peer_longest"], work=work),
+                    **({"vs_sorted": paired_summary(times[name], times["peer_sorted"], work=work),
+                        "peer_sorted_batch": sorted_bs} if sorted_bs > 0 else {}),
+                    "call_tokens": encoders[dt].call_tokens,
                     "times": _rounded(times), "cpu_times": _rounded(cpu),
                     "cpu_median_s": {k: statistics.median(v) for k, v in cpu.items()},
                     "ours_name": name}
@@ -918,9 +960,10 @@ def _print_table(shapes: dict[str, dict[str, Any]]) -> None:
                              t["cpu_median_s"]["ours_forward"], t["cpu_median_s"]["peer_forward"]))
         for suffix, e in _parts(out, "export"):
             ours = e.get("ours_name", "ours")
-            for name in ("fixed", "longest"):
-                rows.append((shape, "export" + suffix, f"peer {name}", e[f"vs_{name}"],
-                             e["cpu_median_s"][ours], e["cpu_median_s"][f"peer_{name}"]))
+            for name in ("fixed", "longest", "sorted"):
+                if f"vs_{name}" in e:
+                    rows.append((shape, "export" + suffix, f"peer {name}", e[f"vs_{name}"],
+                                 e["cpu_median_s"][ours], e["cpu_median_s"][f"peer_{name}"]))
     width = max([11] + [len(r[1]) for r in rows])
     print(f"{'Lq:Lp':<7} {'part':<{width}} {'peer':<13} {'ours s':>8} {'peer s':>8} "
           f"{'ours cpu':>8} {'peer cpu':>8} {'ours p/s':>9} {'peer p/s':>9} {'speedup':>8}  "

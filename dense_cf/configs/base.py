@@ -199,6 +199,14 @@ def base_config() -> ml_collections.ConfigDict:
     # of these that fits (one compile each); lengths >= max_len are dropped, max_len is added.
     # () = every row at max_len. Vectors equal within float tolerance (docs/scale.md).
     c.eval.length_buckets = (32, 64, 96, 128, 160, 192, 224, 256)
+    # Export / question encoding: rows packed several to a row of min(this, 2 x max_len) tokens
+    # (block-diagonal attention; rows longer than that stay padded as above); 0 = off. Vectors
+    # equal within float tolerance; an opt-in lever (docs/scale.md "Packed export").
+    c.eval.pack_row_len = 0
+    # On a CPU backend: at most this many token slots per device in one encoder call (rows =
+    # this // the bucket's length, at most batch_size); 0 = batch_size rows. Accelerators ignore
+    # it. ~1,000-token calls stay in the caches (docs/scale.md "Encoder calls on the CPU").
+    c.eval.cpu_call_tokens = 1024
     c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
     c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off
     c.eval.robustness_heldout = False           # also held-out distractors (value swaps,

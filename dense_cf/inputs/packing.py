@@ -11,14 +11,16 @@ A packed batch holds the passages' real tokens back to back in rows of ``row_len
   the original passage order; ``DualEncoder.encode_passage_packed`` pools there ([CLS]) or over
   the segment (mean), so the embeddings come back in passage order, as from the padded batch.
 
-Rows are filled first-fit by decreasing length (a passage never straddles two rows). This module
-is host-side numpy; it knows nothing of the model. Length buckets (``inputs/buckets``) are the
+Rows are filled best fit by decreasing length (a passage never straddles two rows; each goes to
+the open row it leaves least room in). This module is host-side numpy; it knows nothing of the
+model. Length buckets (``inputs/buckets``) are the
 other way to cut padding, by trimming whole batches; packing also cuts it inside a batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -46,9 +48,13 @@ class PackedBatch:
 
 def assign_rows(lengths: np.ndarray, row_len: int, max_segments: int = 0
                 ) -> list[list[int]]:
-    """Passage indices per row: first fit by decreasing length (ties: lower index first).
-    ``max_segments`` > 0 caps the passages per row. A passage longer than ``row_len`` or of
-    length 0 raises, naming it."""
+    """Passage indices per row: best fit by decreasing length (ties: lower passage index first;
+    among rows with the same room, the lowest row). ``max_segments`` > 0 caps the passages per
+    row. A passage longer than ``row_len`` or of length 0 raises, naming it.
+
+    Rows are kept by their free room (an integer in 0..row_len), so each passage costs one
+    vectorised scan of ``row_len`` flags: a 100,000-passage export shard packs in well under a
+    second, where scanning the rows one by one (first fit) grows with passages x rows."""
     lengths = np.asarray(lengths, np.int64)
     bad = np.flatnonzero((lengths > row_len) | (lengths <= 0))
     if bad.size:
@@ -56,17 +62,22 @@ def assign_rows(lengths: np.ndarray, row_len: int, max_segments: int = 0
         raise ValueError(f"passage {i} has {int(lengths[i])} tokens; packing needs 1..{row_len} "
                          f"(row_len) per passage")
     rows: list[list[int]] = []
-    room: list[int] = []
+    by_room: list[list[int]] = [[] for _ in range(row_len + 1)]  # heaps of open row indices
+    has_room = np.zeros(row_len + 1, bool)
     for i in np.argsort(-lengths, kind="stable"):
         n = int(lengths[i])
-        for r, free in enumerate(room):
-            if free >= n and (not max_segments or len(rows[r]) < max_segments):
-                rows[r].append(int(i))
-                room[r] -= n
-                break
+        room = n + int(np.argmax(has_room[n:]))
+        if has_room[room]:
+            r = heapq.heappop(by_room[room])
+            has_room[room] = bool(by_room[room])
         else:
-            rows.append([int(i)])
-            room.append(row_len - n)
+            r, room = len(rows), row_len
+            rows.append([])
+        rows[r].append(int(i))
+        left = room - n
+        if left > 0 and (not max_segments or len(rows[r]) < max_segments):
+            heapq.heappush(by_room[left], r)
+            has_room[left] = True
     return rows
 
 
@@ -75,20 +86,36 @@ def pack(ids: np.ndarray, mask: np.ndarray, row_len: int, *, num_rows: int = 0,
     """Packs padded passages ``ids``/``mask`` [P, Lp] (right-padded: each row's real tokens
     first, the training format of ``inputs.tokens``) into rows of ``row_len``. ``num_rows`` > 0
     fixes the row count (a static shape for jit: unused rows are padding; too few raises);
-    0 uses as many as first fit needs."""
+    0 uses as many as :func:`assign_rows` needs."""
+    ids, mask, lengths = _checked(ids, mask)
+    rows = assign_rows(lengths, row_len, max_segments)
+    if num_rows and len(rows) > num_rows:
+        raise ValueError(f"{len(rows)} rows of {row_len} tokens needed for {len(lengths)} "
+                         f"passages, num_rows={num_rows}")
+    return layout(ids, mask, rows, row_len, num_rows=num_rows, pad_id=pad_id)
+
+
+def _checked(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ids = np.asarray(ids)
     mask = np.asarray(mask)
     if ids.shape != mask.shape or ids.ndim != 2:
         raise ValueError(f"ids {ids.shape} and mask {mask.shape} must be the same [P, L] shape")
     lengths = mask.sum(axis=1).astype(np.int64)
-    if not np.array_equal(mask, (np.arange(mask.shape[1])[None] < lengths[:, None]).astype(mask.dtype)):
-        row = int(np.flatnonzero(~np.all(mask == (np.arange(mask.shape[1])[None]
-                                                  < lengths[:, None]), axis=1))[0])
+    right = mask == (np.arange(mask.shape[1])[None] < lengths[:, None])
+    if not right.all():
+        row = int(np.flatnonzero(~right.all(axis=1))[0])
         raise ValueError(f"passage {row}: mask is not right-padded (real tokens first)")
-    rows = assign_rows(lengths, row_len, max_segments)
+    return ids, mask, lengths
+
+
+def layout(ids: np.ndarray, mask: np.ndarray, rows: Sequence[Sequence[int]], row_len: int, *,
+           num_rows: int = 0, pad_id: int = 0) -> PackedBatch:
+    """The packed arrays of a given assignment ``rows`` (passage indices into ``ids`` per row,
+    e.g. a slice of :func:`assign_rows`' answer); ``starts`` has one entry per passage of
+    ``ids``, 0 for a passage in no row. ``num_rows`` > 0 pads with empty rows to that count."""
+    ids, mask, lengths = _checked(ids, mask)
     if num_rows and len(rows) > num_rows:
-        raise ValueError(f"{len(rows)} rows of {row_len} tokens needed for {len(lengths)} "
-                         f"passages, num_rows={num_rows}")
+        raise ValueError(f"{len(rows)} rows given, num_rows={num_rows}")
     r_count = num_rows or len(rows)
     out_ids = np.full((r_count, row_len), pad_id, ids.dtype)
     seg = np.zeros((r_count, row_len), np.int32)
@@ -98,6 +125,8 @@ def pack(ids: np.ndarray, mask: np.ndarray, row_len: int, *, num_rows: int = 0,
         col = 0
         for s, i in enumerate(sorted(members), start=1):  # passage order within a row
             n = int(lengths[i])
+            if col + n > row_len:
+                raise ValueError(f"row {r}: its passages need more than {row_len} tokens")
             out_ids[r, col:col + n] = ids[i, :n]
             seg[r, col:col + n] = s
             pos[r, col:col + n] = np.arange(n)
@@ -140,7 +169,7 @@ def group_key(group: Sequence[str]) -> str:
 
 def rows_needed(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]], row_len: int,
                 num_shards: int) -> dict[str, int]:
-    """Per group, the most rows of ``row_len`` (first fit) any of the ``num_shards`` data shards
+    """Per group, the most rows of ``row_len`` (:func:`assign_rows`) any of the ``num_shards`` data shards
     needs for its examples' rows (empty rows take none)."""
     out = {}
     for group in groups:

@@ -67,6 +67,7 @@ from jax.experimental import multihost_utils
 from dense_cf import files
 from dense_cf.index.shards import MANIFEST, SHARD_FILE_RE, shard_name, verify_export
 from dense_cf.inputs import buckets as bucket_lib
+from dense_cf.inputs import packing
 from dense_cf.inputs.tokens import tokenize_marked_passages, tokenize_passages, tokenize_questions  # noqa: F401
 from dense_cf.parallel import jit_cache
 from dense_cf.parallel import mesh as mesh_lib
@@ -78,7 +79,9 @@ INPUT_FORMAT = 2
 
 
 def _encoder_fns(model, params_shardings: Any, mesh) -> tuple:
-    """Jitted question, passage and sentence encoders of ``model`` with these param shardings.
+    """Jitted question, passage and sentence encoders of ``model`` with these param shardings,
+    then the packed question and passage encoders (``inputs.packing`` rows, one pack per data
+    shard: [S, R, L] rows, [S, P] starts).
 
     Shared by value (``parallel.jit_cache``; a flax module hashes by its fields): the Encoders
     of an evaluation's stages and of runs of one architecture share one trace and compile per
@@ -93,15 +96,54 @@ def _encoder_fns(model, params_shardings: Any, mesh) -> tuple:
                 return model.apply({"params": params}, ids, mask, method=method)
             return jax.jit(f, in_shardings=(psh, bsh, bsh), out_shardings=out)
 
+        def packed(method):
+            def f(params, ids, mask, segment_ids, position_ids, starts):
+                return model.apply({"params": params}, ids, mask, segment_ids, position_ids,
+                                   starts, method=method)
+            return jax.jit(f, in_shardings=(psh,) + (bsh,) * 5, out_shardings=out)
+
         def sent(params, ids, mask, positions):
             return model.apply({"params": params}, ids, mask, positions,
                                method=model.encode_passage_at)
 
         return (enc(model.encode_question), enc(model.encode_passage),
-                jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out))
+                jax.jit(sent, in_shardings=(psh, bsh, bsh, bsh), out_shardings=out),
+                packed(model.encode_question_packed), packed(model.encode_passage_packed))
 
     return jit_cache.cached("encoders", (model, jit_cache.shardings_key(params_shardings), mesh),
                             build)
+
+
+def packed_row_len(pack_row_len: int, padded_len: int) -> int:
+    """The packed row length for inputs padded to ``padded_len``: ``min(pack_row_len, 2 x
+    padded_len)``, 0 = packing off. At most two full-length rows share a packed row: attention
+    over a packed row costs its length squared, so longer rows would buy fill with attention
+    (docs/scale.md "Packed export")."""
+    return min(int(pack_row_len), 2 * int(padded_len)) if pack_row_len > 0 else 0
+
+
+def packed_calls(n_rows: int, shard_rows: int, shards: int) -> list[tuple[int, int]]:
+    """``[(first row, rows per shard)]`` splitting ``n_rows`` packed rows into calls of
+    ``shards`` x ``rows per shard``: ``shard_rows`` while that many remain, then the largest
+    power of two below it that fits, the last call padded with empty rows. The shapes are few
+    (``shard_rows`` and the powers of two below it: a bounded number of compiles), and the tail
+    wastes less than one small call, where one fixed size would pad the tail to a whole call."""
+    sizes = sorted({shard_rows} | {1 << k for k in range(shard_rows.bit_length())
+                                   if (1 << k) < shard_rows}, reverse=True)
+    out, lo = [], 0
+    while lo < n_rows:
+        left = n_rows - lo
+        size = next((c for c in sizes if c * shards <= left), 1)
+        out.append((lo, size))
+        lo += size * shards
+    return out
+
+
+def _eval_setting(run, key: str, default: Any) -> Any:
+    """``run.config.eval[key]``, or ``default`` where the run's config has no such entry (a
+    run saved before it existed, or a benchmark's bare config)."""
+    ev = run.config.get("eval") if isinstance(run.config, dict) else getattr(run.config, "eval", None)
+    return ev.get(key, default) if ev is not None else default
 
 
 class Encoder:
@@ -111,15 +153,21 @@ class Encoder:
     ``eval.length_buckets``; ``()`` = off) pads each batch to the smallest bucket that holds
     its longest row instead of the full length (``inputs.buckets``, docs/scale.md
     "Length-aware encoding"); rows are sorted by length for that and the vectors returned in
-    the input order. ``tokens`` / ``tokens_at_max`` count the token positions encoded and
-    those full padding would have encoded (empty rows of a short last batch included).
+    the input order. ``pack_row_len`` (default the run's ``eval.pack_row_len``; 0 = off) encodes
+    the question and passage rows several to a row of :func:`packed_row_len` tokens, with
+    block-diagonal attention and restarted positions (``inputs.packing``; docs/scale.md
+    "Packed export"); rows longer than that are padded as above. Both give the full-padding
+    vectors within float tolerance. ``tokens`` / ``tokens_at_max`` count the token positions
+    encoded and those full padding would have encoded (empty rows of a short last batch
+    included); ``packed_passages`` the rows encoded packed.
 
     On a DCSR run :meth:`passages` raises (a passage has no single vector there);
     :meth:`sentences` gives the vectors at given marker positions.
     """
 
     def __init__(self, run, batch_size: int, *, length_buckets: Sequence[int] | None = None,
-                 token_budget: int = 0, in_flight: int = 2):
+                 token_budget: int = 0, in_flight: int = 2, pack_row_len: int | None = None,
+                 call_tokens: int | None = None):
         if run.method.kind != "retriever":
             raise ValueError(f"{run.method.name} is a {run.method.kind}, not a retriever: it has "
                              "no question or passage vectors to export")
@@ -128,70 +176,162 @@ class Encoder:
         self.batch_size = max(data, (batch_size + data - 1) // data * data)
         self.local = self.batch_size // jax.process_count()
         if length_buckets is None:
-            length_buckets = run.config.eval.get("length_buckets", ())
+            length_buckets = _eval_setting(run, "length_buckets", ())
         self.length_buckets = tuple(int(b) for b in length_buckets)
+        if pack_row_len is None:
+            pack_row_len = _eval_setting(run, "pack_row_len", 0)
+        self.pack_row_len = max(0, int(pack_row_len))
         self.tokens = self.tokens_at_max = 0
+        self.packed_passages = 0
         # Export levers (issue 47), off by default: see plan_token_batches; in_flight = batches
         # dispatched before the oldest is copied back (2: one computing while one is collected).
         self.token_budget, self.in_flight = int(token_budget), max(2, int(in_flight))
+        # On a CPU backend, calls are capped at call_tokens token slots per device (rows per
+        # call = call_tokens // the bucket's length, at most batch_size): XLA:CPU encodes
+        # ~1,000-token calls 1.4-2x faster per token than 128-row batches, whose activations
+        # outgrow the caches (docs/scale.md "Encoder calls on the CPU"). Accelerators keep the
+        # batch as given. The vectors do not depend on the call size (float tolerance).
+        if call_tokens is None:
+            call_tokens = _eval_setting(run, "cpu_call_tokens", 0)
+        self.call_tokens = (int(call_tokens) if jax.default_backend() == "cpu"
+                            and not self.token_budget else 0)
         psh = jax.tree.map(lambda x: x.sharding, run.params)
-        self._q, self._p, self._s = _encoder_fns(run.model, psh, run.mesh)
+        self._q, self._p, self._s, self._q_packed, self._p_packed = _encoder_fns(
+            run.model, psh, run.mesh)
 
     def _encode(self, fn, ids: np.ndarray, mask: np.ndarray, *extra: np.ndarray,
-                progress: Progress | None = None) -> np.ndarray:
+                packed_fn=None, progress: Progress | None = None) -> np.ndarray:
         """Encodes the GLOBAL rows ``ids`` (every host passes the same rows), in input order.
 
-        ``extra`` arrays (marker positions) are per row but not along the token axis. A batch
-        is dispatched before the previous one is copied to the host, so the copy and the next
-        batch's host work overlap device compute (jax dispatch is asynchronous).
+        ``extra`` arrays (marker positions) are per row but not along the token axis. With
+        ``packed_fn`` and packing on, the rows that fit a packed row are encoded packed
+        (:meth:`_dispatch_packed`), the others padded. A batch is dispatched before the
+        previous one is copied to the host, so the copy and the next batch's host work overlap
+        device compute (jax dispatch is asynchronous).
         """
         n, full = ids.shape[0], ids.shape[1]
-        buckets = bucket_lib.bucket_lengths(self.length_buckets, full)
-        if self.token_budget:
-            plan = plan_token_batches(bucket_lib.row_lengths(mask), buckets, self.batch_size,
-                                      self.token_budget, self.run.mesh.shape["data"])
-        else:
-            plan = [(r, length, self.batch_size) for r, length in
-                    bucket_lib.plan_batches(bucket_lib.row_lengths(mask), buckets, self.batch_size)]
         result: np.ndarray | None = None
-        pending: list[tuple[np.ndarray, jax.Array]] = []
+        pending: list[tuple[np.ndarray, np.ndarray, jax.Array]] = []
 
-        def collect(rows: np.ndarray, emb) -> None:
+        def collect(rows: np.ndarray, take: np.ndarray, emb) -> None:
             nonlocal result
             emb = np.asarray(multihost_utils.process_allgather(emb, tiled=True)
                              if jax.process_count() > 1 else emb)
             if result is None:
                 result = np.empty((n,) + emb.shape[1:], emb.dtype)
-            result[rows] = emb[:len(rows)]
+            result[rows] = emb[take]
             if progress is not None:
                 progress.update(len(rows))
 
+        def dispatch(rows: np.ndarray, take: np.ndarray, emb) -> None:
+            pending.append((rows, take, emb))
+            if len(pending) >= self.in_flight:
+                collect(*pending.pop(0))
+
+        lengths = bucket_lib.row_lengths(mask)
+        padded = np.arange(n)
+        row_len = packed_row_len(self.pack_row_len, full) if packed_fn is not None else 0
         with jax.set_mesh(self.run.mesh), nn.logical_axis_rules(self.run.rules):
-            for rows, length, size in plan:
-                parts = [ids[rows, :length], mask[rows, :length]] + [a[rows] for a in extra]
-                pad = size - len(rows)
-                if pad:  # fixed shapes: pad the tail with empty rows, dropped in collect
-                    parts = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
-                             for a in parts]
-                self.tokens += size * length
-                self.tokens_at_max += size * full
-                local_n = size // jax.process_count()
-                lo_host = jax.process_index() * local_n
-                local = {str(j): a[lo_host:lo_host + local_n] for j, a in enumerate(parts)}
-                g = mesh_lib.global_batch(local, self.run.mesh)
-                pending.append((rows, fn(self.run.params, *(g[str(j)] for j in range(len(parts))))))
-                if len(pending) >= self.in_flight:
-                    collect(*pending.pop(0))
+            if row_len and not extra and n:
+                # Packed rows need right-padded masks (real tokens first), as tokenize_* give.
+                ok = (lengths > 0) & (lengths <= row_len) & (np.asarray(mask).sum(1) == lengths)
+                if ok.any():
+                    self._dispatch_packed(packed_fn, ids, mask, np.flatnonzero(ok), lengths,
+                                          row_len, dispatch)
+                padded = np.flatnonzero(~ok)
+            if padded.size:
+                self._dispatch_padded(fn, ids, mask, extra, padded, lengths, dispatch)
             for item in pending:
                 collect(*item)
         return result if result is not None else np.zeros((0, 0), np.float32)
+
+    def _dispatch_padded(self, fn, ids, mask, extra, subset: np.ndarray, lengths: np.ndarray,
+                         dispatch) -> None:
+        """Rows ``subset`` in batches padded to their length bucket (or full length)."""
+        full = ids.shape[1]
+        buckets = bucket_lib.bucket_lengths(self.length_buckets, full)
+        data = self.run.mesh.shape["data"]
+        if self.token_budget:
+            plan = plan_token_batches(lengths[subset], buckets, self.batch_size,
+                                      self.token_budget, data)
+        elif self.call_tokens:
+            plan = plan_token_batches(lengths[subset], buckets, data, self.call_tokens * data,
+                                      data, max_rows=self.batch_size)
+        else:
+            plan = [(r, length, self.batch_size) for r, length in
+                    bucket_lib.plan_batches(lengths[subset], buckets, self.batch_size)]
+        for local_rows, length, size in plan:
+            rows = subset[local_rows]
+            parts = [ids[rows, :length], mask[rows, :length]] + [a[rows] for a in extra]
+            pad = size - len(rows)
+            if pad:  # fixed shapes: pad the tail with empty rows, dropped in collect
+                parts = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
+                         for a in parts]
+            self.tokens += size * length
+            self.tokens_at_max += size * full
+            local_n = size // jax.process_count()
+            lo_host = jax.process_index() * local_n
+            local = {str(j): a[lo_host:lo_host + local_n] for j, a in enumerate(parts)}
+            g = mesh_lib.global_batch(local, self.run.mesh)
+            dispatch(rows, np.arange(len(rows)),
+                     fn(self.run.params, *(g[str(j)] for j in range(len(parts)))))
+
+    def _dispatch_packed(self, fn, ids, mask, subset: np.ndarray, lengths: np.ndarray,
+                         row_len: int, dispatch) -> None:
+        """Rows ``subset`` packed into rows of ``row_len`` (``inputs.packing``; docs/scale.md
+        "Packed export"): one assignment over all of them (best fit), then calls of S data
+        shards x ``shard_rows`` packed rows (:func:`packed_calls`), as many token slots per
+        call as a padded batch at full length (on a CPU, at most ``call_tokens``). Each
+        shard's rows are laid out on their own, so its ``starts`` index its own tokens; a shard
+        takes at most ``row_len // 8`` passages a row, which fixes the ``starts`` length
+        (unused entries gather token 0 and are dropped)."""
+        full = ids.shape[1]
+        shards = self.run.mesh.shape["data"]
+        max_segments = max(2, row_len // 8)
+        rows = packing.assign_rows(lengths[subset], row_len, max_segments)
+        shard_rows = max(1, self.batch_size * full // (row_len * shards))
+        if self.call_tokens:
+            shard_rows = max(1, min(shard_rows, self.call_tokens // row_len))
+        hosts, me = jax.process_count(), jax.process_index()
+        mine = range(me * shards // hosts, (me + 1) * shards // hosts)
+        for lo, size in packed_calls(len(rows), shard_rows, shards):
+            per = size * max_segments
+            fields: dict[str, list[np.ndarray]] = {k: [] for k in
+                                                  ("ids", "mask", "seg", "pos", "starts")}
+            members, takes = [], []
+            for s in range(shards):
+                shard = rows[lo + s * size:lo + (s + 1) * size]
+                sel = np.array(sorted(i for row in shard for i in row), np.int64)
+                members.append(subset[sel])
+                takes.append(s * per + np.arange(len(sel)))
+                if s not in mine:
+                    continue
+                # layout over the shard's own passages: renumber the assignment into them.
+                where = {int(i): k for k, i in enumerate(sel)}
+                b = packing.layout(ids[subset[sel]], mask[subset[sel]],
+                                   [[where[i] for i in row] for row in shard], row_len,
+                                   num_rows=size)
+                starts = np.zeros(per, np.int32)
+                starts[:len(sel)] = b.starts
+                for k, a in (("ids", b.ids), ("mask", b.mask), ("seg", b.segment_ids),
+                             ("pos", b.position_ids), ("starts", starts)):
+                    fields[k].append(a)
+            passages = sum(len(m) for m in members)
+            self.tokens += shards * size * row_len
+            self.tokens_at_max += passages * full
+            self.packed_passages += passages
+            local = {k: np.stack(v).astype(np.int32 if k != "ids" else ids.dtype)
+                     for k, v in fields.items()}
+            g = mesh_lib.global_batch(local, self.run.mesh)
+            dispatch(np.concatenate(members), np.concatenate(takes),
+                     fn(self.run.params, g["ids"], g["mask"], g["seg"], g["pos"], g["starts"]))
 
     def padding_removed(self) -> float:
         """Share of the token positions of full padding not encoded so far."""
         return bucket_lib.padding_removed(self.tokens, self.tokens_at_max)
 
     def questions(self, ids, mask, *, progress: Progress | None = None) -> np.ndarray:
-        return self._encode(self._q, ids, mask, progress=progress)
+        return self._encode(self._q, ids, mask, packed_fn=self._q_packed, progress=progress)
 
     def passages(self, ids, mask, *, progress: Progress | None = None) -> np.ndarray:
         if self.run.method.unit != "passage":
@@ -200,7 +340,7 @@ class Encoder:
                 "has no single vector (docs/method.md §4). Retrieval works (it ranks passages "
                 "by HasAns over their sentences); passage-level AAR / robustness are not "
                 "supported for such runs (see docs/dcsr.md).")
-        return self._encode(self._p, ids, mask, progress=progress)
+        return self._encode(self._p, ids, mask, packed_fn=self._p_packed, progress=progress)
 
     def sentences(self, ids, mask, positions, *, progress: Progress | None = None) -> np.ndarray:
         """float32 [n, S, D]: passage-encoder outputs at ``positions`` [n, S] (docs/method.md §4)."""
@@ -222,11 +362,13 @@ def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
 
 
 def plan_token_batches(lengths: np.ndarray, buckets: Sequence[int], batch_size: int,
-                       token_budget: int, multiple: int = 1) -> list[tuple[np.ndarray, int, int]]:
+                       token_budget: int, multiple: int = 1, max_rows: int = 0
+                       ) -> list[tuple[np.ndarray, int, int]]:
     """``[(row indices, padded length, batch rows)]``: rows longest first (as
     ``inputs.buckets.plan_batches``), each batch as many rows as ``token_budget`` tokens allow at
-    its bucket length (at least ``batch_size``, a multiple of ``multiple``), so short buckets
-    run larger batches at a fixed token count (gpu-levers.md §5.2 lever 4). A bucket's batch
+    its bucket length (at least ``batch_size``, at most ``max_rows`` when > 0, a multiple of
+    ``multiple``), so short buckets run larger batches at a fixed token count (gpu-levers.md
+    §5.2 lever 4; with ``max_rows``, the CPU's call cap of :class:`Encoder`). A bucket's batch
     size is set by its longest row; the batch's bucket is then that of its own longest row."""
     lengths = np.asarray(lengths, np.int64)
     order = np.argsort(-lengths, kind="stable")
@@ -234,6 +376,8 @@ def plan_token_batches(lengths: np.ndarray, buckets: Sequence[int], batch_size: 
     while lo < len(order):
         length = bucket_lib.fit_bucket(int(lengths[order[lo]]), buckets)
         size = max(batch_size, token_budget // length // multiple * multiple)
+        if max_rows:
+            size = min(size, max_rows)
         rows = order[lo:lo + size]
         out.append((rows, length, size))
         lo += size
