@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import tiny_run
 
+from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.retrieval import export
 
 
@@ -136,3 +137,12 @@ def test_call_cap_sets_rows_per_call_on_the_cpu(run):
     # 2), 8 at 16 (128 // 16), never more than batch_size
     assert calls and all(b == max(2, 128 // length // 2 * 2) for b, length in calls)
     assert export.Encoder(run, 16, token_budget=256).call_tokens == 0  # the lever wins
+
+
+def test_call_rows_and_the_cpu_cap():
+    assert mesh_lib.call_rows(64, 128, 2, 0) == 64            # no cap: the batch as given
+    assert mesh_lib.call_rows(64, 128, 2, 1024) == 16         # 1024 tokens x 2 shards // 128
+    assert mesh_lib.call_rows(64, 96, 2, 1024) == 20          # 21 rounded down to a multiple of 2
+    assert mesh_lib.call_rows(8, 32, 2, 1024) == 8            # never above batch_size
+    assert mesh_lib.call_rows(64, 4096, 2, 1024) == 2         # never below the shards
+    assert mesh_lib.cpu_call_tokens(512) == 512 and mesh_lib.cpu_call_tokens(None) == 0

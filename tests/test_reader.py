@@ -1,6 +1,7 @@
 """The extractive reader (docs/readers.md): answer spans in tokenised passages, the reader row
 format, span decoding, the loss, a tiny reader learning a toy task, exact resume, bad input."""
 
+import dataclasses
 import json
 
 import jax
@@ -184,6 +185,20 @@ def test_tiny_reader_learns_the_toy_task(tmp_path):
     em1, _ = qa_scores([p.text for p in preds[1]], [r.answers for r in recs])
     top1 = [r["ctxs"][0]["has_answer"] for r in test]
     assert np.mean(em1) <= np.mean(top1)  # at k = 1 only questions whose top passage answers
+
+    # The CPU call cap (eval.cpu_call_tokens) changes only how many rows a call reads: the same
+    # predictions with no cap and with calls of a few rows (scores within float tolerance).
+    for cap in (0, 96):
+        cfg = run.config.copy_and_resolve_references()
+        cfg.eval.cpu_call_tokens = cap
+        other = dataclasses.replace(run, config=cfg)
+        again = other.method.predict(other, [r.question for r in recs], [r.ctxs for r in recs],
+                                     [1, 4], batch_size=16)
+        for k in (1, 4):
+            assert [(p.text, p.passage_id) for p in again[k]] == [(p.text, p.passage_id)
+                                                                  for p in preds[k]]
+            np.testing.assert_allclose([p.score or 0.0 for p in again[k]], [p.score or 0.0 for p in preds[k]],
+                                       rtol=1e-5, atol=1e-5)
 
 
 def test_killed_then_resumed_reader_equals_an_uninterrupted_one(tmp_path):

@@ -205,7 +205,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.pack_row_len = 0
     # On a CPU backend: at most this many token slots per device in one encoder call (rows =
     # this // the bucket's length, at most batch_size); 0 = batch_size rows. Accelerators ignore
-    # it. ~1,000-token calls stay in the caches (docs/scale.md "Encoder calls on the CPU").
+    # it. ~1,000-token calls stay in the caches (docs/scale.md "Inference calls on the CPU").
+    # The extractive reader's inference (DPR reader, end-to-end EM) follows it too.
     c.eval.cpu_call_tokens = 1024
     c.eval.aar_strategies = ("sentence", "answer")  # AAR (PiCL Def. 3) and EADPR's AA score
     c.eval.robustness_counts = ()               # e.g. (0, 1, 2, 5, 10, 20): EADPR Fig. 5; () = off

@@ -128,7 +128,8 @@ def _reader_fn(run):
 
 def _read_pairs(run, fn, pairs: list[tuple[str, Any]], batch_size: int) -> list[_Reading]:
     """Reads (question, passage) pairs: rows grouped by padded length, one jitted call per
-    batch, spans widened to whole words and mapped back to the passage text by offsets."""
+    batch (on a CPU, at most ``eval.cpu_call_tokens`` token slots per device: mesh.call_rows),
+    spans widened to whole words and mapped back to the passage text by offsets."""
     tok = run.tokenizer
     r = run.config.reader
     cls_id, sep_id = special_ids(tok)
@@ -152,15 +153,29 @@ def _read_pairs(run, fn, pairs: list[tuple[str, Any]], batch_size: int) -> list[
     order = sorted(range(len(pairs)), key=lambda i: len(rows[i]))
     data = run.mesh.shape["data"]
     bs = max(data, (batch_size + data - 1) // data * data)
+    cap = mesh_lib.cpu_call_tokens(run.config.get("eval", {}).get("cpu_call_tokens", 0))
+
+    def padded(i: int) -> int:
+        return min(max_len, -(-len(rows[i]) // _LENGTH_STEP) * _LENGTH_STEP)
+
     with jax.set_mesh(run.mesh), nn.logical_axis_rules(run.rules):
-        for b0 in range(0, len(order), bs):
-            idx = order[b0:b0 + bs]
-            length = min(max_len, -(-max(len(rows[i]) for i in idx) // _LENGTH_STEP) * _LENGTH_STEP)
+        b0 = 0
+        while b0 < len(order):
+            # Rows ascend in length: the most rows whose own padded length allows that many
+            # in one call (mesh.call_rows; batch_size rows without a cap). The shape is
+            # (call_rows(length), length), so each length compiles once.
+            n = min(bs, len(order) - b0)
+            while n > data and n > mesh_lib.call_rows(bs, padded(order[b0 + n - 1]), data, cap):
+                n -= 1
+            idx = order[b0:b0 + n]
+            b0 += n
+            length = padded(idx[-1])
+            size = mesh_lib.call_rows(bs, length, data, cap)
             ids, mask, types = pad_reader_rows([rows[i] for i in idx], [len(q_rows[pairs[i][0]]) for i in idx],
                                                length, pad_id)
             arrays = [ids, mask, types, np.asarray([lo[i] for i in idx], np.int32),
                       np.asarray([hi[i] for i in idx], np.int32)]
-            pad = bs - len(idx)
+            pad = size - len(idx)
             if pad:  # fixed batch shape: empty rows (lo = hi = 0), dropped below
                 arrays = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)]) for a in arrays]
             g = mesh_lib.global_batch({str(j): a for j, a in enumerate(arrays)}, run.mesh)

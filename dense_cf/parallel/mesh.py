@@ -75,6 +75,24 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
     return {k: jax.make_array_from_process_local_data(sh, v) for k, v in local.items()}
 
 
+def cpu_call_tokens(config_value: Any) -> int:
+    """The inference call cap in effect: ``config_value`` (``eval.cpu_call_tokens``: token slots
+    per device in one encoder or reader call) on a CPU backend, 0 (no cap) on accelerators.
+    XLA:CPU runs ~1,000-token inference calls 1.3-2x faster per token than 64- or 128-row
+    batches, whose activations outgrow the caches (docs/scale.md "Inference calls on the
+    CPU"); accelerators want large calls."""
+    return max(0, int(config_value or 0)) if jax.default_backend() == "cpu" else 0
+
+
+def call_rows(batch_size: int, length: int, multiple: int, call_tokens: int) -> int:
+    """Rows of one inference call of rows padded to ``length``: ``batch_size``, or with a cap
+    ``call_tokens`` > 0 (:func:`cpu_call_tokens`) at most ``call_tokens * multiple // length``
+    rounded down to a multiple of ``multiple`` (the data shards), never fewer than ``multiple``."""
+    if not call_tokens:
+        return batch_size
+    return max(multiple, min(batch_size, call_tokens * multiple // length // multiple * multiple))
+
+
 def init_sharded(init: Any, rng: jax.Array, shardings: Any, host: bool | None = None) -> Any:
     """``init(rng)`` (a one-off random initialisation) placed in ``shardings``.
 

@@ -187,14 +187,12 @@ class Encoder:
         # dispatched before the oldest is copied back (2: one computing while one is collected).
         self.token_budget, self.in_flight = int(token_budget), max(2, int(in_flight))
         # On a CPU backend, calls are capped at call_tokens token slots per device (rows per
-        # call = call_tokens // the bucket's length, at most batch_size): XLA:CPU encodes
-        # ~1,000-token calls 1.4-2x faster per token than 128-row batches, whose activations
-        # outgrow the caches (docs/scale.md "Encoder calls on the CPU"). Accelerators keep the
-        # batch as given. The vectors do not depend on the call size (float tolerance).
+        # call = call_tokens // the bucket's length, at most batch_size; mesh.cpu_call_tokens).
+        # Accelerators keep the batch as given. The vectors do not depend on the call size
+        # (float tolerance).
         if call_tokens is None:
             call_tokens = _eval_setting(run, "cpu_call_tokens", 0)
-        self.call_tokens = (int(call_tokens) if jax.default_backend() == "cpu"
-                            and not self.token_budget else 0)
+        self.call_tokens = 0 if self.token_budget else mesh_lib.cpu_call_tokens(call_tokens)
         psh = jax.tree.map(lambda x: x.sharding, run.params)
         self._q, self._p, self._s, self._q_packed, self._p_packed = _encoder_fns(
             run.model, psh, run.mesh)
