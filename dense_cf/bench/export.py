@@ -19,11 +19,21 @@ against length buckets (``--length_buckets``) in one command, alternating A/B ``
 times, and prints both medians, their ratio, the largest difference between the two exports'
 vectors, and the share of passage tokens training batches of this corpus would not compute
 with ``data.length_buckets`` set to the same buckets (docs/scale.md, "Length-aware encoding").
+
+``--sweep=ARM,ARM,...`` times encoder settings against each other in one command on the same
+pre-tokenised rows (encoding only), alternating the arms' order every round (``--repeats``
+rounds of all ``--passages``): an arm is ``cN`` (CPU calls of at most N token slots per device,
+``eval.cpu_call_tokens``; ``c0`` = ``--batch_size`` rows a call), optionally ``+pR`` (packed rows
+of R tokens, ``eval.pack_row_len``), e.g. ``--sweep=c0,c512,c1024,c2048,c1024+p256``. It prints
+each arm's median passages/s, its ratio to the first arm with the per-round ratios, and the
+largest difference of its vectors from the first arm's (docs/scale.md "Inference calls on the
+CPU").
 """
 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -35,10 +45,11 @@ from flax import linen as nn
 
 from dense_cf import app as _app
 from dense_cf.bench import accelerator as accel
+from dense_cf.bench.common import cpu_description
 from dense_cf.bench.rss import peak_rss_mb
 from dense_cf.configs.base import base_config
 from dense_cf.datasets.formats import write_corpus_tsv
-from dense_cf.files import write_json
+from dense_cf.files import UserError, write_json
 from dense_cf.inputs import buckets as bucket_lib
 from dense_cf.models.bert import axis_rules_for
 from dense_cf.models.tokenizer import load_tokenizer
@@ -84,6 +95,8 @@ _IN_FLIGHT = flags.DEFINE_integer("in_flight", 2, "Batches dispatched before the
                                   "collected.", flag_values=FLAGS)
 _BG = flags.DEFINE_bool("background_write", False, "Write shards on a background thread.",
                         flag_values=FLAGS)
+_SWEEP = flags.DEFINE_list("sweep", [], "Encoder arms timed against each other: cN[+pR] "
+                           "(module docstring).", flag_values=FLAGS)
 _TRAIN_BATCH = flags.DEFINE_integer("train_rows", 48, "--compare: passage rows of a training "
                                     "batch (global_batch x (1 + hard + cf)) for the training "
                                     "padding share.", flag_values=FLAGS)
@@ -170,6 +183,46 @@ def _compare(run, rows, tmp: str, buckets: tuple[int, ...]) -> dict:
                                              buckets, _LP.value)}
 
 
+def parse_arm(arm: str) -> tuple[int, int]:
+    """``cN[+pR]`` -> (call_tokens N, pack_row_len R or 0); a UserError names a bad arm."""
+    m = re.fullmatch(r"c(\d+)(?:\+p(\d+))?", arm.strip())
+    if not m:
+        raise UserError(f"--sweep takes arms like c1024 or c1024+p256, got {arm!r}")
+    return int(m.group(1)), int(m.group(2) or 0)
+
+
+def _sweep(run, rows, buckets: tuple[int, ...], arms: list[str]) -> dict:
+    """Every arm's encoder over the same tokenised rows, the arms' order rotated per round."""
+    ids, mask = export.tokenize_passages(run.tokenizer, [r[2] for r in rows], [r[1] for r in rows],
+                                         _LP.value)
+    encoders = {}
+    for arm in arms:
+        call, pack = parse_arm(arm)
+        encoders[arm] = export.Encoder(run, _BATCH.value, length_buckets=buckets,
+                                       call_tokens=call, pack_row_len=pack)
+    vectors = {arm: enc.passages(ids, mask) for arm, enc in encoders.items()}  # compiles
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    for r in range(_REPEATS.value):
+        order = arms[r % len(arms):] + arms[:r % len(arms)]
+        for arm in order:
+            t0 = time.perf_counter()
+            encoders[arm].passages(ids, mask)
+            times[arm].append(time.perf_counter() - t0)
+        print(f"round {r}: " + ", ".join(f"{a} {len(rows) / times[a][-1]:.1f}/s" for a in arms),
+              flush=True)
+    first = arms[0]
+    out = {"cpu": cpu_description(), "arms": {}}
+    for arm in arms:
+        med = statistics.median(times[arm])
+        out["arms"][arm] = {
+            "call_tokens": encoders[arm].call_tokens, "pack_row_len": parse_arm(arm)[1],
+            "passages_per_s": round(len(rows) / med, 1),
+            "speedup_vs_first": round(statistics.median(times[first]) / med, 3),
+            "per_round_vs_first": [round(a / b, 3) for a, b in zip(times[first], times[arm])],
+            "max_abs_diff_vs_first": float(np.abs(vectors[arm] - vectors[first]).max())}
+    return out
+
+
 def main(argv) -> None:
     del argv
 
@@ -210,6 +263,16 @@ def main(argv) -> None:
                 "token_table": _TABLE.value, "replicated": len(rows) > len(corpus),
                 "token_budget": _BUDGET.value, "in_flight": _IN_FLIGHT.value,
                 "background_write": _BG.value}
+        if _SWEEP.value:
+            res = {**head, **_sweep(run, rows, buckets, [a.strip() for a in _SWEEP.value])}
+            for k, v in res.items():
+                if k != "arms":
+                    print(f"{k:>24}: {v}")
+            for arm, v in res["arms"].items():
+                print(f"{arm:>24}: " + ", ".join(f"{k} {x}" for k, x in v.items()))
+            if _JSON.value:
+                write_json(_JSON.value, res)
+            return
         if _COMPARE.value:
             for k, v in {**head, **_compare(run, rows, tmp, buckets)}.items():
                 print(f"{k:>24}: {v}")

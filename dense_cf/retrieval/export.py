@@ -17,8 +17,10 @@ Shards are written atomically (tmp + rename), so an interrupted export resumes b
 finished shards. Encoding runs on the run's mesh: each batch is split over the ``data`` axis;
 on several hosts every host feeds its slice of the batch and host 0 writes the shards (a shared
 file system is assumed, as for checkpoints). Rows are encoded in length buckets
-(``eval.length_buckets``, :class:`Encoder`): the vectors match full padding within float
-tolerance, so bucketing is no setting of a shard and does not change its key.
+(``eval.length_buckets``, :class:`Encoder`), on a CPU in calls of at most
+``eval.cpu_call_tokens`` token slots per device, and optionally packed (``eval.pack_row_len``):
+the vectors match full padding within float tolerance, so none of these is a setting of a shard
+or changes its key.
 
 Reuse is keyed by content, not by row counts. Every shard has a record ``shard-00000.json``
 (written before its embeddings) holding the sha256 of its rows and the encoding settings (unit,
