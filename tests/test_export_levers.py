@@ -146,3 +146,9 @@ def test_call_rows_and_the_cpu_cap():
     assert mesh_lib.call_rows(8, 32, 2, 1024) == 8            # never above batch_size
     assert mesh_lib.call_rows(64, 4096, 2, 1024) == 2         # never below the shards
     assert mesh_lib.cpu_call_tokens(512) == 512 and mesh_lib.cpu_call_tokens(None) == 0
+
+
+def test_accelerators_ignore_the_cpu_call_cap(monkeypatch, run):
+    monkeypatch.setattr(mesh_lib.jax, "default_backend", lambda: "gpu")
+    assert mesh_lib.cpu_call_tokens(1024) == 0
+    assert export.Encoder(run, 16, call_tokens=1024).call_tokens == 0

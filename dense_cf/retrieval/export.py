@@ -415,11 +415,11 @@ def encode_in_slices(fn, *arrays: np.ndarray, encoder=None, progress: Progress |
                      ) -> np.ndarray:
     """``fn(*arrays)`` (an encoder method) called on slices of rows, counting rows in ``progress``.
 
-    Slices are a multiple of the encoder's batch size, so without length buckets every batch
-    holds the same rows as one call over all rows would: the vectors are identical, only
-    progress is reported in between (with buckets, each slice is sorted by length on its own:
-    equal within float tolerance). Works with any encoder whose methods take row arrays
-    (``batch_size`` defaults to 128).
+    Slices are a multiple of the encoder's batch size, so without length buckets, a CPU call
+    cap or packing every batch holds the same rows as one call over all rows would: the vectors
+    are identical, only progress is reported in between (with any of them, each slice is
+    planned on its own: equal within float tolerance). Works with any encoder whose methods
+    take row arrays (``batch_size`` defaults to 128).
     """
     n = len(arrays[0])
     rows = int(getattr(encoder, "batch_size", 128)) * 8
