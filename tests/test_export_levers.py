@@ -152,3 +152,40 @@ def test_accelerators_ignore_the_cpu_call_cap(monkeypatch, run):
     monkeypatch.setattr(mesh_lib.jax, "default_backend", lambda: "gpu")
     assert mesh_lib.cpu_call_tokens(1024) == 0
     assert export.Encoder(run, 16, call_tokens=1024).call_tokens == 0
+
+
+@pytest.mark.parametrize("pack", [0, 32])
+def test_each_host_feeds_its_own_shards(monkeypatch, run, pack):
+    """On 2 hosts of the 2-shard mesh, each host passes its half of every call's rows (padded
+    batches) or its own shard's packed rows: stacked in host order they are the one-host call's
+    arrays. Checked by recording what each simulated host hands to mesh.global_batch."""
+    ids, mask = _mixed(run, n=30)
+
+    def calls(hosts, host):
+        seen = []
+        monkeypatch.setattr(export.jax, "process_count", lambda: hosts)
+        monkeypatch.setattr(export.jax, "process_index", lambda: host)
+        monkeypatch.setattr(export.multihost_utils, "process_allgather", lambda x, tiled: x)
+
+        def record(local, mesh):
+            seen.append({k: np.array(v) for k, v in local.items()})
+            return local
+
+        monkeypatch.setattr(export.mesh_lib, "global_batch", record)
+        enc = export.Encoder(run, 8, length_buckets=(16, 32, 48), pack_row_len=pack,
+                             call_tokens=64)
+        hidden = run.model.config.hidden_size
+        enc._p = lambda params, i, m: np.zeros((len(i) * hosts, hidden), np.float32)
+        enc._p_packed = lambda params, i, m, g, p, st: np.zeros((st.size * hosts, hidden),
+                                                                np.float32)
+        enc.passages(ids, mask)
+        return seen
+
+    one = calls(1, 0)
+    halves = [calls(2, h) for h in (0, 1)]
+    assert len(one) == len(halves[0]) == len(halves[1]) > 1
+    assert any("seg" in c for c in one) == bool(pack)  # packed calls were made (or not)
+    for whole, a, b in zip(one, *halves):
+        assert whole.keys() == a.keys() == b.keys()
+        for k in whole:
+            np.testing.assert_array_equal(np.concatenate([a[k], b[k]]), whole[k])
