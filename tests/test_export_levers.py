@@ -82,10 +82,10 @@ def test_packed_calls_cover_the_rows_in_few_shapes():
     assert export.packed_row_len(0, 96) == 0
 
 
-def test_plan_token_batches_caps_rows_at_max_rows():
+def test_capped_plan_sizes_batches_by_call_rows():
     lengths = np.array([5, 60, 17, 33, 2, 64, 9, 40, 12, 30] * 7)
-    plan = export.plan_token_batches(lengths, (16, 32, 48, 64), batch_size=2, token_budget=256,
-                                     multiple=2, max_rows=6)
+    plan = export.plan_length_batches(lengths, (16, 32, 48, 64),
+                                      lambda length: mesh_lib.call_rows(6, length, 2, 128))
     assert sorted(np.concatenate([r for r, _, _ in plan]).tolist()) == list(range(70))
     for r, length, size in plan:
         assert size == min(6, max(2, 256 // length // 2 * 2)) and len(r) <= size

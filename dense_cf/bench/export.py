@@ -215,7 +215,7 @@ def _sweep(run, rows, buckets: tuple[int, ...], arms: list[str]) -> dict:
     for arm in arms:
         med = statistics.median(times[arm])
         out["arms"][arm] = {
-            "call_tokens": encoders[arm].call_tokens, "pack_row_len": parse_arm(arm)[1],
+            "call_tokens": encoders[arm].call_tokens, "pack_row_len": encoders[arm].pack_row_len,
             "passages_per_s": round(len(rows) / med, 1),
             "speedup_vs_first": round(statistics.median(times[first]) / med, 3),
             "per_round_vs_first": [round(a / b, 3) for a, b in zip(times[first], times[arm])],

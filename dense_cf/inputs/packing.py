@@ -92,7 +92,7 @@ def pack(ids: np.ndarray, mask: np.ndarray, row_len: int, *, num_rows: int = 0,
     if num_rows and len(rows) > num_rows:
         raise ValueError(f"{len(rows)} rows of {row_len} tokens needed for {len(lengths)} "
                          f"passages, num_rows={num_rows}")
-    return layout(ids, mask, rows, row_len, num_rows=num_rows, pad_id=pad_id)
+    return _layout(ids, lengths, rows, row_len, num_rows, pad_id)
 
 
 def _checked(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -113,9 +113,14 @@ def layout(ids: np.ndarray, mask: np.ndarray, rows: Sequence[Sequence[int]], row
     """The packed arrays of a given assignment ``rows`` (passage indices into ``ids`` per row,
     e.g. a slice of :func:`assign_rows`' answer); ``starts`` has one entry per passage of
     ``ids``, 0 for a passage in no row. ``num_rows`` > 0 pads with empty rows to that count."""
-    ids, mask, lengths = _checked(ids, mask)
+    ids, _, lengths = _checked(ids, mask)
     if num_rows and len(rows) > num_rows:
         raise ValueError(f"{len(rows)} rows given, num_rows={num_rows}")
+    return _layout(ids, lengths, rows, row_len, num_rows, pad_id)
+
+
+def _layout(ids: np.ndarray, lengths: np.ndarray, rows: Sequence[Sequence[int]], row_len: int,
+            num_rows: int, pad_id: int) -> PackedBatch:
     r_count = num_rows or len(rows)
     out_ids = np.full((r_count, row_len), pad_id, ids.dtype)
     seg = np.zeros((r_count, row_len), np.int32)

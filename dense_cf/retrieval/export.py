@@ -58,7 +58,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -143,9 +143,8 @@ def packed_calls(n_rows: int, shard_rows: int, shards: int) -> list[tuple[int, i
 
 def _eval_setting(run, key: str, default: Any) -> Any:
     """``run.config.eval[key]``, or ``default`` where the run's config has no such entry (a
-    run saved before it existed, or a benchmark's bare config)."""
-    ev = run.config.get("eval") if isinstance(run.config, dict) else getattr(run.config, "eval", None)
-    return ev.get(key, default) if ev is not None else default
+    run saved before it existed, or a benchmark's bare config: a ConfigDict or a dict)."""
+    return (run.config.get("eval") or {}).get(key, default)
 
 
 class Encoder:
@@ -255,8 +254,8 @@ class Encoder:
             plan = plan_token_batches(lengths[subset], buckets, self.batch_size,
                                       self.token_budget, data)
         elif self.call_tokens:
-            plan = plan_token_batches(lengths[subset], buckets, data, self.call_tokens * data,
-                                      data, max_rows=self.batch_size)
+            plan = plan_length_batches(lengths[subset], buckets, lambda length: mesh_lib.call_rows(
+                self.batch_size, length, data, self.call_tokens))
         else:
             plan = [(r, length, self.batch_size) for r, length in
                     bucket_lib.plan_batches(lengths[subset], buckets, self.batch_size)]
@@ -361,27 +360,30 @@ def encode_questions(run, questions: Sequence[str], *, batch_size: int = 64,
     return encoder.questions(ids, mask)
 
 
-def plan_token_batches(lengths: np.ndarray, buckets: Sequence[int], batch_size: int,
-                       token_budget: int, multiple: int = 1, max_rows: int = 0
-                       ) -> list[tuple[np.ndarray, int, int]]:
+def plan_length_batches(lengths: np.ndarray, buckets: Sequence[int],
+                        rows_at: Callable[[int], int]) -> list[tuple[np.ndarray, int, int]]:
     """``[(row indices, padded length, batch rows)]``: rows longest first (as
-    ``inputs.buckets.plan_batches``), each batch as many rows as ``token_budget`` tokens allow at
-    its bucket length (at least ``batch_size``, at most ``max_rows`` when > 0, a multiple of
-    ``multiple``), so short buckets run larger batches at a fixed token count (gpu-levers.md
-    §5.2 lever 4; with ``max_rows``, the CPU's call cap of :class:`Encoder`). A bucket's batch
-    size is set by its longest row; the batch's bucket is then that of its own longest row."""
+    ``inputs.buckets.plan_batches``), each batch ``rows_at(length)`` rows, ``length`` the bucket
+    of its longest row. A batch's size is set by its longest row; the batch's bucket is then
+    that of its own longest row."""
     lengths = np.asarray(lengths, np.int64)
     order = np.argsort(-lengths, kind="stable")
     out, lo = [], 0
     while lo < len(order):
         length = bucket_lib.fit_bucket(int(lengths[order[lo]]), buckets)
-        size = max(batch_size, token_budget // length // multiple * multiple)
-        if max_rows:
-            size = min(size, max_rows)
-        rows = order[lo:lo + size]
-        out.append((rows, length, size))
+        size = rows_at(length)
+        out.append((order[lo:lo + size], length, size))
         lo += size
     return out
+
+
+def plan_token_batches(lengths: np.ndarray, buckets: Sequence[int], batch_size: int,
+                       token_budget: int, multiple: int = 1) -> list[tuple[np.ndarray, int, int]]:
+    """:func:`plan_length_batches` with as many rows as ``token_budget`` tokens allow at each
+    bucket length (at least ``batch_size``, a multiple of ``multiple``), so short buckets run
+    larger batches at a fixed token count (gpu-levers.md §5.2 lever 4)."""
+    return plan_length_batches(
+        lengths, buckets, lambda length: max(batch_size, token_budget // length // multiple * multiple))
 
 
 class ShardWriter:
