@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from dense_cf.parallel import distributed as dist
+from dense_cf.parallel.xla_flags import ADOPTED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "launch")
@@ -227,6 +228,23 @@ def test_slurm_sbatch_dry_run(fake):
     assert [c["argv"][0] for c in calls] == ["scontrol"]  # srun not executed
     line = [l for l in r.stdout.splitlines() if l.startswith("+ srun")][0]
     assert shlex.split(line[2:])[-2:] == [f"--coordinator_address=a1:{5 + 61440}", "--workdir=/w x"]
+
+
+def test_slurm_sbatch_sets_the_adopted_xla_flags_this_jaxlib_accepts(fake):
+    """The batch script probes dense_cf.parallel.xla_flags.ADOPTED["gpu"] with the job's
+    interpreter: each flag is either added to XLA_FLAGS or named as rejected; the user's own
+    XLA_FLAGS stay first; DENSE_CF_XLA_FLAGS=off leaves them alone."""
+    common = dict(DRY_RUN="1", SLURM_JOB_ID="5", SLURM_JOB_NODELIST="a1", PYTHON=sys.executable,
+                  DENSE_CF_DIR=ROOT, PYTHONPATH=ROOT, XLA_FLAGS="--xla_dump_to=/tmp/d")
+    r, _ = fake("slurm_gpu.sbatch", "--workdir=/w", **common)
+    line = [x for x in r.stdout.splitlines() if x.startswith("XLA_FLAGS=")][0]
+    flags = line[len("XLA_FLAGS="):].split()
+    assert flags[0] == "--xla_dump_to=/tmp/d"
+    for flag, _ in ADOPTED["gpu"]:
+        assert (flag in flags) != (f"rejects {flag}" in r.stderr), (flag, r.stderr)
+    assert set(flags[1:]) <= {f for f, _ in ADOPTED["gpu"]}
+    r, _ = fake("slurm_gpu.sbatch", "--workdir=/w", DENSE_CF_XLA_FLAGS="off", **common)
+    assert "XLA_FLAGS=--xla_dump_to=/tmp/d\n" in r.stdout
 
 
 def test_preempted_training_is_restarted(fake):

@@ -39,6 +39,7 @@ from dense_cf.bench.common import batch_shapes, cpu_description, jitted_train_st
 from dense_cf.bench.vs_torch import alternate, paired_summary, step_config
 from dense_cf.files import UserError
 from dense_cf.parallel import mesh as mesh_lib
+from dense_cf.parallel.xla_flags import env_with_xla_flags, probe
 from dense_cf.retrieval import export
 from dense_cf.train import run as loop
 
@@ -77,10 +78,6 @@ DEFAULT_VARIANTS: tuple[tuple[str, str, str], ...] = (
     ("2 host devices", "--xla_force_host_platform_device_count=2", ""),
 )
 
-_PROBE = ("import jax, jax.numpy as jnp\n"
-          "x = jnp.arange(64 * 64, dtype=jnp.float32).reshape(64, 64) / 4096\n"
-          "print(float(jax.jit(lambda a: (a @ a).sum())(x)))\n")
-
 
 def parse_variants(spec: str) -> list[tuple[str, str, str]]:
     """``"a=FLAGS@impl;b=FLAGS"`` -> ``[(name, flags, attention_impl)]``; empty: the defaults."""
@@ -96,26 +93,6 @@ def parse_variants(spec: str) -> list[tuple[str, str, str]]:
     if len({n for n, _, _ in out}) != len(out):
         raise UserError(f"--variants repeats a name: {spec!r}")
     return out
-
-
-def env_with_xla_flags(xla_flags: str) -> dict[str, str]:
-    """This process's environment with ``xla_flags`` appended to ``XLA_FLAGS`` (for a child)."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(x for x in (env.get("XLA_FLAGS", ""), xla_flags) if x)
-    return env
-
-
-def probe(xla_flags: str, timeout: float = 300.0) -> tuple[bool, str]:
-    """Whether XLA accepts ``xla_flags`` (a child process runs a tiny jitted matmul with them):
-    ``(accepted, the child's last line of error output when not)``."""
-    if not xla_flags:
-        return True, ""
-    p = subprocess.run([sys.executable, "-c", _PROBE], env=env_with_xla_flags(xla_flags), capture_output=True,
-                       text=True, timeout=timeout)
-    if p.returncode == 0:
-        return True, ""
-    lines = [x for x in p.stderr.strip().splitlines() if x.strip()]
-    return False, (lines[-1] if lines else f"exit {p.returncode}")[:300]
 
 
 # ------------------------------------------------------------------ the worker (child process)

@@ -50,8 +50,8 @@ from flax import linen as nn
 from dense_cf import app as _app
 from dense_cf.bench import packing
 from dense_cf.bench.accelerator import BERT_BASE, peak_bf16_flops, timed
-from dense_cf.bench.cpu_flags import env_with_xla_flags
 from dense_cf.models.bert import BertConfig, BertEncoder, BertLayer, remat_policy
+from dense_cf.parallel.xla_flags import env_with_xla_flags
 
 FLAGS = flags.FlagValues()
 _PART = flags.DEFINE_string("part", "layer", "layer | flags | hlo | attn | encode | pack | decide",

@@ -223,12 +223,14 @@ def _storage_dtype(dtype: str) -> np.dtype:
 #   cpu: bmc, L = 128. 2-core AMD EPYC (Zen 4, AVX-512), float32, k = 100, batch 256, one
 #        run (docs/scale.md "Exact top-k by a bin-max certificate"): bmc 1.11x sort at
 #        262,144 x 768 and 1.12x at 1,048,576; chunked 0.73-0.75x; L = 64 / 128 / 256 within 6 %.
-#   gpu: bmc, L = 128. Not yet timed on a device: chosen from the analysis in
-#        ../shared/reviews/gpu-levers.md §1-3 (sort: 21 bitonic passes over every score; bmc:
-#        one extra read and two small sorts). tools/gpu/check.sh stage d times sort, chunked
-#        and bmc side by side; replace this entry with its result.
-#   others (tpu): the same as gpu until measured.
-AUTO_SELECT: dict[str, tuple[str, int]] = {"cpu": ("bmc", 128), "gpu": ("bmc", 128)}
+#   gpu: bmc, L = 64. One H200, bfloat16 768-d, k = 100, default XLA flags (tools/gpu/check.sh
+#        stage d, docs/results/gpu_levers_h200_2026-11-30.md): at 2^20 rows bmc/64 4.90-5.17x
+#        sort (64,659 / 69,227 q/s at batch 1024 / 4096), L = 128 0.71-0.72x and L = 256
+#        0.44-0.45x of L = 64; at 21,015,324 rows bmc/64 4.91-5.15x sort. chunked 0.76-0.84x.
+#        With the RAFT top-k flag (dense_cf.parallel.xla_flags) only L = 128 was timed:
+#        156,527 q/s at 2^20, 1.85x sort under the same flag.
+#   others (tpu): bmc, L = 128 until measured.
+AUTO_SELECT: dict[str, tuple[str, int]] = {"cpu": ("bmc", 128), "gpu": ("bmc", 64)}
 _AUTO_DEFAULT = ("bmc", 128)
 
 
