@@ -12,6 +12,10 @@
 * ``loop``: a finished paper-shape ``dense_cf.main`` run: steps/s in the loop (after the
   compile) against the isolated step of ``dense_cf.bench.accelerator`` (``--isolated``), model
   FLOP/s and MFU, checkpoint save times, peak device memory.
+* ``loops``: several finished runs of one config that differ only in how batches are laid out
+  (``--variants name=workdir,...``: padded, ``data.length_buckets``, ``data.pack_row_len``):
+  each one's loop figures, the padding it removed and its compiles, and its speed-up over the
+  first. The runs see the same batches, so ms/step compares directly.
 * ``input_rate``: the run's input pipeline alone (its config, data and ``data.pipeline``):
   host-local batches/s and questions/s, to set against what the loop consumes.
 """
@@ -43,7 +47,7 @@ from dense_cf.train.loop import batch_spec
 from dense_cf.train.run import RunDir, build_model, load_config, run_tokenizer
 
 FLAGS = flags.FlagValues()
-_MODE = flags.DEFINE_enum("mode", None, ["pack_minilm", "unpack_minilm", "demo", "loop",
+_MODE = flags.DEFINE_enum("mode", None, ["pack_minilm", "unpack_minilm", "demo", "loop", "loops",
                                          "input_rate"], "What to do (module docstring).",
                           flag_values=FLAGS)
 _SRC = flags.DEFINE_string("src", "minilm", "pack/unpack: the model directory (or 'minilm').",
@@ -56,6 +60,8 @@ _WRITE_REF = flags.DEFINE_bool("write_reference", False, "demo: write --referenc
                                flag_values=FLAGS)
 _ISOLATED = flags.DEFINE_string("isolated", "", "loop: dense_cf.bench.accelerator's --out JSON.",
                                 flag_values=FLAGS)
+_VARIANTS = flags.DEFINE_list("variants", [], "loops: name=workdir pairs, the first the reference.",
+                              flag_values=FLAGS)
 _BATCHES = flags.DEFINE_integer("batches", 40, "input_rate: timed batches.", flag_values=FLAGS)
 _OUT = flags.DEFINE_string("out", "", "Write the figures as JSON here.", flag_values=FLAGS)
 
@@ -175,6 +181,9 @@ def loop_figures(workdir: str, isolated: str = "") -> dict[str, Any]:
            "model_tflops_per_step": flops / 1e12,
            "mfu": flops / step_s / peak if (step_s and peak) else None, "peak": peak_name,
            "timing": s.get("timing"), "device_memory": dev}
+    removed = [x["train/padding_removed"] for x in lines if "train/padding_removed" in x]
+    out["padding_removed"] = statistics.median(removed) if removed else 0.0
+    out["steady_step_s"] = steady_step_s(s.get("timing") or {}, int(s.get("step") or 0))
     if isolated and os.path.exists(isolated):
         with open(isolated) as f:
             iso = json.load(f)
@@ -183,6 +192,20 @@ def loop_figures(workdir: str, isolated: str = "") -> dict[str, Any]:
         out["isolated_step_s"] = iso_s
         out["loop_over_isolated"] = step_s / iso_s if (step_s and iso_s) else None
     return out
+
+
+def steady_step_s(timing: dict[str, Any], steps: int) -> float | None:
+    """Mean seconds of a step that compiled nothing: the loop's time less its compiles (each
+    with the one step it ran) and checkpoint saves, over the other steps. The logged
+    step_time_s keeps only the first compile out; a run with length buckets or packed rows
+    compiles each new shape inside a logged window."""
+    compiles = timing.get("compile_s") or []
+    rest = steps - len(compiles)
+    if "train_s" not in timing or rest <= 0:
+        return None
+    spent = (timing["train_s"] - sum(compiles) - sum(timing.get("checkpoint_save_s") or [])
+             - float(timing.get("checkpoint_close_s") or 0.0))
+    return spent / rest if spent > 0 else None
 
 
 def print_loop(fig: dict[str, Any]) -> None:
@@ -206,6 +229,46 @@ def print_loop(fig: dict[str, Any]) -> None:
     if m.get("peak_bytes_in_use"):
         _say(f"  device memory peak {m['peak_bytes_in_use'] / 2**30:.2f} GiB of "
              f"{(m.get('bytes_limit') or 0) / 2**30:.1f} GiB")
+
+
+def parse_variants(items: list[str]) -> list[tuple[str, str]]:
+    """``["name=workdir", ...]`` -> ``[(name, workdir)]`` (names unique, at least one)."""
+    out = []
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--variants takes name=workdir pairs, got {item!r}")
+        out.append((name, path))
+    if not out or len({n for n, _ in out}) != len(out):
+        raise ValueError(f"--variants needs at least one pair and unique names, got {items}")
+    return out
+
+
+def compare_loops(figs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The loop figures of runs that saw the same batches, with each one's speed-up over the
+    first (> 1: faster) in steady steps (:func:`steady_step_s`, compiles left out) and its
+    number of compiled step shapes."""
+    names = list(figs)
+    ref = figs[names[0]].get("steady_step_s")
+    rows = {}
+    for name, f in figs.items():
+        step = f.get("steady_step_s")
+        rows[name] = {"steady_step_s": step, "loop_step_s_median": f.get("loop_step_s_median"),
+                      "padding_removed": f.get("padding_removed"),
+                      "compiles": len((f.get("timing") or {}).get("compile_s") or []),
+                      "speedup_vs_" + names[0]: (ref / step) if (ref and step) else None}
+    return {"reference": names[0], "rows": rows, "runs": figs}
+
+
+def print_loops(out: dict[str, Any]) -> None:
+    ref = out["reference"]
+    _say(f"{'variant':<12}{'steady ms/step':>16}{'logged median':>15}{'vs ' + ref:>14}"
+         f"{'padding removed':>17}{'compiles':>10}")
+    for name, r in out["rows"].items():
+        up = r["speedup_vs_" + ref]
+        _say(f"{name:<12}{(r['steady_step_s'] or 0) * 1e3:16.1f}"
+             f"{(r['loop_step_s_median'] or 0) * 1e3:15.1f}{(up or 0):13.2f}x"
+             f"{100 * (r['padding_removed'] or 0):16.1f}%{r['compiles']:10d}")
 
 
 # ----------------------------------------------------------------------------- input rate
@@ -256,6 +319,10 @@ def main(argv) -> None:
     elif mode == "loop":
         out = loop_figures(_WORKDIR.value, _ISOLATED.value)
         print_loop(out)
+    elif mode == "loops":
+        out = compare_loops({name: loop_figures(path)
+                             for name, path in parse_variants(_VARIANTS.value)})
+        print_loops(out)
     else:
         out = input_rate(_WORKDIR.value, _BATCHES.value)
         _say(f"input pipeline ({out['pipeline']}, {out['threads']} threads, {out['cpus']} CPUs): "

@@ -42,12 +42,15 @@ def env_with_xla_flags(xla_flags: str) -> dict[str, str]:
 
 
 def probe(xla_flags: str, timeout: float = 300.0) -> tuple[bool, str]:
-    """Whether XLA accepts ``xla_flags`` (a child process runs a tiny jitted matmul with them):
-    ``(accepted, the child's last line of error output when not)``."""
+    """Whether XLA accepts ``xla_flags`` (a child process runs a tiny jitted matmul with them on
+    the CPU): ``(accepted, the child's last line of error output when not)``."""
     if not xla_flags:
         return True, ""
-    p = subprocess.run([sys.executable, "-c", _PROBE], env=env_with_xla_flags(xla_flags),
-                       capture_output=True, text=True, timeout=timeout)
+    # XLA parses every flag, GPU ones too, whatever the backend: the child runs on the CPU so
+    # that it never takes accelerator memory from (or waits for) a job beside it.
+    env = {**env_with_xla_flags(xla_flags), "JAX_PLATFORMS": "cpu"}
+    p = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
+                       timeout=timeout)
     if p.returncode == 0:
         return True, ""
     lines = [x for x in p.stderr.strip().splitlines() if x.strip()]

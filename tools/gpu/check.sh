@@ -16,6 +16,11 @@
 #      aborts XLA), the same with XLA's stable RAFT top-k (D_RAFT_FLAG); then on a GPU the
 #      exactness tests (tests/test_jax_topk.py: the top-k kernels' tie order on the device),
 #      with the RAFT flag too where accepted
+#   e  (opt-in: CHECK_STAGES=e) the loop of stage b on the synthetic world's real-length
+#      passages three ways, the same batches each: padded to Lp, data.length_buckets, and
+#      data.pack_row_len (packed rows); ms/step, padding removed, compiles and the speed-up over
+#      padded (dense_cf.bench.gpu_check --mode=loops). The 30 Nov levers run measured packing at
+#      1.82x padded-to-longest on 4 layers outside the loop; this is the loop's own figure
 # Environment: CHECK_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_check.py);
 # CHECK_MODE=check (default) | reference (stage a alone in float32 on this machine, writing the
 # reference file); CHECK_STAGES (default abcd); CHECK_CARRY (default .carry: what
@@ -75,7 +80,10 @@ if [ "$SIZE" = tiny ]; then
          --select=sort,chunked,bmc --bin_rows=4,8 --prune_bins=0,16)
   D_RAFT=(--n=3000 --dim=16 --dtypes=bfloat16 --batches=16 --queries=32 --check_queries=16
           --block_rows=1024 --data=device --max_search_s=0.2 --select=sort,bmc --bin_rows=8)
-  LIMIT_A=400 LIMIT_B=300 LIMIT_ISO=120 LIMIT_C=120 LIMIT_D=120
+  E_SIZE=("${B_SIZE[@]}" --config.data.max_p_len=128 --config.train.num_steps=4
+          --config.train.checkpoint_every=1000)
+  E_BUCKETS="(64,96,128)" E_PACK=128
+  LIMIT_A=400 LIMIT_B=300 LIMIT_ISO=120 LIMIT_C=120 LIMIT_D=120 LIMIT_E=300
 else
   MODEL=$W/minilm
   say "MiniLM from its bf16 bits"
@@ -104,7 +112,12 @@ else
   # and bmc and a RAFT pass: estimated 3-5 min, at most 2 x 200 s + 2 x 90 s of tests). So
   # three calls: ab (~6 min), c (~2 min), d (<= 8 min, CHECK_STAGES=d); with 15 device-minutes
   # a session, run d first when the search is what is to be measured.
-  LIMIT_A=200 LIMIT_B=260 LIMIT_ISO=150 LIMIT_C=200 LIMIT_D=200
+  # Stage e: 60 steps, no checkpoint, rows of 512 tokens whose count per batch rounds up to 8
+  # (each new count is a compile of ~50 s on an H200); estimated 3 x (50-150 s) with compiles.
+  E_SIZE=("${B_SIZE[@]}" --config.train.num_steps=60 --config.train.checkpoint_every=1000
+          --config.train.log_every=10 --config.data.pack_rows_multiple=8)
+  E_BUCKETS="(64,96,128,192,256)" E_PACK=512
+  LIMIT_A=200 LIMIT_B=260 LIMIT_ISO=150 LIMIT_C=200 LIMIT_D=200 LIMIT_E=180
 fi
 if [ "$MODE" = reference ]; then
   PREC=(--config.model.dtype=float32)
@@ -192,6 +205,26 @@ if has d; then
         -p no:cacheprovider -o addopts="" tests/test_jax_topk.py -k "bmc or sort or brute"
       tail -3 "$LOGS/d_tests_raft.log"
     fi
+  fi
+fi
+if has e; then
+  E_RUNS=()
+  for v in padded buckets packed; do
+    case $v in
+      padded) X=() ;;
+      buckets) X=("--config.data.length_buckets=$E_BUCKETS") ;;
+      packed) X=("--config.data.pack_row_len=$E_PACK") ;;
+    esac
+    say "e: the loop on real-length passages, $v -> $LOGS/e_$v.log"
+    run "e_$v.log" "$LIMIT_E" "$PY" -m dense_cf.main --config=configs/demo.py \
+      --workdir="$W/e_$v" --config.data.data_dir="$W/synth" --config.model.name_or_path=tiny \
+      --config.model.tokenizer="$TOK" --config.data.num_hard=1 --config.train.eval_every=0 \
+      --config.eval.after_training=false --config.train.async_checkpoint=false "${COMMON[@]}" \
+      "${E_SIZE[@]}" "${X[@]}" && E_RUNS+=("$v=$W/e_$v")
+  done
+  if [ ${#E_RUNS[@]} -gt 0 ]; then
+    "$PY" -m dense_cf.bench.gpu_check --mode=loops --variants="$(IFS=,; echo "${E_RUNS[*]}")" \
+      --out="$OUT/e_loops.json" 2>&1 | grep -v "^[IW][0-9]\{4\}"
   fi
 fi
 say "done"
