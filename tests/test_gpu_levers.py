@@ -16,7 +16,7 @@ from dense_cf.models.hf import resolve_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every part, "step" (not in the script's default list) included: one script run for all.
-PARTS = "layer,flags,hlo,attn,encode,pack,export,step,decide"
+PARTS = "layer,flags,hlo,attn,encode,pack,export_base,export,step,decide"
 
 
 def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
@@ -53,9 +53,13 @@ def test_levers_script_runs_every_part_on_the_cpu(tmp_path):
     pack = {x["layout"]: x for x in by["pack"]}
     assert pack["packed"]["fill"] > pack["padded"]["fill"] and pack["packed"]["real_tokens_per_s"] > 0
     assert pack["compare"]["packed_vs_padded"] > 0
-    exp = by["export"][0]
+    exp, base = by["export"][0], by["export_base"][0]
     assert exp["passages"] == 64 and exp["shard_size"] == 32 and exp["token_table_equal"]
     assert exp["passages_per_s"] > 0 and exp["encode_only_passages_per_s"] > 0
+    assert base["passages"] == 64 and not base["token_table"] and base["token_budget"] == 0
+    assert exp["token_table"] and exp["token_budget"] == 1024 and exp["background_write"]
+    assert by["decide"][0]["export_levers_speedup"] == pytest.approx(
+        exp["passages_per_s"] / base["passages_per_s"])
     (step,) = by["step"]
     assert step["step_s_median"] > 0 and "--fused_qkv" in step["args"]
     assert by["decide"][0]["baseline_ms"] == layer["baseline"]["ms"]
@@ -93,6 +97,13 @@ def test_decision_rules():
     assert v["flag:cublaslt baseline"]["adopt"] and not v["flag:no_triton_gemm baseline"]["adopt"]
     assert v["flag:cublaslt gelu_new"]["ref_ms"] == 9.0  # against gelu_new without the flag
     assert d["prioritise_packing_and_attention"] and d["export_device_goal_met"]
+    assert d["export_levers_speedup"] is None and d["export_levers_adopt"] is None
+    exp = {"part": "export", "passages_per_s": 1150.0, "token_table_equal": True}
+    base = {"part": "export_base", "passages_per_s": 1000.0}
+    d = levers.decide(lines + [exp, base])
+    assert d["export_levers_speedup"] == pytest.approx(1.15) and d["export_levers_adopt"]
+    assert not levers.decide(lines + [dict(exp, token_table_equal=False), base])["export_levers_adopt"]
+    assert not levers.decide(lines + [dict(exp, passages_per_s=1050.0), base])["export_levers_adopt"]
 
 
 GPU_HLO = """HloModule jit_loss, entry_computation_layout={(bf16[64,768]{1,0})->bf16[64,2304]{1,0}}

@@ -112,6 +112,11 @@ MODEL_GAIN = 0.05
 ATTN_TFLOPS_FLOOR = 150.0
 STEP_MFU_GOAL = 0.45
 EXPORT_MFU_GOAL = 0.40
+# Fixed 30 Nov 2026, before any A/B run: the export levers (token table, token-budget batches,
+# 3 in flight, background writer) become the accelerator default if the export part runs
+# >= 10 % more passages/s end to end than export_base (none of them) in the same run, with the
+# token table's vectors equal to the TSV path's.
+EXPORT_LEVERS_GAIN = 0.10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,7 +530,8 @@ def read_lines(path: str) -> list[dict[str, Any]]:
 def decide(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The §6 rules over one run's lines: a flag is adopted if it cuts the layer step ≥ 3 %, a
     model lever ≥ 5 % (model-changing ones then still need the CPU suite and the demo metrics);
-    attention below 150 TF/s puts packing/attention work first. Returns the verdicts."""
+    attention below 150 TF/s puts packing/attention work first; the export levers are adopted at
+    >= 1.10x export_base end to end with equal vectors. Returns the verdicts."""
     base = next((r["ms"] for r in lines if r["part"] == "layer" and r.get("ok")
                  and r["variant"] == "baseline" and not r.get("label")), None)
     verdicts: list[dict[str, Any]] = []
@@ -555,6 +561,10 @@ def decide(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
     attn = {r["case"]: r["tflops"] for r in lines if r["part"] == "attn" and r.get("ok")}
     best_attn = max(attn.values()) if attn else None
     enc = [r["mfu"] for r in lines if r["part"] == "encode" and r.get("mfu") is not None]
+    exports = {r["part"]: r for r in lines if r["part"] in ("export", "export_base")}
+    speedup = None
+    if {"export", "export_base"} <= set(exports) and exports["export_base"].get("passages_per_s"):
+        speedup = exports["export"]["passages_per_s"] / exports["export_base"]["passages_per_s"]
     return {
         "baseline_ms": base, "verdicts": verdicts,
         "attention_tflops": attn,
@@ -562,6 +572,9 @@ def decide(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                              and best_attn < ATTN_TFLOPS_FLOOR),
         "export_device_mfu_best": max(enc) if enc else None,
         "export_device_goal_met": (max(enc) >= EXPORT_MFU_GOAL) if enc else None,
+        "export_levers_speedup": speedup,
+        "export_levers_adopt": (None if speedup is None else bool(
+            speedup >= 1 + EXPORT_LEVERS_GAIN and exports["export"].get("token_table_equal"))),
     }
 
 
@@ -592,6 +605,10 @@ def main(argv: Sequence[str]) -> None:
             print(f"{'ADOPT' if v['adopt'] else 'keep '} {v['lever']:<40} {v['ms']:9.3f} ms vs "
                   f"{v['ref_ms']:9.3f} ms ({100 * v['gain']:+.1f} %, needs "
                   f"{100 * v['threshold']:.0f} %){' ' + v['needs'] if 'needs' in v else ''}")
+        if result.get("export_levers_speedup") is not None:
+            print(f"{'ADOPT' if result['export_levers_adopt'] else 'keep '} export levers "
+                  f"{' ' * 27} {result['export_levers_speedup']:.2f}x export_base's passages/s "
+                  f"(needs {1 + EXPORT_LEVERS_GAIN:.2f}x and equal vectors)")
         print(json.dumps({k: v for k, v in result.items() if k != "verdicts"}, default=float))
         sink("decide", **result)
     else:

@@ -13,6 +13,8 @@
 #   attn    dot_product_attention fwd+bwd at [384, 256, 12, 64]: XLA, cuDNN, cuDNN + padding
 #   encode  device-only passage encoding at token-budget buckets (4096x32 ... 512x256): MFU
 #   pack    real tokens/s of the passage tower, packed rows vs padded rows, on the Wikipedia corpus
+#   export_base  the same export with none of the export levers (tokenised from the TSV, the
+#           default batches and dispatch, shards written in line): the A/B reference of export
 #   export  end-to-end export (dense_cf.bench.export) of 100k passages from the pre-tokenised
 #           table, 32k-row shards, 128K-token batches per bucket, 3 batches in flight, background
 #           shard writer; its encode-only rate and MFU apart
@@ -22,12 +24,13 @@
 #           --fused_qkv --remat --remat_policy=matmul_outputs", under LEVERS_STEP_XLA_FLAGS
 # Environment: LEVERS_SIZE=full (a GPU; default) | tiny (the CPU test, tests/test_gpu_levers.py);
 # LEVERS_CARRY (default .carry, from tools/gpu/prepare_carry.sh); LEVERS_TOKENIZER (tiny: a
-# vocabulary directory); LEVERS_VARIANTS (layer: a comma subset). Full size fits 8 device-minutes
-# (the limits below sum to 470 s), leaving room for one rerun of a part in a 15-minute lease.
+# vocabulary directory); LEVERS_VARIANTS (layer: a comma subset). Full size fits one device call
+# (the limits below sum to 555 s; the 30 Nov H200 run took 240 s without export_base), leaving
+# room for one rerun of a part in a 15-minute lease.
 set -u
 : "${OUT:?set OUT to a folder for the results}"
 SIZE=${LEVERS_SIZE:-full}
-PARTS=${LEVERS_PARTS:-layer,flags,hlo,attn,encode,pack,export,decide}
+PARTS=${LEVERS_PARTS:-layer,flags,hlo,attn,encode,pack,export_base,export,decide}
 CARRY=${LEVERS_CARRY:-.carry}
 PY=${PYTHON:-python3}
 W=${LEVERS_WORK:-$(mktemp -d)}
@@ -55,9 +58,9 @@ part() {
 }
 if [ "$SIZE" = tiny ]; then
   TOK=${LEVERS_TOKENIZER:-minilm}
-  L_LAYER=120 L_FLAGS=120 L_HLO=60 L_ATTN=60 L_ENCODE=60 L_PACK=90 L_EXPORT=120
-  EXPORT_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64 --shard_size=32
-               --token_budget=1024)
+  L_LAYER=120 L_FLAGS=120 L_HLO=60 L_ATTN=60 L_ENCODE=60 L_PACK=90 L_EXPORT=120 L_EXPORT_BASE=120
+  EXPORT_SIZE=(--tiny=32,1,2 --passages=64 --batch_size=16 --max_p_len=64 --shard_size=32)
+  EXPORT_LEVERS=(--token_table --in_flight=3 --background_write --token_budget=1024)
 else
   TOK=$W/minilm
   [ -d "$CARRY/minilm_bf16" ] && "$PY" -m dense_cf.bench.gpu_check --mode=unpack_minilm \
@@ -65,12 +68,15 @@ else
   # Estimated (gpu-levers.md §6; compiles of ~4-8 s per layer variant): layer ~90 s, flags ~90
   # (5 subprocesses of ~15 s: import, CUDA init, compile), hlo ~20, attn ~15, encode ~45 (four
   # 12-layer compiles), pack ~45 (three 4-layer fwd+bwd compiles), export ~80 (table build,
-  # the buckets' compiles, 100k passages twice). Sum of the limits: 470 s, under the 8
-  # device-minutes, with the rest for start-up and decide.
-  L_LAYER=100 L_FLAGS=110 L_HLO=35 L_ATTN=25 L_ENCODE=55 L_PACK=55 L_EXPORT=90
+  # the buckets' compiles, 100k passages twice). Sum of the limits: 525 s with export_base,
+  # plus 30 for decide: one device call (600 s at most).
+  # Measured on an H200 (30 Nov, every default part but export_base): 239.5 s in all (layer 31,
+  # flags 63, hlo 12, attn 9, encode 30, pack 26, export 58). export_base (added after) ~60 s.
+  L_LAYER=80 L_FLAGS=100 L_HLO=30 L_ATTN=25 L_ENCODE=55 L_PACK=55 L_EXPORT=90 L_EXPORT_BASE=90
   # 128K-token batches: 4096 x 32 ... 512 x 256 (gpu-levers.md §5.2 lever 4)
   EXPORT_SIZE=(--tiny=768,12,12 --passages=100000 --batch_size=512 --max_p_len=256
-               --shard_size=32768 --dtype=bfloat16 --token_budget=131072)
+               --shard_size=32768 --dtype=bfloat16)
+  EXPORT_LEVERS=(--token_table --in_flight=3 --background_write --token_budget=131072)
 fi
 CORPUS="$CARRY/wiki.tsv.gz"
 if [ ! -f "$CORPUS" ]; then  # the CPU test: the installed Wikipedia summaries
@@ -87,15 +93,18 @@ has hlo && part hlo "$L_HLO" "${L[@]}" --part=hlo
 has attn && part attn "$L_ATTN" "${L[@]}" --part=attn
 has encode && part encode "$L_ENCODE" "${L[@]}" --part=encode
 has pack && part pack "$L_PACK" "${L[@]}" --part=pack --corpus="$CORPUS" --tokenizer="$TOK"
-if has export; then
-  part export "$L_EXPORT" "$PY" -m dense_cf.bench.export --model=tiny --tokenizer="$TOK" \
-    --corpus="$CORPUS" --attention_impl=dot_product --token_table --replicate \
-    --in_flight=3 --background_write "${EXPORT_SIZE[@]}" \
-    --out="$W/export.json"
-  [ -f "$W/export.json" ] && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1]));
-d.update(part='export'); print(json.dumps(d, sort_keys=True, default=float))" "$W/export.json" \
-    | tee -a "$J"
-fi
+# export_part NAME LIMIT EXTRA...: bench.export of the replicated corpus, its JSON as one line.
+export_part() {
+  local name=$1 limit=$2; shift 2
+  part "$name" "$limit" "$PY" -m dense_cf.bench.export --model=tiny --tokenizer="$TOK" \
+    --corpus="$CORPUS" --attention_impl=dot_product --replicate "${EXPORT_SIZE[@]}" "$@" \
+    --out="$W/$name.json"
+  [ -f "$W/$name.json" ] && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1]));
+d.update(part=sys.argv[2]); print(json.dumps(d, sort_keys=True, default=float))" \
+    "$W/$name.json" "$name" | tee -a "$J"
+}
+has export_base && export_part export_base "$L_EXPORT_BASE"
+has export && export_part export "$L_EXPORT" "${EXPORT_LEVERS[@]}"
 if has step; then
   if [ "$SIZE" = tiny ]; then STEP_SIZE=(--shapes=small --steps=2 --warmup=1); else
     STEP_SIZE=(--shapes=paper --steps=5 --warmup=1); fi
@@ -109,5 +118,5 @@ print(json.dumps({'part': 'step', 'args': sys.argv[2], 'xla_flags': sys.argv[3],
                                            'compile_s', 'loss')}}, default=float))" \
     "$W/step.json" "${LEVERS_STEP_ARGS:-}" "${LEVERS_STEP_XLA_FLAGS:-}" | tee -a "$J"
 fi
-has decide && part decide 60 "${L[@]}" --part=decide && grep -v "^[IW][0-9]\{4\}\|^{" "$W/decide.log"
+has decide && part decide 30 "${L[@]}" --part=decide && grep -v "^[IW][0-9]\{4\}\|^{" "$W/decide.log"
 say "done"
