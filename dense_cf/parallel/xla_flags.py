@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 # Adopted flags per platform, each with the measurement that adopted it (docs/results). The
 # pre-registered rule (../shared/reviews/gpu-levers.md §6): an XLA flag is adopted when it makes
@@ -57,10 +58,13 @@ def probe(xla_flags: str, timeout: float = 300.0) -> tuple[bool, str]:
     return False, (lines[-1] if lines else f"exit {p.returncode}")[:300]
 
 
-def adopted(platform: str, probe_fn=probe) -> tuple[list[str], list[tuple[str, str]]]:
+def adopted(platform: str, probe_fn: Callable[[str], tuple[bool, str]] | None = None
+            ) -> tuple[list[str], list[tuple[str, str]]]:
     """The platform's adopted flags split into ``(accepted, [(rejected flag, why)])`` by
-    ``probe_fn``. A platform with no entry has none. Flags already in ``XLA_FLAGS`` (by name,
-    whatever their value) are left to the user's setting and not returned."""
+    ``probe_fn`` (default :func:`probe`). A platform with no entry has none. Flags already in
+    ``XLA_FLAGS`` (by name, whatever their value) are left to the user's setting and not
+    returned."""
+    probe_fn = probe_fn or probe
     if platform not in ADOPTED and platform not in ("cpu", "tpu"):
         raise ValueError(f"unknown platform {platform!r}: one of cpu, gpu, tpu")
     user = {f.split("=", 1)[0] for f in os.environ.get("XLA_FLAGS", "").split()}
