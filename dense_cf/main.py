@@ -21,7 +21,7 @@ from dense_cf import app as _app
 from dense_cf.console import quiet_library_logs
 from dense_cf.experiment import train_and_evaluate
 from dense_cf.files import UserError
-from dense_cf.parallel import distributed
+from dense_cf.parallel import distributed, xla_flags
 from dense_cf.train.preemption import PREEMPTED_EXIT, Preempted
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
@@ -70,6 +70,12 @@ def main(argv) -> None:
                            coordinator_service=_COORDINATOR_SERVICE.value)
     logging.info("process %d/%d: %d local of %d %s devices", jax.process_index(), jax.process_count(),
                  jax.local_device_count(), jax.device_count(), jax.default_backend())
+    unset = xla_flags.missing(jax.default_backend())
+    if unset and jax.process_index() == 0:
+        logging.warning("XLA flags adopted for %s are not in XLA_FLAGS: %s. Set those this jaxlib "
+                        "accepts before starting: export XLA_FLAGS=\"$XLA_FLAGS $(python -m "
+                        "dense_cf.cli.xla_flags --platform=%s)\" (docs/launch.md)",
+                        jax.default_backend(), " ".join(unset), jax.default_backend())
     try:
         summary = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     except Preempted as e:  # the step is saved and the lock released: rerun to resume

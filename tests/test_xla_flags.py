@@ -39,3 +39,11 @@ def test_cli_prints_the_accepted_flags_and_names_the_rejected(monkeypatch, capsy
     out, err = capsys.readouterr()
     assert line == gpu[0] and out.strip() == gpu[0]
     assert f"rejects {gpu[1]}: unknown flag" in err and "RAFT" in err
+
+
+def test_missing_names_the_adopted_flags_xla_flags_lacks(monkeypatch):
+    gpu = [f for f, _ in xla_flags.ADOPTED["gpu"]]
+    monkeypatch.setenv("XLA_FLAGS", gpu[0].split("=")[0] + "=false")
+    assert xla_flags.missing("gpu") == gpu[1:]
+    monkeypatch.delenv("XLA_FLAGS")
+    assert xla_flags.missing("gpu") == gpu and xla_flags.missing("cpu") == []
