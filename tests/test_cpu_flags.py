@@ -21,3 +21,11 @@ def test_probe_rejects_an_unknown_flag_in_a_child_process():
     assert cpu_flags.probe("") == (True, "")
     ok, why = cpu_flags.probe("--xla_cpu_no_such_flag_in_any_version=1")
     assert not ok and "no_such_flag" in why
+
+
+def test_split_env_separates_xla_flags_from_worker_environment():
+    assert cpu_flags.split_env("--a=1 DENSE_CF_THREEFRY=rolled --b") == (
+        "--a=1 --b", {"DENSE_CF_THREEFRY": "rolled"})
+    assert cpu_flags.split_env("") == ("", {})
+    with pytest.raises(UserError, match="NAME=VALUE"):
+        cpu_flags.split_env("oops")

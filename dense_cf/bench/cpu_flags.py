@@ -17,7 +17,9 @@ faster on this CPU, measured against the baseline in one command (issue 46 item 
    ratio to the baseline's (> 1: faster), with the sign test over the paired rounds.
 
 Float32 throughout: ``--xla_cpu_enable_fast_math`` and other flags that change results are not
-in the default list. ``--variants name=FLAGS[@attention_impl];...`` replaces the list.
+in the default list. ``--variants name=SETTINGS[@attention_impl];...`` replaces the list;
+SETTINGS are XLA flags (``--...``) and environment variables of the worker (``NAME=VALUE``, e.g.
+``DENSE_CF_THREEFRY=rolled``: jax's own rolled threefry, ``parallel.cpu_rng``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from dense_cf.retrieval import export
 from dense_cf.train import run as loop
 
 FLAGS = flags.FlagValues()
-_VARIANTS = flags.DEFINE_string("variants", "", "Semicolon list of name=XLA_FLAGS[@attention_impl] "
+_VARIANTS = flags.DEFINE_string("variants", "", "Semicolon list of name=SETTINGS[@attention_impl], "
+                                "SETTINGS: --xla flags and NAME=VALUE environment variables "
                                 "(empty: DEFAULT_VARIANTS). The first is the baseline.",
                                 flag_values=FLAGS)
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed rounds.", flag_values=FLAGS)
@@ -76,7 +79,23 @@ DEFAULT_VARIANTS: tuple[tuple[str, str, str], ...] = (
     ("opt preset fast runtime", "--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_RUNTIME", ""),
     ("eigen single thread", "--xla_cpu_multi_thread_eigen=false", ""),
     ("2 host devices", "--xla_force_host_platform_device_count=2", ""),
+    ("threefry rolled (jax's)", "DENSE_CF_THREEFRY=rolled", ""),
 )
+
+
+def split_env(flags_and_env: str) -> tuple[str, dict[str, str]]:
+    """A variant's settings -> ``(XLA flags, environment)``: ``--`` tokens are XLA flags,
+    ``NAME=VALUE`` tokens environment variables of the worker (e.g. ``DENSE_CF_THREEFRY=rolled``)."""
+    xla, env = [], {}
+    for tok in flags_and_env.split():
+        if tok.startswith("-"):
+            xla.append(tok)
+        else:
+            name, sep, value = tok.partition("=")
+            if not sep or not name:
+                raise UserError(f"a variant's settings are --xla_flags or NAME=VALUE, got {tok!r}")
+            env[name] = value
+    return " ".join(xla), env
 
 
 def parse_variants(spec: str) -> list[tuple[str, str, str]]:
@@ -138,9 +157,11 @@ def _worker(impl: str, b: int, lq: int, lp: int, hard: int, export_batch: int) -
 class _Worker:
     def __init__(self, name: str, xla_flags: str, impl: str, argv: Sequence[str]):
         self.name = name
+        xla, env = split_env(xla_flags)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dense_cf.bench.cpu_flags", "--worker", impl or "-", *argv],
-            env=env_with_xla_flags(xla_flags), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            env={**env_with_xla_flags(xla), **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
         self.ready = self._read()
 
     def _read(self) -> dict[str, Any]:
@@ -178,7 +199,7 @@ def main(argv) -> dict[str, Any]:
     print(f"cpu: {out['cpu']}; load average {out['load_average_start']}", flush=True)
     accepted = []
     for name, xla, impl in variants:
-        ok, why = probe(xla)
+        ok, why = probe(split_env(xla)[0])
         out["probe"][name] = {"flags": xla, "attention_impl": impl or "default", "accepted": ok,
                               "error": why}
         print(f"probe {name:<26} {xla or '(none)'}: {'accepted' if ok else 'rejected: ' + why}",

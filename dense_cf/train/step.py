@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dense_cf.methods import Method
-from dense_cf.parallel import jit_cache
+from dense_cf.parallel import cpu_rng, jit_cache
 from dense_cf.parallel import mesh as mesh_lib
 from dense_cf.parallel.jit_cache import Identity, shardings_key
 from dense_cf.train import gradcache
@@ -114,6 +114,9 @@ def jit_train_step(method: Method, model, tx: optax.GradientTransformation, stat
     Shared within the process (``parallel.jit_cache``) by method, model value, optimizer and
     schedule objects (``state.make_optimizer`` returns the same ones for the same values),
     mesh and state shardings: the runs of a study over seeds trace and compile it once."""
+    # Dropout's bits as one fused kernel on the CPU (same bits; parallel.cpu_rng), before any
+    # train step is traced.
+    cpu_rng.unroll_threefry_on_cpu()
     state_sh = None if mesh is None else jax.tree.map(lambda x: x.sharding, state)
     key = (Identity(method), model, tx, schedule, mesh, _hparams_key(loss_hparams), bool(dropout),
            int(grad_cache_chunks), shardings_key(state_sh))
