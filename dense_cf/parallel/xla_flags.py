@@ -58,15 +58,16 @@ def probe(xla_flags: str, timeout: float = 300.0) -> tuple[bool, str]:
     return False, (lines[-1] if lines else f"exit {p.returncode}")[:300]
 
 
-def _user_flag_names() -> set[str]:
-    return {f.split("=", 1)[0] for f in os.environ.get("XLA_FLAGS", "").split()}
+def _name(flag: str) -> str:
+    return flag.split("=", 1)[0]
 
 
 def missing(platform: str) -> list[str]:
-    """The platform's adopted flags that ``XLA_FLAGS`` does not name (no probe: a running
-    process can only say so, since XLA read its flags when the backend started)."""
-    user = _user_flag_names()
-    return [f for f, _ in ADOPTED.get(platform, ()) if f.split("=", 1)[0] not in user]
+    """The platform's adopted flags that ``XLA_FLAGS`` does not name, whatever the value there
+    (no probe: a running process can only say so, since XLA read its flags when the backend
+    started)."""
+    user = {_name(f) for f in os.environ.get("XLA_FLAGS", "").split()}
+    return [f for f, _ in ADOPTED.get(platform, ()) if _name(f) not in user]
 
 
 def adopted(platform: str, probe_fn: Callable[[str], tuple[bool, str]] | None = None
@@ -78,11 +79,8 @@ def adopted(platform: str, probe_fn: Callable[[str], tuple[bool, str]] | None = 
     probe_fn = probe_fn or probe
     if platform not in ADOPTED and platform not in ("cpu", "tpu"):
         raise ValueError(f"unknown platform {platform!r}: one of cpu, gpu, tpu")
-    user = _user_flag_names()
     ok, bad = [], []
-    for flag, _ in ADOPTED.get(platform, ()):
-        if flag.split("=", 1)[0] in user:
-            continue
+    for flag in missing(platform):
         accepted, why = probe_fn(flag)
         (ok.append(flag) if accepted else bad.append((flag, why)))
     return ok, bad
