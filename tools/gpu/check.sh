@@ -145,13 +145,17 @@ if has a; then
   fi
 fi
 
+# The paper-shape training loop of stages b and e (a random BERT with MiniLM's vocabulary on the
+# synthetic world, 1 hard negative, no evaluation, synchronous checkpoints); each adds its
+# --workdir and sizes.
+LOOP=("$PY" -m dense_cf.main --config=configs/demo.py --config.data.data_dir="$W/synth"
+      --config.model.name_or_path=tiny --config.model.tokenizer="$TOK" --config.data.num_hard=1
+      --config.train.eval_every=0 --config.eval.after_training=false
+      --config.train.async_checkpoint=false "${COMMON[@]}")
+
 if has b; then
   say "b: dense_cf.main at the paper's shapes -> $LOGS/b_loop.log"
-  run b_loop.log "$LIMIT_B" "$PY" -m dense_cf.main --config=configs/demo.py \
-    --workdir="$W/loop" --config.data.data_dir="$W/synth" --config.model.name_or_path=tiny \
-    --config.model.tokenizer="$TOK" \
-    --config.data.num_hard=1 --config.train.eval_every=0 --config.eval.after_training=false \
-    --config.train.async_checkpoint=false "${COMMON[@]}" "${B_SIZE[@]}"
+  run b_loop.log "$LIMIT_B" "${LOOP[@]}" --workdir="$W/loop" "${B_SIZE[@]}"
   say "b: the isolated train step (dense_cf.bench.accelerator)"
   run b_isolated.log "$LIMIT_ISO" "$PY" -m dense_cf.bench.accelerator "${ISO[@]}" --export=false \
     --search=false --matmul_peak=false --check_sharding=false --out="$OUT/b_isolated.json"
@@ -216,11 +220,8 @@ if has e; then
       packed) X=("--config.data.pack_row_len=$E_PACK") ;;
     esac
     say "e: the loop on real-length passages, $v -> $LOGS/e_$v.log"
-    run "e_$v.log" "$LIMIT_E" "$PY" -m dense_cf.main --config=configs/demo.py \
-      --workdir="$W/e_$v" --config.data.data_dir="$W/synth" --config.model.name_or_path=tiny \
-      --config.model.tokenizer="$TOK" --config.data.num_hard=1 --config.train.eval_every=0 \
-      --config.eval.after_training=false --config.train.async_checkpoint=false "${COMMON[@]}" \
-      "${E_SIZE[@]}" "${X[@]}" && E_RUNS+=("$v=$W/e_$v")
+    run "e_$v.log" "$LIMIT_E" "${LOOP[@]}" --workdir="$W/e_$v" "${E_SIZE[@]}" "${X[@]}" \
+      && E_RUNS+=("$v=$W/e_$v")
   done
   if [ ${#E_RUNS[@]} -gt 0 ]; then
     "$PY" -m dense_cf.bench.gpu_check --mode=loops --variants="$(IFS=,; echo "${E_RUNS[*]}")" \
