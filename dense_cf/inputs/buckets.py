@@ -23,8 +23,14 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["bucket_lengths", "fit_bucket", "plan_batches", "row_lengths",
+__all__ = ["array_key", "bucket_lengths", "fit_bucket", "plan_batches", "row_lengths",
            "group_needs", "padding_removed", "trim_batch"]
+
+def array_key(prefix: str, name: str) -> str:
+    """The batch key of a group's token array: ``<prefix>_<name>`` (``q_ids``), or ``name``
+    alone for the prefix ``""`` (``ids``)."""
+    return f"{prefix}_{name}" if prefix else name
+
 
 def bucket_lengths(boundaries: Iterable[int], max_len: int) -> tuple[int, ...]:
     """The sorted bucket lengths for rows padded to ``max_len``: the boundaries below it, then
@@ -90,7 +96,9 @@ def trim_batch(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]],
 
     ``groups``: prefixes whose ``<prefix>_ids`` / ``<prefix>_mask`` (and ``<prefix>_type_ids``
     when present) share one padded length, e.g. ``(("q",), ("pos", "hard", "cf"))`` (the DPR
-    batch; the encoder stacks pos, hard and cf into one call). Prefixes absent from the batch
+    batch; the encoder stacks pos, hard and cf into one call); the prefix ``""`` names the plain
+    ``ids`` / ``mask`` / ``type_ids`` (the extractive reader's [b, P, L] rows, :func:`array_key`).
+    The cut is along the last axis, whatever the leading ones. Prefixes absent from the batch
     are skipped. ``need`` (group index as str -> tokens) overrides the batch's own longest row:
     on several hosts the caller passes the maximum over all hosts so every host cuts alike.
 
@@ -104,12 +112,12 @@ def trim_batch(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]],
         want = (need or {}).get(g, longest)
         cut = fit_bucket(max(int(want), 1), bucket_lengths(boundaries, full))
         for prefix in groups[int(g)]:
-            for suffix in ("_ids", "_mask", "_type_ids"):
-                key = prefix + suffix
+            for name in ("ids", "mask", "type_ids"):
+                key = array_key(prefix, name)
                 if key in out:
                     out[key] = out[key][..., :cut]
-            if prefix + "_ids" in out:
-                rows = out[prefix + "_ids"].size / max(cut, 1)
+            if array_key(prefix, "ids") in out:
+                rows = out[array_key(prefix, "ids")].size / max(cut, 1)
                 tokens += rows * cut
                 at_max += rows * full
     return out, {"tokens": tokens, "tokens_at_max": at_max}
@@ -120,7 +128,8 @@ def group_needs(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]]
     """Per group present in ``batch`` (key: its index as str): (padded length, longest row)."""
     out = {}
     for g, prefixes in enumerate(groups):
-        masks = [np.asarray(batch[p + "_mask"]) for p in prefixes if p + "_mask" in batch]
+        masks = [np.asarray(batch[array_key(p, "mask")]) for p in prefixes
+                 if array_key(p, "mask") in batch]
         if not masks:
             continue
         full = {m.shape[-1] for m in masks}

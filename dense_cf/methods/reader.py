@@ -266,7 +266,11 @@ METHOD = Method(
     inputs=Inputs(load=reader_inputs.load_config_split, prepare=lambda config, tokenizer, data: data,
                   spec=reader_inputs.spec_from_config, make_dataset=reader_inputs.make_dataset,
                   batch_iterator=reader_inputs.ReaderBatchIterator,
-                  file_problems=reader_inputs.file_problems),
+                  file_problems=reader_inputs.file_problems,
+                  # One group: the [b, P, L] rows. Every index into them (text_lo/hi, the gold
+                  # spans) lies within a row's tokens, and the span loss masks everything
+                  # outside the passage text, so a cut row gives the same loss.
+                  length_groups=(("",),)),
     model=READER_MODEL,
     kind="reader",
     gather=False,
