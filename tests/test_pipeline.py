@@ -200,3 +200,11 @@ def test_cache_key_is_unchanged(tmp_path, tok):
                                   max_q_len=16, max_p_len=32, max_hard=2, evidence_file=str(ev))
     want = f"train.json.{h.hexdigest()[:16]}.npz"
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [want, want + ".sha256"]
+
+
+def test_tfdata_runs_without_the_autotuning_thread(data):
+    """The tf.data pipeline turns autotuning off: an iterator's destructor waits for the
+    autotuning thread, which could sleep out a period of up to 60 s (inputs/source.py)."""
+    ds = pipeline.make_dataset(data, _spec(), pipeline="tfdata")
+    assert ds.dataset.options().autotune.enabled is False
+    assert len(_take(ds, 3)) == 3

@@ -174,7 +174,15 @@ def tfdata_dataset(source: BatchSource, *, start_step: int = 0, repeat: bool = T
 
     ds = tf.data.Dataset.range(start_step, source.stop_step(start_step, repeat))
     ds = ds.map(call, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return TfDataBatches(ds.prefetch(tf.data.AUTOTUNE))
+    options = tf.data.Options()
+    # No autotuning thread. An iterator's destructor waits for it, and where the thread misses
+    # the cancellation it sleeps out its optimisation period, which doubles up to 60 s: after
+    # the demo reader's 300 steps the process stood 40 s in that destructor (gdb: ~RootDataset::
+    # Iterator waiting on Model::OptimizeLoop) in 2 of 14 runs, and in 3 of 4 demos. Without
+    # it the map runs as many calls as there are CPUs, and the prefetch buffer keeps its own
+    # (legacy) size tuner; the batches are the same.
+    options.autotune.enabled = False
+    return TfDataBatches(ds.prefetch(tf.data.AUTOTUNE).with_options(options))
 
 
 class TfDataBatches:
