@@ -19,7 +19,7 @@ faster on this CPU, measured against the baseline in one command (issue 46 item 
 Float32 throughout: ``--xla_cpu_enable_fast_math`` and other flags that change results are not
 in the default list. ``--variants name=SETTINGS[@attention_impl];...`` replaces the list;
 SETTINGS are XLA flags (``--...``) and environment variables of the worker (``NAME=VALUE``, e.g.
-``DENSE_CF_THREEFRY=unrolled``: dropout's threefry unrolled, ``parallel.cpu_rng``).
+``DENSE_CF_THREEFRY=rolled``: dropout's threefry as jax lowers it, ``parallel.cpu_rng``).
 """
 
 from __future__ import annotations
@@ -79,13 +79,13 @@ DEFAULT_VARIANTS: tuple[tuple[str, str, str], ...] = (
     ("opt preset fast runtime", "--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_RUNTIME", ""),
     ("eigen single thread", "--xla_cpu_multi_thread_eigen=false", ""),
     ("2 host devices", "--xla_force_host_platform_device_count=2", ""),
-    ("threefry unrolled", "DENSE_CF_THREEFRY=unrolled", ""),
+    ("threefry rolled (jax's)", "DENSE_CF_THREEFRY=rolled", ""),
 )
 
 
 def split_env(flags_and_env: str) -> tuple[str, dict[str, str]]:
     """A variant's settings -> ``(XLA flags, environment)``: ``--`` tokens are XLA flags,
-    ``NAME=VALUE`` tokens environment variables of the worker (e.g. ``DENSE_CF_THREEFRY=unrolled``)."""
+    ``NAME=VALUE`` tokens environment variables of the worker (e.g. ``DENSE_CF_THREEFRY=rolled``)."""
     xla, env = [], {}
     for tok in flags_and_env.split():
         if tok.startswith("-"):

@@ -12,12 +12,12 @@ of 1,290 thunk-ms per step rolled, ~130 unrolled; the whole step 1.06-1.14 s -> 
 with bit-identical losses and parameters, at +3 s of compile. Small arrays keep the rolled loop
 (:data:`UNROLL_MIN_ELEMENTS`): there the compile would cost more than the step gains.
 
-**Opt-in** (``DENSE_CF_THREEFRY=unrolled``; otherwise jax's lowering is kept). The demo with it
-on (Zen 5, 30 Nov) was not faster end to end: DPR and PiCL training gained 8 and 13 s, but
-after the reader's 300 steps the process spent a further ~40 s in XLA matmul kernels before
-the next stage (gdb: the main thread converting an array to numpy, an XLA thread in a YNNPACK
-dot). That happened in both demos and in 5 of 9 reader-only runs with it on, 0 of 3 without.
-It is not explained, so the lever stays off until it is.
+On by default; ``DENSE_CF_THREEFRY=rolled`` keeps jax's lowering. It was opt-in for a day
+(30 Nov): after the demo reader's 300 steps the process sometimes stood ~40 s before the next
+stage, more often with it on. gdb placed that wait in tf.data, not here: the training
+iterator's destructor waiting on tf.data's autotuning thread (``Model::OptimizeLoop``), which
+can sleep out its optimisation period (up to 60 s). :mod:`dense_cf.inputs.source` now runs
+tf.data without that thread.
 
 The rule is registered through jax's private lowering registry (``jax._src``): where this jax
 lays it out differently, :func:`unroll_threefry_on_cpu` does nothing and says so once.
@@ -55,7 +55,7 @@ def unroll_threefry_on_cpu(min_elements: int = UNROLL_MIN_ELEMENTS) -> bool:
     the call; the bits are those of jax's own lowering either way."""
     if "applied" in _state:
         return _state["applied"]
-    if os.environ.get("DENSE_CF_THREEFRY", "") != "unrolled":  # opt-in: see the module doc
+    if os.environ.get("DENSE_CF_THREEFRY", "") == "rolled":  # the way out: jax's own lowering
         _state["applied"] = False
         return False
     if _RULES is None:

@@ -114,8 +114,8 @@ def jit_train_step(method: Method, model, tx: optax.GradientTransformation, stat
     Shared within the process (``parallel.jit_cache``) by method, model value, optimizer and
     schedule objects (``state.make_optimizer`` returns the same ones for the same values),
     mesh and state shardings: the runs of a study over seeds trace and compile it once."""
-    # Dropout's bits as one fused kernel on the CPU with DENSE_CF_THREEFRY=unrolled (same bits;
-    # opt-in, parallel.cpu_rng says why), before any train step is traced.
+    # Dropout's bits as one fused kernel on the CPU (the same bits; DENSE_CF_THREEFRY=rolled
+    # keeps jax's loop, parallel.cpu_rng), before any train step is traced.
     cpu_rng.unroll_threefry_on_cpu()
     state_sh = None if mesh is None else jax.tree.map(lambda x: x.sharding, state)
     key = (Identity(method), model, tx, schedule, mesh, _hparams_key(loss_hparams), bool(dropout),
