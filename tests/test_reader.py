@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tiny_reader_config, write_toy_reader_results
+from helpers import assert_cut_batch_matches, tiny_reader_config, write_toy_reader_results
 
 from dense_cf import methods
 from dense_cf.datasets.formats import DataFormatError, RetrievalRecord, RetrievedPassage, iter_retrieval_results
@@ -244,7 +244,6 @@ def test_reader_rows_cut_to_a_length_bucket_give_the_same_loss_and_gradients(tmp
     gradients equal the full batch's within float tolerance (the span loss masks all but the
     passage text; text_lo/hi and the gold spans lie within a row's tokens)."""
     from dense_cf.inputs import buckets
-    from dense_cf.train.step import batch_loss
 
     write_toy_reader_results(tmp_path / "train.json", 16, seed=0)
     bounds = (24, 32, 40)
@@ -264,15 +263,5 @@ def test_reader_rows_cut_to_a_length_bucket_give_the_same_loss_and_gradients(tmp
     assert cut["ids"].shape == full["ids"].shape[:2] + (buckets.fit_bucket(longest, bounds + (48,)),)
     assert cut["ids"].shape[-1] < full["ids"].shape[-1] and counts["tokens"] < counts["tokens_at_max"]
     assert int(cut["text_hi"].max()) <= cut["ids"].shape[-1] and int(cut["ends"].max()) < longest
-    hp = run.method.loss_hparams(run.config.loss)
-
-    def loss_and_grads(batch):
-        def f(params):
-            return batch_loss(run.method, run.model, params, batch, loss_hparams=hp, mesh=None,
-                              deterministic=True)[0]
-        return jax.jit(jax.value_and_grad(f))(jax.device_get(run.params))
-
-    (l_full, g_full), (l_cut, g_cut) = loss_and_grads(full), loss_and_grads(cut)
-    assert float(l_cut) == pytest.approx(float(l_full), rel=1e-5)
-    for a, c in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_cut)):
-        np.testing.assert_allclose(c, a, rtol=1e-3, atol=1e-6)
+    assert_cut_batch_matches(run.method, run.model, run.params,
+                             run.method.loss_hparams(run.config.loss), full, cut)

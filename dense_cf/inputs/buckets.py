@@ -26,6 +26,7 @@ import numpy as np
 __all__ = ["array_key", "bucket_lengths", "fit_bucket", "plan_batches", "row_lengths",
            "group_needs", "padding_removed", "trim_batch"]
 
+
 def array_key(prefix: str, name: str) -> str:
     """The batch key of a group's token array: ``<prefix>_<name>`` (``q_ids``), or ``name``
     alone for the prefix ``""`` (``ids``)."""
@@ -116,8 +117,9 @@ def trim_batch(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]],
                 key = array_key(prefix, name)
                 if key in out:
                     out[key] = out[key][..., :cut]
-            if array_key(prefix, "ids") in out:
-                rows = out[array_key(prefix, "ids")].size / max(cut, 1)
+            ids = out.get(array_key(prefix, "ids"))
+            if ids is not None:
+                rows = ids.size / max(cut, 1)
                 tokens += rows * cut
                 at_max += rows * full
     return out, {"tokens": tokens, "tokens_at_max": at_max}
@@ -128,8 +130,8 @@ def group_needs(batch: Mapping[str, np.ndarray], groups: Sequence[Sequence[str]]
     """Per group present in ``batch`` (key: its index as str): (padded length, longest row)."""
     out = {}
     for g, prefixes in enumerate(groups):
-        masks = [np.asarray(batch[array_key(p, "mask")]) for p in prefixes
-                 if array_key(p, "mask") in batch]
+        keys = [array_key(p, "mask") for p in prefixes]
+        masks = [np.asarray(batch[k]) for k in keys if k in batch]
         if not masks:
             continue
         full = {m.shape[-1] for m in masks}
